@@ -1,0 +1,23 @@
+# Installs libkda into a scratch prefix, then builds and runs examples/consumer against it.
+file(REMOVE_RECURSE "${KDA_SCRATCH}")
+execute_process(COMMAND "${CMAKE_COMMAND}" --install "${KDA_BUILD_DIR}" --prefix "${KDA_SCRATCH}/prefix"
+                RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "cmake --install failed: ${rc}")
+endif()
+execute_process(COMMAND "${CMAKE_COMMAND}" -S "${KDA_SOURCE_DIR}/examples/consumer"
+                        -B "${KDA_SCRATCH}/build" -DCMAKE_PREFIX_PATH=${KDA_SCRATCH}/prefix
+                RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "configuring the consumer failed: ${rc}")
+endif()
+execute_process(COMMAND "${CMAKE_COMMAND}" --build "${KDA_SCRATCH}/build" RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "building the consumer failed: ${rc}")
+endif()
+execute_process(COMMAND "${KDA_SCRATCH}/build/kda_consumer" RESULT_VARIABLE rc
+                OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message(STATUS "consumer said: ${out}${err}")
+if(rc)
+  message(FATAL_ERROR "the consumer failed: ${rc}")
+endif()

@@ -1,0 +1,2 @@
+#include <gtest/gtest.h>
+TEST(Placeholder, test_cli) { GTEST_SKIP() << "not written yet"; }

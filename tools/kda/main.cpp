@@ -1,0 +1,5 @@
+#include <cstdio>
+int main() {
+  std::fprintf(stderr, "kda: not implemented yet\n");
+  return 2;
+}
