@@ -11,7 +11,9 @@ namespace kda {
 struct ChunkIndex {
   int64_t seq = 0;    // sequence id
   int64_t chunk = 0;  // chunk id within the sequence
-  bool operator==(const ChunkIndex&) const = default;
+  bool operator==(const ChunkIndex& other) const {
+    return seq == other.seq && chunk == other.chunk;
+  }
 };
 
 // chunk_indices as fla's prepare_chunk_indices builds them: for each sequence in order, one entry

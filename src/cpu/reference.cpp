@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <exception>
+#include <string>
 #include <vector>
 
 #include "core/backends.hpp"
@@ -317,12 +319,16 @@ void store_outputs(const Problem& p, const Dims& d, const ChunkTask& task, int64
 }  // namespace
 
 Status run_cpu_ref(const Problem& problem, const Dims& dims) {
-  const double scale = problem.effective_scale();
-  for (const ChunkTask& task : plan_chunks(problem, dims)) {
-    for (int64_t hv = 0; hv < dims.HV; ++hv) {
-      const ChunkInputs in = load_inputs(problem, dims, task, hv);
-      store_outputs(problem, dims, task, hv, compute_chunk(in, scale));
+  try {
+    const double scale = problem.effective_scale();
+    for (const ChunkTask& task : plan_chunks(problem, dims)) {
+      for (int64_t hv = 0; hv < dims.HV; ++hv) {
+        const ChunkInputs in = load_inputs(problem, dims, task, hv);
+        store_outputs(problem, dims, task, hv, compute_chunk(in, scale));
+      }
     }
+  } catch (const std::exception& e) {  // std::bad_alloc: the library returns errors, never throws
+    return {StatusCode::internal, std::string("cpu-ref: ") + e.what()};
   }
   return Status::Ok();
 }

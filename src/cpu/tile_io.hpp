@@ -44,8 +44,6 @@ void scatter_typed(Elem* base, const TileRef& tile, const float* src, Convert co
   }
 }
 
-inline float identity(float x) { return x; }
-
 }  // namespace tile_detail
 
 // Copies the tile into dst (row-major, rows x cols, leading dimension cols) as float32.
@@ -53,11 +51,13 @@ inline void gather_tile(const TensorView& t, const TileRef& tile, float* dst) {
   using namespace tile_detail;
   switch (t.dtype) {
     case DType::f16:
-      return gather_typed(static_cast<const uint16_t*>(t.data), tile, dst, f16_bits_to_float);
+      return gather_typed(static_cast<const uint16_t*>(t.data), tile, dst,
+                          [](uint16_t x) { return f16_bits_to_float(x); });
     case DType::bf16:
-      return gather_typed(static_cast<const uint16_t*>(t.data), tile, dst, bf16_bits_to_float);
+      return gather_typed(static_cast<const uint16_t*>(t.data), tile, dst,
+                          [](uint16_t x) { return bf16_bits_to_float(x); });
     case DType::f32:
-      return gather_typed(static_cast<const float*>(t.data), tile, dst, identity);
+      return gather_typed(static_cast<const float*>(t.data), tile, dst, [](float x) { return x; });
     default:  // validate() admits only the three float dtypes here; poison rather than guess
       for (int64_t i = 0; i < tile.rows * tile.cols; ++i) {
         dst[i] = std::numeric_limits<float>::quiet_NaN();
@@ -70,11 +70,13 @@ inline void scatter_tile(const TensorView& t, const TileRef& tile, const float* 
   using namespace tile_detail;
   switch (t.dtype) {
     case DType::f16:
-      return scatter_typed(static_cast<uint16_t*>(t.data), tile, src, float_to_f16_bits);
+      return scatter_typed(static_cast<uint16_t*>(t.data), tile, src,
+                           [](float x) { return float_to_f16_bits(x); });
     case DType::bf16:
-      return scatter_typed(static_cast<uint16_t*>(t.data), tile, src, float_to_bf16_bits);
+      return scatter_typed(static_cast<uint16_t*>(t.data), tile, src,
+                           [](float x) { return float_to_bf16_bits(x); });
     case DType::f32:
-      return scatter_typed(static_cast<float*>(t.data), tile, src, identity);
+      return scatter_typed(static_cast<float*>(t.data), tile, src, [](float x) { return x; });
     default:  // never an output dtype: validate() rejects it
       return;
   }
@@ -87,8 +89,7 @@ inline TileRef head_rows(const TensorView& t, int64_t b, int64_t t0, int64_t row
 }
 
 // Rows t0 .. t0+rows-1 of head `head` of a [B, T, heads] view, as a rows x 1 tile.
-inline TileRef head_column(const TensorView& t, int64_t b, int64_t t0, int64_t rows,
-                           int64_t head) {
+inline TileRef head_column(const TensorView& t, int64_t b, int64_t t0, int64_t rows, int64_t head) {
   return {offset_of(t, b, t0, head), rows, t.strides[1], 1, 1};
 }
 

@@ -1,19 +1,600 @@
+// The safetensors reader/writer. Everything in a header is checked before a byte of tensor data
+// is copied; nlohmann::json exceptions never leave this file.
+
 #include "io/safetensors.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
 namespace kda::io {
-Status parse_safetensors(const uint8_t*, size_t, SafetensorsFile*) {
-  return {StatusCode::unsupported, "safetensors: not implemented yet"};
+
+namespace {
+
+using nlohmann::json;
+
+// Tensor bytes are copied as they lie in the file, which is little-endian by definition.
+static_assert(std::endian::native == std::endian::little, "this reader assumes a little-endian host");
+
+constexpr size_t kLengthBytes = 8;
+constexpr std::string_view kPrefix = "safetensors: ";
+constexpr std::string_view kMetadataKey = "__metadata__";
+// A valid header nests three deep (top object -> entry -> shape list). Refusing deeper input
+// keeps a hostile "[[[[..." header from building a huge document.
+constexpr int kMaxJsonDepth = 8;
+
+Status fail(const std::string& what) {
+  return invalid_argument(std::string(kPrefix) + what);
 }
-Status read_safetensors(const std::string&, SafetensorsFile*) {
-  return {StatusCode::unsupported, "safetensors: not implemented yet"};
+
+struct DTypeName {
+  DType dtype;
+  std::string_view name;
+};
+constexpr DTypeName kDTypeNames[] = {{DType::f16, "F16"}, {DType::bf16, "BF16"},
+                                     {DType::f32, "F32"}, {DType::f64, "F64"},
+                                     {DType::i32, "I32"}, {DType::i64, "I64"}};
+
+bool dtype_from_name(std::string_view name, DType* out) {
+  for (const DTypeName& d : kDTypeNames) {
+    if (d.name == name) {
+      *out = d.dtype;
+      return true;
+    }
+  }
+  return false;
 }
-Status write_safetensors(const std::string&, const SafetensorsFile&) {
-  return {StatusCode::unsupported, "safetensors: not implemented yet"};
-}
-Status problem_from_safetensors(const SafetensorsFile&, HostProblem*,
-                                std::map<std::string, HostTensor>*) {
-  return {StatusCode::unsupported, "safetensors: not implemented yet"};
-}
-SafetensorsFile problem_to_safetensors(const HostProblem&) {
+
+std::string_view name_of(DType dtype) {
+  for (const DTypeName& d : kDTypeNames) {
+    if (d.dtype == dtype) return d.name;
+  }
   return {};
 }
+
+// A string from the file, quoted and escaped so an error message stays one printable line.
+std::string quoted(const std::string& s) {
+  std::string q = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      q += '\\';
+      q += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      q += buf;
+    } else {
+      q += static_cast<char>(c);  // UTF-8 continuation bytes pass through
+    }
+  }
+  return q + "\"";
+}
+
+// nlohmann's messages may quote raw input bytes; keep only printable ASCII.
+std::string printable(std::string_view s) {
+  std::string p(s);
+  for (char& c : p) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f) c = '?';
+  }
+  return p;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// A JSON integer >= 0 that fits int64 (shapes and offsets are int64 once read).
+bool read_size(const json& j, uint64_t* out) {
+  if (!j.is_number_unsigned()) return false;  // negatives parse as number_integer, 2.0 as float
+  const uint64_t v = j.get<uint64_t>();
+  if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+  *out = v;
+  return true;
+}
+
+struct Entry {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // relative to the start of the data section
+};
+
+Status parse_entry(const std::string& name, const json& j, uint64_t data_size, Entry* e) {
+  const std::string what = "tensor " + quoted(name) + ": ";
+  if (!j.is_object()) {
+    return fail(what + "expected an object {dtype, shape, data_offsets}, got " + j.type_name());
+  }
+  e->name = name;
+
+  const auto dtype_it = j.find("dtype");
+  if (dtype_it == j.end()) return fail(what + "missing \"dtype\"");
+  if (!dtype_it->is_string()) {
+    return fail(what + "\"dtype\" must be a string, got " + dtype_it->type_name());
+  }
+  const auto& dtype_text = dtype_it->get_ref<const std::string&>();
+  if (!dtype_from_name(dtype_text, &e->dtype)) {
+    return fail(what + "unsupported dtype " + quoted(dtype_text) +
+                " (supported: F16 BF16 F32 F64 I32 I64)");
+  }
+  const uint64_t itemsize = dtype_size(e->dtype);
+
+  const auto shape_it = j.find("shape");
+  if (shape_it == j.end()) return fail(what + "missing \"shape\"");
+  if (!shape_it->is_array()) {
+    return fail(what + "\"shape\" must be a list of non-negative integers, got " +
+                shape_it->type_name());
+  }
+  if (shape_it->size() > static_cast<size_t>(kMaxRank)) {
+    return fail(what + "rank " + std::to_string(shape_it->size()) + " is above the " +
+                std::to_string(kMaxRank) + " this reader supports");
+  }
+  bool has_zero = false;
+  for (const json& dim : *shape_it) {
+    uint64_t extent = 0;
+    if (!read_size(dim, &extent)) {
+      return fail(what + "\"shape\" must be a list of non-negative integers, got " +
+                  printable(shape_it->dump()));
+    }
+    e->shape.push_back(static_cast<int64_t>(extent));
+    has_zero = has_zero || extent == 0;
+  }
+  // Byte count with an overflow check; a zero extent makes the true product 0 whatever the rest.
+  uint64_t nbytes = 0;
+  if (!has_zero) {
+    nbytes = itemsize;
+    const uint64_t limit = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    for (int64_t extent : e->shape) {
+      const auto ext = static_cast<uint64_t>(extent);
+      if (nbytes > limit / ext) {
+        return fail(what + "element count of shape " + shape_str(e->shape) + " overflows");
+      }
+      nbytes *= ext;
+    }
+  }
+
+  const auto offsets_it = j.find("data_offsets");
+  if (offsets_it == j.end()) return fail(what + "missing \"data_offsets\"");
+  if (!offsets_it->is_array() || offsets_it->size() != 2 ||
+      !read_size((*offsets_it)[0], &e->begin) || !read_size((*offsets_it)[1], &e->end)) {
+    return fail(what + "\"data_offsets\" must be two non-negative integers [begin, end], got " +
+                printable(offsets_it->dump()));
+  }
+  const std::string range = "[" + std::to_string(e->begin) + ", " + std::to_string(e->end) + "]";
+  if (e->begin > e->end) return fail(what + "data_offsets " + range + " has begin > end");
+  if (e->end > data_size) {
+    return fail(what + "data_offsets " + range + " runs past the end of the data section (" +
+                std::to_string(data_size) + " bytes)");
+  }
+  if (e->end - e->begin != nbytes) {
+    return fail(what + "data_offsets " + range + " span " + std::to_string(e->end - e->begin) +
+                " bytes, but shape " + shape_str(e->shape) + " of " + dtype_text +
+                " needs " + std::to_string(nbytes));
+  }
+  return Status::Ok();
+}
+
+Status parse_metadata(const json& j, std::map<std::string, std::string>* out) {
+  if (!j.is_object()) {
+    return fail("\"__metadata__\" must be an object of strings, got " + std::string(j.type_name()));
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (!value.is_string()) {
+      return fail("\"__metadata__\" value of " + quoted(key) + " must be a string, got " +
+                  value.type_name());
+    }
+    (*out)[key] = value.get<std::string>();
+  }
+  return Status::Ok();
+}
+
+// Thrown from the parser callback to stop on a too-deep document; caught in parse_header.
+struct TooDeep {};
+
+Status parse_header(const uint8_t* text, size_t length, json* out) {
+  const json::parser_callback_t depth_guard = [](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxJsonDepth) throw TooDeep{};
+    return true;
+  };
+  try {
+    *out = json::parse(text, text + length, depth_guard);
+  } catch (const TooDeep&) {
+    return fail("header JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  } catch (const json::exception& e) {
+    // Drop nlohmann's "[json.exception.parse_error.101] " tag; keep its position and reason.
+    std::string_view why = e.what();
+    if (const size_t tag_end = why.find("] "); tag_end != std::string_view::npos) {
+      why.remove_prefix(tag_end + 2);
+    }
+    return fail("header is not valid JSON: " + printable(why));
+  }
+  return Status::Ok();
+}
+
+Status parse_unchecked(const uint8_t* data, size_t size, SafetensorsFile* out) {
+  if (size < kLengthBytes) {
+    return fail("file is " + std::to_string(size) +
+                " bytes, shorter than the 8-byte header length that starts every file");
+  }
+  uint64_t header_length = 0;
+  for (size_t i = 0; i < kLengthBytes; ++i) header_length |= uint64_t{data[i]} << (8 * i);
+  if (header_length > kMaxSafetensorsHeaderBytes) {
+    return fail("header length " + std::to_string(header_length) + " bytes is above the " +
+                std::to_string(kMaxSafetensorsHeaderBytes >> 20) +
+                " MB limit (not a safetensors file?)");
+  }
+  if (header_length > size - kLengthBytes) {
+    return fail("header length " + std::to_string(header_length) +
+                " bytes runs past the end of the file (" + std::to_string(size - kLengthBytes) +
+                " bytes follow the length)");
+  }
+  json header;
+  if (Status s = parse_header(data + kLengthBytes, header_length, &header); !s.ok()) return s;
+  if (!header.is_object()) {
+    return fail("header must be a JSON object, got " + std::string(header.type_name()));
+  }
+
+  const uint8_t* data_section = data + kLengthBytes + header_length;
+  const uint64_t data_size = size - kLengthBytes - header_length;
+  SafetensorsFile result;
+  std::vector<Entry> entries;
+  for (const auto& [key, value] : header.items()) {
+    if (key == kMetadataKey) {
+      if (Status s = parse_metadata(value, &result.metadata); !s.ok()) return s;
+      continue;
+    }
+    Entry e;
+    if (Status s = parse_entry(key, value, data_size, &e); !s.ok()) return s;
+    entries.push_back(std::move(e));
+  }
+
+  // Non-overlapping ranges keep the copies below the file's own size.
+  std::vector<const Entry*> by_begin;
+  for (const Entry& e : entries) {
+    if (e.end > e.begin) by_begin.push_back(&e);
+  }
+  std::sort(by_begin.begin(), by_begin.end(),
+            [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
+  for (size_t i = 1; i < by_begin.size(); ++i) {
+    const Entry& prev = *by_begin[i - 1];
+    const Entry& cur = *by_begin[i];
+    if (cur.begin < prev.end) {
+      return fail("tensors " + quoted(prev.name) + " and " + quoted(cur.name) +
+                  " overlap in the data section");
+    }
+  }
+
+  for (Entry& e : entries) {
+    HostTensor t(e.dtype, std::move(e.shape));
+    if (!t.bytes.empty()) std::memcpy(t.bytes.data(), data_section + e.begin, t.bytes.size());
+    result.tensors.emplace(std::move(e.name), std::move(t));
+  }
+  *out = std::move(result);
+  return Status::Ok();
+}
+
+// --- writing ------------------------------------------------------------------------------
+
+struct Layout {
+  std::string header;  // JSON, padded with spaces
+  std::vector<const HostTensor*> order;
+};
+
+Status plan_layout(const SafetensorsFile& file, Layout* layout) {
+  std::vector<std::pair<const std::string*, const HostTensor*>> order;
+  for (const auto& [name, t] : file.tensors) {
+    const std::string what = "cannot write tensor " + quoted(name) + ": ";
+    if (name == kMetadataKey) return fail(what + "the name is reserved for metadata");
+    if (name_of(t.dtype).empty()) {
+      return fail(what + "dtype " + std::string(dtype_name(t.dtype)) + " has no safetensors name");
+    }
+    if (t.shape.size() > static_cast<size_t>(kMaxRank)) {
+      return fail(what + "rank " + std::to_string(t.shape.size()) + " is above " +
+                  std::to_string(kMaxRank));
+    }
+    for (int64_t extent : t.shape) {
+      if (extent < 0) return fail(what + "negative extent in shape " + shape_str(t.shape));
+    }
+    if (t.bytes.size() != static_cast<size_t>(t.numel()) * dtype_size(t.dtype)) {
+      return fail(what + "holds " + std::to_string(t.bytes.size()) + " bytes, shape " +
+                  shape_str(t.shape) + " needs " +
+                  std::to_string(static_cast<size_t>(t.numel()) * dtype_size(t.dtype)));
+    }
+    order.emplace_back(&name, &t);
+  }
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    const size_t sa = dtype_size(a.second->dtype), sb = dtype_size(b.second->dtype);
+    return sa != sb ? sa > sb : *a.first < *b.first;
+  });
+
+  json header = json::object();  // std::map underneath: keys come out sorted
+  if (!file.metadata.empty()) header[std::string(kMetadataKey)] = file.metadata;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : order) {
+    const uint64_t end = offset + t->bytes.size();
+    header[*name] = {{"dtype", std::string(name_of(t->dtype))},
+                     {"shape", t->shape},
+                     {"data_offsets", {offset, end}}};
+    offset = end;
+    layout->order.push_back(t);
+  }
+  try {
+    layout->header = header.dump();
+  } catch (const json::exception&) {
+    return fail("cannot write: a tensor name or metadata string is not valid UTF-8");
+  }
+  // Pad so the data section starts 8-byte aligned.
+  layout->header.append((kLengthBytes - layout->header.size() % kLengthBytes) % kLengthBytes, ' ');
+  return Status::Ok();
+}
+
+void length_bytes(uint64_t n, uint8_t out[kLengthBytes]) {
+  for (size_t i = 0; i < kLengthBytes; ++i) out[i] = static_cast<uint8_t>(n >> (8 * i));
+}
+
+// --- problems -----------------------------------------------------------------------------
+
+constexpr const char* kRequiredInputs[] = {"q", "k",  "v", "v_new", "g", "beta",
+                                           "A", "h", "do", "dh",    "dv"};
+constexpr const char* kOptionalInputs[] = {"cu_seqlens", "chunk_indices"};
+constexpr std::string_view kOutputPrefix = "out.";
+
+template <size_t N>
+bool is_one_of(const std::string& name, const char* const (&names)[N]) {
+  return std::find(std::begin(names), std::end(names), name) != std::end(names);
+}
+
+bool is_output(const std::string& name) {
+  return is_one_of(name, kOutputNames);
+}
+
+Status parse_scale(const std::map<std::string, std::string>& metadata,
+                   std::optional<double>* scale) {
+  const auto it = metadata.find("scale");
+  if (it == metadata.end() || it->second == "None" || it->second == "none") {
+    scale->reset();
+    return Status::Ok();
+  }
+  const std::string& text = it->second;
+  double value = 0.0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) {
+    return fail("metadata \"scale\": expected a finite number or None, got " + quoted(text));
+  }
+  *scale = value;
+  return Status::Ok();
+}
+
+Status parse_chunk_size(const std::map<std::string, std::string>& metadata, const HostTensor& A,
+                        int64_t* chunk_size) {
+  const auto it = metadata.find("chunk_size");
+  if (it == metadata.end()) {
+    if (A.shape.empty()) return fail("input \"A\" is a scalar; expected [B, T, HV, BT]");
+    *chunk_size = A.shape.back();
+    return Status::Ok();
+  }
+  const std::string& text = it->second;
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    return fail("metadata \"chunk_size\": expected an integer, got " + quoted(text));
+  }
+  *chunk_size = value;
+  return Status::Ok();
+}
+
+Status parse_state_v_first(const std::map<std::string, std::string>& metadata, bool* out) {
+  const auto it = metadata.find("state_v_first");
+  if (it == metadata.end()) {
+    *out = false;
+    return Status::Ok();
+  }
+  const std::string& v = it->second;
+  if (v == "true" || v == "True" || v == "1") {
+    *out = true;
+  } else if (v == "false" || v == "False" || v == "0") {
+    *out = false;
+  } else {
+    return fail("metadata \"state_v_first\": expected true, false, 1 or 0, got " + quoted(v));
+  }
+  return Status::Ok();
+}
+
+Status expect_rank4(const HostProblem& p, const char* name, const char* symbolic) {
+  const HostTensor& t = p.get(name);
+  if (t.shape.size() != 4) {
+    return fail(std::string("input \"") + name + "\": expected rank 4 " + symbolic + ", got " +
+                shape_str(t.shape));
+  }
+  return Status::Ok();
+}
+
+// The outputs take their sizes from q, v, A; checking q, v, g, A agree first bounds every output
+// by a tensor the file already holds (a hostile file cannot make us allocate far more than it).
+Status check_output_sizes(const HostProblem& p) {
+  if (Status s = expect_rank4(p, "q", "[B, T, H, K]"); !s.ok()) return s;
+  if (Status s = expect_rank4(p, "v", "[B, T, HV, V]"); !s.ok()) return s;
+  if (Status s = expect_rank4(p, "g", "[B, T, HV, K]"); !s.ok()) return s;
+  if (Status s = expect_rank4(p, "A", "[B, T, HV, BT]"); !s.ok()) return s;
+  const HostTensor& q = p.get("q");
+  if (q.dtype != DType::f16 && q.dtype != DType::bf16 && q.dtype != DType::f32) {
+    return fail("input \"q\": expected dtype F16, BF16 or F32, got " +
+                std::string(name_of(q.dtype)));
+  }
+  const auto& v = p.get("v").shape;
+  const auto& g = p.get("g").shape;
+  const auto& A = p.get("A").shape;
+  const int64_t B = q.shape[0], T = q.shape[1], K = q.shape[3], HV = v[2];
+  if (v[0] != B || v[1] != T) {
+    return fail("input \"v\": expected [B, T, HV, V] with B, T = " + std::to_string(B) + ", " +
+                std::to_string(T) + " from q, got " + shape_str(v));
+  }
+  if (g != std::vector<int64_t>{B, T, HV, K}) {
+    return fail("input \"g\": expected [B, T, HV, K] = " + shape_str({B, T, HV, K}) +
+                " (from q and v), got " + shape_str(g));
+  }
+  if (A[0] != B || A[1] != T || A[2] != HV) {
+    return fail("input \"A\": expected [B, T, HV, BT] with B, T, HV = " + shape_str({B, T, HV}) +
+                " (from q and v), got " + shape_str(A));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status parse_safetensors(const uint8_t* data, size_t size, SafetensorsFile* out) {
+  if (data == nullptr && size != 0) return fail("null data pointer");
+  try {
+    return parse_unchecked(data, size, out);
+  } catch (const std::bad_alloc&) {
+    return fail("out of memory while reading the file");
+  } catch (const std::exception& e) {  // nothing else should throw; never let it escape
+    return fail("malformed file: " + printable(e.what()));
+  }
+}
+
+Status read_safetensors(const std::string& path, SafetensorsFile* out) {
+  namespace fs = std::filesystem;
+  const std::string where = std::string(kPrefix) + path + ": ";
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) return invalid_argument(where + "no such file");
+  if (fs::is_directory(st)) return invalid_argument(where + "is a directory, not a file");
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec) return invalid_argument(where + "cannot get its size: " + ec.message());
+
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f) return invalid_argument(where + "cannot open: " + std::strerror(errno));
+  std::vector<uint8_t> bytes;
+  try {
+    bytes.resize(static_cast<size_t>(size));
+  } catch (const std::bad_alloc&) {
+    return invalid_argument(where + "out of memory reading " + std::to_string(size) + " bytes");
+  }
+  if (size != 0 && std::fread(bytes.data(), 1, bytes.size(), f.get()) != bytes.size()) {
+    return invalid_argument(where + "read failed: " + std::strerror(errno));
+  }
+  Status s = parse_safetensors(bytes.data(), bytes.size(), out);
+  if (!s.ok()) s.message = where + s.message.substr(kPrefix.size());
+  return s;
+}
+
+Status serialize_safetensors(const SafetensorsFile& file, std::vector<uint8_t>* out) {
+  Layout layout;
+  if (Status s = plan_layout(file, &layout); !s.ok()) return s;
+  size_t total = kLengthBytes + layout.header.size();
+  for (const HostTensor* t : layout.order) total += t->bytes.size();
+  out->assign(total, 0);
+  length_bytes(layout.header.size(), out->data());
+  uint8_t* p = out->data() + kLengthBytes;
+  std::memcpy(p, layout.header.data(), layout.header.size());
+  p += layout.header.size();
+  for (const HostTensor* t : layout.order) {
+    if (!t->bytes.empty()) std::memcpy(p, t->bytes.data(), t->bytes.size());
+    p += t->bytes.size();
+  }
+  return Status::Ok();
+}
+
+Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
+  Layout layout;
+  if (Status s = plan_layout(file, &layout); !s.ok()) return s;
+  const std::string where = std::string(kPrefix) + "cannot write " + path + ": ";
+  // Streamed tensor by tensor: no second copy of a multi-GB problem in memory.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
+  if (!f) return invalid_argument(where + std::strerror(errno));
+  uint8_t length[kLengthBytes];
+  length_bytes(layout.header.size(), length);
+  bool ok = std::fwrite(length, 1, kLengthBytes, f.get()) == kLengthBytes &&
+            std::fwrite(layout.header.data(), 1, layout.header.size(), f.get()) ==
+                layout.header.size();
+  for (const HostTensor* t : layout.order) {
+    if (!ok) break;
+    ok = t->bytes.empty() ||
+         std::fwrite(t->bytes.data(), 1, t->bytes.size(), f.get()) == t->bytes.size();
+  }
+  if (!ok) return invalid_argument(where + std::strerror(errno));
+  if (std::fclose(f.release()) != 0) return invalid_argument(where + std::strerror(errno));
+  return Status::Ok();
+}
+
+Status problem_from_safetensors(const SafetensorsFile& file, HostProblem* problem,
+                                std::map<std::string, HostTensor>* expected) {
+  HostProblem p;
+  std::map<std::string, HostTensor> outputs;
+  for (const auto& [name, t] : file.tensors) {
+    if (name.starts_with(kOutputPrefix)) {
+      const std::string output = name.substr(kOutputPrefix.size());
+      if (!is_output(output)) {
+        return fail("unexpected tensor " + quoted(name) +
+                    " (outputs are out.dq out.dk out.dv_out out.db out.dg out.dA)");
+      }
+      outputs[output] = t;
+    } else if (is_one_of(name, kRequiredInputs) || is_one_of(name, kOptionalInputs)) {
+      p.tensors[name] = t;
+    } else {
+      return fail("unexpected tensor " + quoted(name) +
+                  " (inputs are q k v v_new g beta A h do dh dv, optionally cu_seqlens "
+                  "chunk_indices; outputs out.<name>)");
+    }
+  }
+  for (const char* name : kRequiredInputs) {
+    if (!p.has(name)) return fail(std::string("missing input tensor \"") + name + "\"");
+  }
+  if (const auto gate = file.metadata.find("gate");
+      gate != file.metadata.end() && gate->second != "log2") {
+    return fail("metadata \"gate\" is " + quoted(gate->second) +
+                "; this operator takes g in log2 space (\"log2\")");
+  }
+  if (Status s = parse_scale(file.metadata, &p.scale); !s.ok()) return s;
+  if (Status s = parse_chunk_size(file.metadata, p.get("A"), &p.chunk_size); !s.ok()) return s;
+  if (Status s = parse_state_v_first(file.metadata, &p.state_v_first); !s.ok()) return s;
+  if (Status s = check_output_sizes(p); !s.ok()) return s;
+
+  p.allocate_outputs();
+  if (Status s = p.problem().validate(); !s.ok()) {
+    return fail("the tensors do not form a valid problem: " + s.message);
+  }
+  for (const auto& [name, t] : outputs) {
+    const HostTensor& out = p.get(name);
+    if (t.shape != out.shape) {
+      return fail("tensor \"out." + name + "\" has shape " + shape_str(t.shape) +
+                  ", but the output is " + shape_str(out.shape));
+    }
+  }
+  *problem = std::move(p);
+  if (expected) *expected = std::move(outputs);
+  return Status::Ok();
+}
+
+SafetensorsFile problem_to_safetensors(const HostProblem& problem) {
+  SafetensorsFile file;
+  for (const auto& [name, t] : problem.tensors) {
+    file.tensors[is_output(name) ? std::string(kOutputPrefix) + name : name] = t;
+  }
+  if (problem.scale) {
+    char buf[64];
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, *problem.scale);  // round-trips
+    file.metadata["scale"] = ec == std::errc() ? std::string(buf, end) : std::string("None");
+  }
+  file.metadata["chunk_size"] = std::to_string(problem.chunk_size);
+  file.metadata["state_v_first"] = problem.state_v_first ? "true" : "false";
+  file.metadata["gate"] = "log2";
+  return file;
+}
+
 }  // namespace kda::io

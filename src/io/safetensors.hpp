@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "io/host_problem.hpp"
 #include "kda/status.hpp"
@@ -18,14 +19,26 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;
 };
 
-// Parses an in-memory file (the fuzzing entry point).
+// Headers longer than this are rejected before any allocation (real ones are a few KB).
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = uint64_t{100} << 20;
+
+// Parses an in-memory file (the fuzzing entry point): safe on arbitrary bytes. On failure the
+// status is invalid_argument with a one-line message starting "safetensors: " and *out is left
+// untouched. Tensor byte ranges must not overlap (so the copy never exceeds the file's size) and
+// ranks are at most kMaxRank; bytes after the last tensor are ignored.
 Status parse_safetensors(const uint8_t* data, size_t size, SafetensorsFile* out);
 Status read_safetensors(const std::string& path, SafetensorsFile* out);
+
+// Deterministic: JSON keys sorted, tensors laid out by element size (largest first) then name so
+// every tensor is naturally aligned, header padded with spaces to a multiple of 8 bytes.
+Status serialize_safetensors(const SafetensorsFile& file, std::vector<uint8_t>* out);
 Status write_safetensors(const std::string& path, const SafetensorsFile& file);
 
 // Builds a problem from a file laid out like shared/golden: inputs by SPEC name, metadata
 // `scale`, `chunk_size`, `state_v_first`. Tensors named `out.<name>` go to *expected (dv_out as
-// `out.dv_out`), keyed by output name. Outputs are allocated and poisoned.
+// `out.dv_out`), keyed by output name. Outputs are allocated and poisoned. Metadata defaults:
+// scale absent or "None" -> None, chunk_size absent -> A.shape[-1], state_v_first absent ->
+// false. The result is checked with Problem::validate(), so a file that loads also runs.
 Status problem_from_safetensors(const SafetensorsFile& file, HostProblem* problem,
                                 std::map<std::string, HostTensor>* expected);
 

@@ -1,0 +1,51 @@
+#pragma once
+// Runs independent work units on plain std::threads: each thread takes the next unit from one
+// shared atomic counter, so uneven units (short tail chunks) balance themselves.
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace kda::cpu {
+
+// Calls body(unit, scratch) for every unit in [0, count). Each thread owns one default-constructed
+// Scratch (its reusable buffers) for all the units it takes. The calling thread works too, so a
+// thread that cannot be started only means fewer workers. The first exception thrown by a body is
+// rethrown here after every thread has stopped.
+template <typename Scratch, typename Body>
+void parallel_for_units(int64_t count, const Body& body) {
+  if (count <= 0) return;
+  const int64_t hardware = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  const int64_t num_threads = std::min(hardware, count);
+
+  std::atomic<int64_t> next_unit{0};
+  std::exception_ptr first_error;
+  std::mutex error_mutex;
+  auto worker = [&] {
+    try {
+      Scratch scratch;
+      for (int64_t unit = next_unit++; unit < count; unit = next_unit++) body(unit, scratch);
+    } catch (...) {
+      next_unit = count;  // the others stop after their current unit
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!first_error) first_error = std::current_exception();
+    }
+  };
+
+  std::vector<std::thread> helpers;
+  try {
+    helpers.reserve(static_cast<size_t>(num_threads - 1));
+    for (int64_t i = 1; i < num_threads; ++i) helpers.emplace_back(worker);
+  } catch (...) {
+    // Could not start a thread: the ones started (and this one) still finish every unit.
+  }
+  worker();
+  for (std::thread& t : helpers) t.join();
+  if (first_error) std::rethrow_exception(first_error);
+}
+
+}  // namespace kda::cpu

@@ -1,0 +1,104 @@
+#pragma once
+// Device-side element access: dtype conversion to and from float32, strided tile loads into
+// shared memory, and the small fixed-order dot products every product in the kernel is built of.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/wy_dqkg_params.hpp"
+
+namespace kda::cuda {
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// Round to nearest even, as the CPU backends do.
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+template <typename T>
+__device__ __forceinline__ float load_float(const void* data, int64_t offset) {
+  return to_float(static_cast<const T*>(data)[offset]);
+}
+
+// One element of a device-resident index tensor (cu_seqlens or chunk_indices).
+__device__ __forceinline__ int64_t load_index(const IndexView& index, int64_t offset) {
+  return index.is_i64 ? static_cast<const int64_t*>(index.data)[offset]
+                      : static_cast<int64_t>(static_cast<const int32_t*>(index.data)[offset]);
+}
+
+// acc + a·b, summed x, y, z, w in that order (fixed order: bitwise-reproducible).
+__device__ __forceinline__ float dot4_acc(float4 a, float4 b, float acc) {
+  acc = fmaf(a.x, b.x, acc);
+  acc = fmaf(a.y, b.y, acc);
+  acc = fmaf(a.z, b.z, acc);
+  return fmaf(a.w, b.w, acc);
+}
+
+__device__ __forceinline__ float4 load_float4(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+
+// kN contiguous floats from shared memory (16-byte aligned when kN % 4 == 0, else 8-byte).
+template <int kN>
+__device__ __forceinline__ void load_row(const float* p, float (&out)[kN]) {
+  if constexpr (kN % 4 == 0) {
+#pragma unroll
+    for (int n = 0; n < kN; n += 4) {
+      const float4 x = load_float4(p + n);
+      out[n] = x.x;
+      out[n + 1] = x.y;
+      out[n + 2] = x.z;
+      out[n + 3] = x.w;
+    }
+  } else {
+    static_assert(kN % 2 == 0, "rows per thread must be even");
+#pragma unroll
+    for (int n = 0; n < kN; n += 2) {
+      const float2 x = *reinterpret_cast<const float2*>(p + n);
+      out[n] = x.x;
+      out[n + 1] = x.y;
+    }
+  }
+}
+
+// Loads a kRows x kCols tile of a strided tensor into shared memory as float32, zero-filling
+// rows >= valid_rows and columns >= valid_cols (nothing outside the valid box is read).
+// `origin` is the element offset of (row 0, col 0). Consecutive threads take consecutive columns
+// (coalesced when col_stride == 1), or consecutive rows when `lanes_along_rows` (for an h tile
+// stored [V, K], whose rows are contiguous).
+template <typename T, int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void load_tile(float* dst, int dst_ld, const void* data, int64_t origin,
+                                          int64_t row_stride, int64_t col_stride, int valid_rows,
+                                          int valid_cols, bool lanes_along_rows) {
+  static_assert((kRows * kCols) % kThreads == 0, "every thread loads the same count");
+  const T* src = static_cast<const T*>(data);
+#pragma unroll
+  for (int n = 0; n < kRows * kCols / kThreads; ++n) {
+    const int e = static_cast<int>(threadIdx.x) + n * kThreads;
+    const int row = lanes_along_rows ? e % kRows : e / kCols;
+    const int col = lanes_along_rows ? e / kRows : e % kCols;
+    float x = 0.0f;
+    if (row < valid_rows && col < valid_cols) {
+      x = to_float(src[origin + row * row_stride + col * col_stride]);
+    }
+    dst[row * dst_ld + col] = x;
+  }
+}
+
+}  // namespace kda::cuda

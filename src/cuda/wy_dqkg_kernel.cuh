@@ -1,0 +1,417 @@
+#pragma once
+// The general CUDA kernel of chunk_kda_bwd_wy_dqkg_fused: plain SIMT float32 arithmetic (FFMA,
+// no tensor cores) for every supported option. The math is SPEC.md's steps 1..12 per chunk;
+// README.md in this folder describes the structure. Shapes in comments: L = rows of the chunk
+// (<= BT), 32 = one K block or V tile, rows beyond L of every staged tile hold zeros.
+
+#include <cstdint>
+
+#include "cuda/device_access.cuh"
+#include "cuda/wy_dqkg_params.hpp"
+#include "cuda/wy_dqkg_traits.cuh"
+#include "cuda/wy_dqkg_unit.cuh"
+
+namespace kda::cuda {
+
+// Element offset of (row 0 of the unit's chunk, `head`, column 0) in a token tensor.
+__device__ __forceinline__ int64_t token_origin(const TokenView& t, const WorkUnit& w,
+                                                int64_t head) {
+  return w.batch * t.stride_batch + w.t0 * t.stride_token + head * t.stride_head;
+}
+
+// Row index of (chunk row i, hv) in the contiguous outputs viewed as [B*T*HV, cols].
+__device__ __forceinline__ int64_t output_row(const WyDqkgParams& p, const WorkUnit& w, int i) {
+  return ((w.batch * p.T + w.t0 + i) * p.HV + w.hv);
+}
+
+template <typename Traits>
+struct SharedTiles {
+  float* A;     // [BT][kALd]     Ā[j][i] = A[t0+j, hv, i], zero outside j, i < L
+  float* beta;  // [BT]           β, zero beyond L
+  float* S;     // [32 k][kTileLd] h tile,  S[k][v]
+  float* dS;    // [32 k][kTileLd] dh tile
+  float* dO;    // [BT][kTileLd]  do tile (32 v)
+  float* Vn;    // [BT][kTileLd]  v_new tile
+  float* dV;    // [BT][kTileLd]  dv tile
+  float* Vv;    // [BT][kTileLd]  v tile (first K block only)
+  float* dW;    // [BT][kTileLd]  dW of the current K block (32 k)
+  float* KG;    // [BT][kTileLd]  KG of the current K block
+  float* part;  // [8][32]        per-warp Σ_rows Kk⊙dK0 of the current K block
+  float* X;     // [BT][kALd]     X (reuses the token tiles after the K loop)
+  float* Y;     // [BT][kALd]     X·Āᵀ
+
+  __device__ explicit SharedTiles(float* base)
+      : A(base + Traits::kAOff),
+        beta(base + Traits::kBetaOff),
+        S(base + Traits::kSOff),
+        dS(base + Traits::kDSOff),
+        dO(base + Traits::kDoOff),
+        Vn(base + Traits::kVnOff),
+        dV(base + Traits::kDvOff),
+        Vv(base + Traits::kVvOff),
+        dW(base + Traits::kDwOff),
+        KG(base + Traits::kKgOff),
+        part(base + Traits::kPartOff),
+        X(base + Traits::kXOff),
+        Y(base + Traits::kYOff) {}
+};
+
+// Products over one V tile (32 columns v), for the thread's rows i and K column c = lane:
+//   dq_acc[i] += Σ_v dO[i][v] S[c][v],  dk0_acc[i] += Σ_v Vn[i][v] dS[c][v],
+//   dw_acc[i] += Σ_v dV[i][v] S[c][v],  sds += Σ_v S[c][v] dS[c][v]  (same in every warp),
+// and in the first K block also D[i][j] += Σ_v dV[i][v] Vv[j][v] for the thread's columns j.
+template <typename Traits, bool kFirstKBlock>
+__device__ __forceinline__ void accumulate_v_tile(const SharedTiles<Traits>& sm, int row0,
+                                                  int lane, float (&dq_acc)[Traits::kRows],
+                                                  float (&dk0_acc)[Traits::kRows],
+                                                  float (&dw_acc)[Traits::kRows], float& sds,
+                                                  float (&d_acc)[Traits::kRows][Traits::kDCols]) {
+  constexpr int kLd = Traits::kTileLd;
+#pragma unroll 2
+  for (int v = 0; v < Traits::kBV; v += 4) {
+    const float4 s = load_float4(sm.S + lane * kLd + v);
+    const float4 ds = load_float4(sm.dS + lane * kLd + v);
+    sds = dot4_acc(s, ds, sds);
+    float4 vv[Traits::kDCols];
+    if constexpr (kFirstKBlock) {
+#pragma unroll
+      for (int jj = 0; jj < Traits::kDCols; ++jj) {
+        const int j = lane + 32 * jj;
+        vv[jj] = j < Traits::kBT ? load_float4(sm.Vv + j * kLd + v) : make_float4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < Traits::kRows; ++m) {
+      const int i = row0 + m;
+      dq_acc[m] = dot4_acc(load_float4(sm.dO + i * kLd + v), s, dq_acc[m]);
+      dk0_acc[m] = dot4_acc(load_float4(sm.Vn + i * kLd + v), ds, dk0_acc[m]);
+      const float4 dv = load_float4(sm.dV + i * kLd + v);
+      dw_acc[m] = dot4_acc(dv, s, dw_acc[m]);
+      if constexpr (kFirstKBlock) {
+#pragma unroll
+        for (int jj = 0; jj < Traits::kDCols; ++jj) d_acc[m][jj] = dot4_acc(dv, vv[jj], d_acc[m][jj]);
+      }
+    }
+  }
+}
+
+// out[i] = Σ_{j < BT} Ā[j][i] · col[j * kTileLd] for the thread's rows i: (Āᵀ · M)[i][lane] for
+// a staged 32-wide tile M. Rows j >= L of Ā are zero, so the padding adds nothing.
+template <typename Traits>
+__device__ __forceinline__ void abar_t_times(const SharedTiles<Traits>& sm, int row0,
+                                             const float* col, float (&out)[Traits::kRows]) {
+#pragma unroll
+  for (int m = 0; m < Traits::kRows; ++m) out[m] = 0.0f;
+#pragma unroll 8
+  for (int j = 0; j < Traits::kBT; ++j) {
+    float a[Traits::kRows];
+    load_row(sm.A + j * Traits::kALd + row0, a);
+    const float mj = col[j * Traits::kTileLd];
+#pragma unroll
+    for (int m = 0; m < Traits::kRows; ++m) out[m] = fmaf(a[m], mj, out[m]);
+  }
+}
+
+template <typename XT, typename HT, int kBT>
+__global__ void __launch_bounds__(WyDqkgTraits<kBT>::kThreads)
+    wy_dqkg_kernel(const WyDqkgParams p) {
+  using Tr = WyDqkgTraits<kBT>;
+  constexpr int kRows = Tr::kRows;
+  constexpr int kDCols = Tr::kDCols;
+  constexpr int kLd = Tr::kTileLd;
+  constexpr int kALd = Tr::kALd;
+  constexpr unsigned kFullMask = 0xffffffffu;
+
+  extern __shared__ float4 smem_float4[];  // float4: 16-byte alignment for the vector reads
+  const SharedTiles<Tr> sm(reinterpret_cast<float*>(smem_float4));
+  __shared__ WorkUnit unit_shared;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int row0 = warp * kRows;  // the thread's rows: row0 .. row0 + kRows - 1
+
+  // Units beyond 2^31 - 1 CTAs: each CTA strides over units (the loop is uniform per CTA).
+  for (int64_t unit = blockIdx.x; unit < p.num_units; unit += gridDim.x) {
+    __syncthreads();  // the previous unit is done with shared memory and unit_shared
+    if (warp == 0) {
+      const WorkUnit resolved = resolve_unit(p, unit, kBT, lane);
+      if (lane == 0) unit_shared = resolved;
+    }
+    __syncthreads();
+    const WorkUnit w = unit_shared;
+    if (!w.valid) continue;  // inconsistent index tensors: see wy_dqkg_unit.cuh
+    const int L = w.len;
+    const int64_t hq = w.hv / p.heads_per_group;
+
+    // --- Ā and β for the whole unit -------------------------------------------------------
+    {
+      const int64_t a_origin = token_origin(p.A, w, w.hv);
+      load_tile<XT, kBT, kBT, Tr::kThreads>(sm.A, kALd, p.A.data, a_origin, p.A.stride_token,
+                                            p.A.stride_col, L, L, false);
+      if (tid < kBT) {
+        float b = 0.0f;
+        if (tid < L) {
+          const int64_t off = w.batch * p.beta.stride_batch + (w.t0 + tid) * p.beta.stride_token +
+                              w.hv * p.beta.stride_head;
+          b = p.beta.is_f32 ? load_float<float>(p.beta.data, off) : load_float<XT>(p.beta.data, off);
+        }
+        sm.beta[tid] = b;
+      }
+    }
+
+    // Per-unit accumulators, carried across all K blocks:
+    float d_acc[kRows][kDCols];  // D = dV·Vvᵀ + dW·KGᵀ  (rows row0+m, columns lane + 32 jj)
+    float db_part[kRows];        // this lane's share of db's row sums
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      db_part[m] = 0.0f;
+#pragma unroll
+      for (int jj = 0; jj < kDCols; ++jj) d_acc[m][jj] = 0.0f;
+    }
+
+    const int64_t do_origin = token_origin(p.do_, w, w.hv);
+    const int64_t vn_origin = token_origin(p.v_new, w, w.hv);
+    const int64_t dv_origin = token_origin(p.dv, w, w.hv);
+    const int64_t v_origin = token_origin(p.v, w, w.hv);
+    const int64_t g_origin = token_origin(p.g, w, w.hv);
+    const int64_t q_origin = token_origin(p.q, w, hq);
+    const int64_t k_origin = token_origin(p.k, w, hq);
+    const int64_t h_origin =
+        w.h_batch * p.h.stride_batch + w.h_chunk * p.h.stride_chunk + w.hv * p.h.stride_head;
+    const int64_t dh_origin =
+        w.h_batch * p.dh.stride_batch + w.h_chunk * p.dh.stride_chunk + w.hv * p.dh.stride_head;
+    // h stored [.., V, K] (state_v_first): its k index is the contiguous one.
+    const bool h_k_fastest = p.h.stride_k < p.h.stride_v;
+    const bool dh_k_fastest = p.dh.stride_k < p.dh.stride_v;
+
+    for (int k0 = 0; k0 < p.K; k0 += Tr::kBK) {
+      const int k_count = p.K - k0 < Tr::kBK ? static_cast<int>(p.K - k0) : Tr::kBK;
+      const bool first_k_block = k0 == 0;
+      float dq_acc[kRows], dk0_acc[kRows], dw_acc[kRows];  // [L x 32] at (row0+m, k0+lane)
+      float sds = 0.0f;                                     // Σ_v S[k0+lane][v] dS[k0+lane][v]
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) dq_acc[m] = dk0_acc[m] = dw_acc[m] = 0.0f;
+
+      // --- steps 1-3 (and 4, 6, 11's dV·Vvᵀ in the first K block), one V tile at a time ------
+      for (int v0 = 0; v0 < p.V; v0 += Tr::kBV) {
+        const int v_count = p.V - v0 < Tr::kBV ? static_cast<int>(p.V - v0) : Tr::kBV;
+        __syncthreads();  // everyone is done with the previous tiles
+        load_tile<HT, Tr::kBK, Tr::kBV, Tr::kThreads>(
+            sm.S, kLd, p.h.data, h_origin + k0 * p.h.stride_k + v0 * p.h.stride_v, p.h.stride_k,
+            p.h.stride_v, k_count, v_count, h_k_fastest);
+        load_tile<HT, Tr::kBK, Tr::kBV, Tr::kThreads>(
+            sm.dS, kLd, p.dh.data, dh_origin + k0 * p.dh.stride_k + v0 * p.dh.stride_v,
+            p.dh.stride_k, p.dh.stride_v, k_count, v_count, dh_k_fastest);
+        load_tile<XT, kBT, Tr::kBV, Tr::kThreads>(sm.dO, kLd, p.do_.data,
+                                                  do_origin + v0 * p.do_.stride_col,
+                                                  p.do_.stride_token, p.do_.stride_col, L,
+                                                  v_count, false);
+        load_tile<XT, kBT, Tr::kBV, Tr::kThreads>(sm.Vn, kLd, p.v_new.data,
+                                                  vn_origin + v0 * p.v_new.stride_col,
+                                                  p.v_new.stride_token, p.v_new.stride_col, L,
+                                                  v_count, false);
+        load_tile<XT, kBT, Tr::kBV, Tr::kThreads>(sm.dV, kLd, p.dv.data,
+                                                  dv_origin + v0 * p.dv.stride_col,
+                                                  p.dv.stride_token, p.dv.stride_col, L, v_count,
+                                                  false);
+        if (first_k_block) {
+          load_tile<XT, kBT, Tr::kBV, Tr::kThreads>(sm.Vv, kLd, p.v.data,
+                                                    v_origin + v0 * p.v.stride_col,
+                                                    p.v.stride_token, p.v.stride_col, L, v_count,
+                                                    false);
+        }
+        __syncthreads();
+
+        if (first_k_block) {
+          accumulate_v_tile<Tr, true>(sm, row0, lane, dq_acc, dk0_acc, dw_acc, sds, d_acc);
+          // Step 4: dvb = Āᵀ·dV for column v0+lane; dv_out = β ⊙ dvb; db += dvb ⊙ Vv.
+          float dvb[kRows];
+          abar_t_times(sm, row0, sm.dV + lane, dvb);
+#pragma unroll
+          for (int m = 0; m < kRows; ++m) {
+            const int i = row0 + m;
+            if (i < L && lane < v_count) {
+              const int64_t out = output_row(p, w, i) * p.V + v0 + lane;
+              static_cast<XT*>(p.dv_out)[out] = from_float<XT>(sm.beta[i] * dvb[m]);
+              db_part[m] = fmaf(dvb[m], sm.Vv[i * kLd + lane], db_part[m]);
+            }
+          }
+        } else {
+          accumulate_v_tile<Tr, false>(sm, row0, lane, dq_acc, dk0_acc, dw_acc, sds, d_acc);
+        }
+      }
+
+      // --- K-block epilogue: steps 1, 2, 5, 7, 8, 9, 10 for columns k0 .. k0+31 -------------
+      const int k = k0 + lane;
+      const bool col_ok = lane < k_count;
+      const float gn = col_ok ? load_float<float>(p.g.data, g_origin + (L - 1) * p.g.stride_token +
+                                                                 k * p.g.stride_col)
+                              : 0.0f;
+      float dk0[kRows];       // dK0 = (Vn·dSᵀ) ⊙ exp2(gn − G)
+      float e_beta[kRows];    // E ⊙ β
+      float kg[kRows];        // KG = Kk ⊙ E
+      float dg_first[kRows];  // Q ⊙ dQ − Kk ⊙ dK0  (dg before the dkgb term)
+      float kdk_sum = 0.0f;   // Σ over the thread's rows of Kk ⊙ dK0
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        const int i = row0 + m;
+        float dw = 0.0f;
+        dk0[m] = e_beta[m] = kg[m] = dg_first[m] = 0.0f;
+        // Rows >= L and columns >= K stay exactly zero (never 0 · exp2(...) on padding).
+        if (i < L && col_ok) {
+          const int64_t tok = i;
+          const float G = load_float<float>(p.g.data, g_origin + tok * p.g.stride_token +
+                                                          k * p.g.stride_col);
+          const float Q =
+              load_float<XT>(p.q.data, q_origin + tok * p.q.stride_token + k * p.q.stride_col);
+          const float Kk =
+              load_float<XT>(p.k.data, k_origin + tok * p.k.stride_token + k * p.k.stride_col);
+          const float E = exp2f(G);
+          const float dq = dq_acc[m] * E * p.scale;
+          dk0[m] = dk0_acc[m] * exp2f(gn - G);
+          dw = -dw_acc[m];
+          kg[m] = Kk * E;
+          e_beta[m] = E * sm.beta[i];
+          dg_first[m] = fmaf(Q, dq, -(Kk * dk0[m]));
+          kdk_sum = fmaf(Kk, dk0[m], kdk_sum);
+          p.dq[output_row(p, w, i) * p.K + k] = dq;
+        }
+        sm.dW[i * kLd + lane] = dw;
+        sm.KG[i * kLd + lane] = kg[m];
+      }
+      sm.part[warp * 32 + lane] = kdk_sum;
+      __syncthreads();  // dW, KG and the partial sums are complete
+
+      // Step 5: dkgb = Āᵀ·dW.
+      float dkgb[kRows];
+      abar_t_times(sm, row0, sm.dW + lane, dkgb);
+      // Step 11, second term: D[i][j] += Σ_k dW[i][k] KG[j][k] over this block's 32 k.
+#pragma unroll 2
+      for (int kk = 0; kk < Tr::kBK; kk += 4) {
+        float4 kgj[kDCols];
+#pragma unroll
+        for (int jj = 0; jj < kDCols; ++jj) {
+          const int j = lane + 32 * jj;
+          kgj[jj] = j < kBT ? load_float4(sm.KG + j * kLd + kk) : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int m = 0; m < kRows; ++m) {
+          const float4 dwi = load_float4(sm.dW + (row0 + m) * kLd + kk);
+#pragma unroll
+          for (int jj = 0; jj < kDCols; ++jj) d_acc[m][jj] = dot4_acc(dwi, kgj[jj], d_acc[m][jj]);
+        }
+      }
+      // Steps 6 (second term), 7, 8, 9.
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        const int i = row0 + m;
+        if (i < L && col_ok) {
+          db_part[m] = fmaf(dkgb[m], kg[m], db_part[m]);
+          const float dk = fmaf(dkgb[m], e_beta[m], dk0[m]);
+          float dg = fmaf(kg[m] * dkgb[m], sm.beta[i], dg_first[m]);
+          if (i == L - 1) {
+            // dgk = exp2(gn) ⊙ Σ_v S⊙dS + Σ_i Kk⊙dK0, the row sum taken over warps in order.
+            float dgk = exp2f(gn) * sds;
+#pragma unroll
+            for (int wp = 0; wp < Tr::kWarps; ++wp) dgk += sm.part[wp * 32 + lane];
+            dg += dgk;
+          }
+          const int64_t out = output_row(p, w, i) * p.K + k;
+          p.dk[out] = dk;
+          p.dg[out] = dg;
+        }
+      }
+    }
+
+    // --- db: each row's sum over lanes, by a fixed butterfly; lane 0's sum is written --------
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      float sum = db_part[m];
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
+      const int i = row0 + m;
+      if (lane == 0 && i < L) p.db[output_row(p, w, i)] = sum;
+    }
+
+    // --- steps 11, 12: X = strict-lower(D) ⊙ β[j]; dA = −strict-lower(Āᵀ · X · Āᵀ) ---------
+    __syncthreads();  // the token tiles are dead: X and Y take their place
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      const int i = row0 + m;
+#pragma unroll
+      for (int jj = 0; jj < kDCols; ++jj) {
+        const int j = lane + 32 * jj;
+        if (j < kBT) sm.X[i * kALd + j] = (i > j && i < L) ? d_acc[m][jj] * sm.beta[j] : 0.0f;
+      }
+    }
+    __syncthreads();
+    // Y = X · Āᵀ:  Y[i][j] = Σ_n X[i][n] Ā[j][n]  (row i of X broadcast, row j of Ā per lane).
+    {
+      float y[kRows][kDCols];
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+#pragma unroll
+        for (int jj = 0; jj < kDCols; ++jj) y[m][jj] = 0.0f;
+      }
+#pragma unroll 4
+      for (int n = 0; n < kBT; n += 4) {
+        float4 aj[kDCols];
+#pragma unroll
+        for (int jj = 0; jj < kDCols; ++jj) {
+          const int j = lane + 32 * jj;
+          aj[jj] = j < kBT ? load_float4(sm.A + j * kALd + n) : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int m = 0; m < kRows; ++m) {
+          const float4 xi = load_float4(sm.X + (row0 + m) * kALd + n);
+#pragma unroll
+          for (int jj = 0; jj < kDCols; ++jj) y[m][jj] = dot4_acc(xi, aj[jj], y[m][jj]);
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+#pragma unroll
+        for (int jj = 0; jj < kDCols; ++jj) {
+          const int j = lane + 32 * jj;
+          if (j < kBT) sm.Y[(row0 + m) * kALd + j] = y[m][jj];
+        }
+      }
+    }
+    __syncthreads();
+    // Z = Āᵀ · Y:  Z[i][j] = Σ_n Ā[n][i] Y[n][j];  dA[i][j] = −Z[i][j] for j < i, else 0.
+    {
+      float z[kRows][kDCols];
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+#pragma unroll
+        for (int jj = 0; jj < kDCols; ++jj) z[m][jj] = 0.0f;
+      }
+#pragma unroll 4
+      for (int n = 0; n < kBT; ++n) {
+        float a[kRows];
+        load_row(sm.A + n * kALd + row0, a);
+#pragma unroll
+        for (int jj = 0; jj < kDCols; ++jj) {
+          const int j = lane + 32 * jj;
+          const float ynj = j < kBT ? sm.Y[n * kALd + j] : 0.0f;
+#pragma unroll
+          for (int m = 0; m < kRows; ++m) z[m][jj] = fmaf(a[m], ynj, z[m][jj]);
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        const int i = row0 + m;
+        if (i >= L) continue;
+        const int64_t out_row = output_row(p, w, i) * kBT;
+#pragma unroll
+        for (int jj = 0; jj < kDCols; ++jj) {
+          const int j = lane + 32 * jj;
+          if (j < kBT) p.dA[out_row + j] = j < i ? -z[m][jj] : 0.0f;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace kda::cuda

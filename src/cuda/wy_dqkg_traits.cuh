@@ -1,0 +1,62 @@
+#pragma once
+// Compile-time tile shapes and the shared-memory layout of the general (SIMT fp32) kernel.
+//
+// One CTA of 256 threads (8 warps) handles one work unit = (chunk, value head). Thread layout for
+// every L x 32 tile it computes (L <= BT rows of the chunk, 32 K- or V-columns):
+//   lane  = column within the 32-wide tile,
+//   warp  = a block of kRows = BT / 8 contiguous rows: rows warp * kRows .. + kRows - 1.
+// For the L x L matrices (D, then X, Y, Z for dA) a thread holds the same rows and the columns
+// lane + 32 * jj, jj < kDCols (columns >= BT are skipped: for BT = 16 lanes 16..31 hold none).
+
+#include <cstdint>
+
+namespace kda::cuda {
+
+template <int kBT_>
+struct WyDqkgTraits {
+  static constexpr int kBT = kBT_;
+  static_assert(kBT == 16 || kBT == 32 || kBT == 64, "chunk size must be 16, 32 or 64");
+
+  static constexpr int kThreads = 256;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kBK = 32;  // K columns per block: one per lane
+  static constexpr int kBV = 32;  // V columns per tile: one per lane
+  static constexpr int kRows = kBT / kWarps;           // rows per thread: 2, 4 or 8
+  static constexpr int kDCols = (kBT + 31) / 32;       // L x L columns per thread: 1, 1 or 2
+  static_assert(kRows == 2 || kRows % 4 == 0, "rows per thread are read as float2 or float4");
+
+  // Row pitches in floats. A pitch = 4 (mod 32) makes the float4 reads of 8 distinct rows by a
+  // quarter-warp (lane j reads row j) hit 8 distinct 4-bank groups: conflict-free. A pitch of 20
+  // (BT = 16) also gives 8 distinct groups. Reads of one row by a whole warp are broadcasts.
+  static constexpr int kTileLd = kBV + 4;  // 32-wide tiles
+  static constexpr int kALd = kBT + 4;     // BT-wide tiles (A, X, Y)
+  static_assert(kBK == kBV, "K blocks and V tiles share the 32-wide tile pitch");
+
+  // Shared memory, in floats, every region 16-byte aligned:
+  static constexpr int kAOff = 0;                            // Ā       [BT][kALd]  A[t0+j, hv, i]
+  static constexpr int kBetaOff = kAOff + kBT * kALd;        // β       [BT]
+  static constexpr int kSOff = kBetaOff + kBT;               // S tile  [32 k][kTileLd] (32 v)
+  static constexpr int kDSOff = kSOff + kBK * kTileLd;       // dS tile [32 k][kTileLd]
+  static constexpr int kDoOff = kDSOff + kBK * kTileLd;      // dO tile [BT][kTileLd] (32 v)
+  static constexpr int kVnOff = kDoOff + kBT * kTileLd;      // Vn tile [BT][kTileLd]
+  static constexpr int kDvOff = kVnOff + kBT * kTileLd;      // dV tile [BT][kTileLd]
+  static constexpr int kVvOff = kDvOff + kBT * kTileLd;      // Vv tile [BT][kTileLd]
+  static constexpr int kDwOff = kVvOff + kBT * kTileLd;      // dW block [BT][kTileLd] (32 k)
+  static constexpr int kKgOff = kDwOff + kBT * kTileLd;      // KG block [BT][kTileLd]
+  static constexpr int kPartOff = kKgOff + kBT * kTileLd;    // Σ_rows Kk⊙dK0 per warp [8][32]
+  static constexpr int kFloats = kPartOff + kWarps * 32;
+  static constexpr int kSmemBytes = kFloats * static_cast<int>(sizeof(float));
+
+  // After the K loop the four token tiles are dead; X and Y (dA's products) reuse them.
+  static constexpr int kXOff = kDoOff;                       // X [BT][kALd]
+  static constexpr int kYOff = kXOff + kBT * kALd;           // Y [BT][kALd]
+  static_assert(kYOff + kBT * kALd <= kDwOff, "X and Y must fit in the token tiles' space");
+
+  static_assert(kBetaOff % 4 == 0 && kSOff % 4 == 0 && kDoOff % 4 == 0 && kVvOff % 4 == 0 &&
+                    kDwOff % 4 == 0 && kKgOff % 4 == 0 && kPartOff % 4 == 0 && kYOff % 4 == 0,
+                "shared regions must stay 16-byte aligned for float4 reads");
+  static_assert((kBT * 32) % kThreads == 0 && (kBK * kBV) % kThreads == 0,
+                "tile loads give every thread the same number of elements");
+};
+
+}  // namespace kda::cuda

@@ -1,0 +1,54 @@
+#pragma once
+// Device copies of a HostProblem for the GPU tests: upload, poison, run, download, and check that
+// inputs were left untouched.
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/host_problem.hpp"
+#include "kda/problem.hpp"
+
+namespace kda::testing {
+
+// Number of visible CUDA devices (0 when there is no GPU or no driver).
+int cuda_device_count();
+
+class DeviceProblem {
+ public:
+  // Copies every tensor of `host` to `device`. `padded` names inputs to store with a padded
+  // head stride (last dim + 3 elements) to exercise non-contiguous inputs.
+  DeviceProblem(const io::HostProblem& host, int device = 0,
+                const std::vector<std::string>& padded = {});
+  ~DeviceProblem();
+  DeviceProblem(const DeviceProblem&) = delete;
+  DeviceProblem& operator=(const DeviceProblem&) = delete;
+
+  Problem problem() const { return problem_; }
+  // Fills every output with all-ones bits (NaN in f32, f16 and bf16).
+  void poison_outputs();
+  // Output `name` as a host tensor.
+  io::HostTensor download(const std::string& name) const;
+  // All six outputs into a copy of the host problem's tensors.
+  io::HostProblem download_outputs() const;
+  // True when every input's device bytes still equal the host bytes they were uploaded from.
+  bool inputs_unchanged(std::string* which) const;
+
+ private:
+  struct Buffer {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  const io::HostProblem& host_;
+  int device_;
+  std::map<std::string, Buffer> buffers_;
+  std::map<std::string, TensorView> views_;
+  Problem problem_;
+};
+
+// Aborts the test with the CUDA error text when `status` is not cudaSuccess.
+void check_cuda(cudaError_t status, const char* what);
+
+}  // namespace kda::testing

@@ -1,0 +1,357 @@
+// GPU tests of the cuda backend against the float64 cpu-ref, on fresh random inputs every run:
+// outputs poisoned before each run (every element must be overwritten), inputs checked unchanged
+// after it, bitwise determinism, the golden files, and a small subset for compute-sanitizer.
+// Without a visible CUDA device every test skips and says so.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_device.hpp"
+#include "io/host_problem.hpp"
+#include "io/safetensors.hpp"
+#include "kda/kda.hpp"
+
+namespace {
+
+using kda::DType;
+using kda::io::HostProblem;
+using kda::io::HostTensor;
+using kda::io::ProblemConfig;
+using kda::testing::DeviceProblem;
+
+#define SKIP_WITHOUT_GPU()                                                         \
+  if (kda::testing::cuda_device_count() == 0) {                                    \
+    GTEST_SKIP() << "no CUDA device visible: GPU test skipped (runs on the H200)"; \
+  }
+
+struct Case {
+  std::string name;
+  ProblemConfig config;
+  std::vector<std::string> padded = {};  // inputs stored with a padded head stride
+  bool int32_indices = false;            // cu_seqlens / chunk_indices as int32
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& param_info) {
+  return param_info.param.name;
+}
+
+std::string dtype_tag(DType d) {
+  switch (d) {
+    case DType::f16:
+      return "fp16";
+    case DType::bf16:
+      return "bf16";
+    case DType::f32:
+      return "fp32";
+    default:
+      return "other";
+  }
+}
+
+uint64_t fresh_seed() {
+  static std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+// Converts the index tensors of `hp` to int32.
+void use_int32_indices(HostProblem& hp) {
+  for (const char* name : {"cu_seqlens", "chunk_indices"}) {
+    if (!hp.has(name)) continue;
+    const HostTensor& wide = hp.get(name);
+    HostTensor narrow(DType::i32, wide.shape);
+    for (int64_t i = 0; i < wide.numel(); ++i) narrow.set(i, wide.at(i));
+    hp.tensors[name] = narrow;
+  }
+}
+
+HostProblem reference_of(const HostProblem& hp) {
+  HostProblem ref = hp;
+  const kda::Status s = kda::run(ref.problem(), kda::Backend::cpu_ref);
+  if (!s.ok()) throw std::runtime_error("cpu-ref failed: " + s.message);
+  return ref;
+}
+
+// Runs `hp` on the GPU with poisoned outputs and checks every output against cpu-ref.
+void check_against_reference(HostProblem hp, const std::vector<std::string>& padded,
+                             cudaStream_t stream = nullptr) {
+  const HostProblem ref = reference_of(hp);
+  DeviceProblem dev(hp, 0, padded);
+  dev.poison_outputs();
+  const kda::Status s = kda::run(dev.problem(), kda::Backend::cuda, stream);
+  ASSERT_TRUE(s.ok()) << s.message;
+  kda::testing::check_cuda(cudaDeviceSynchronize(), "sync after run");
+  const HostProblem out = dev.download_outputs();
+  const DType x = hp.get("q").dtype;
+  const double bar = kda::io::pass_bar(x);
+  for (const char* name : kda::io::kOutputNames) {
+    const HostTensor& got = out.get(name);
+    int64_t unwritten = 0;
+    for (int64_t i = 0; i < got.numel(); ++i) unwritten += std::isnan(got.at(i)) ? 1 : 0;
+    EXPECT_EQ(unwritten, 0) << name << ": " << unwritten << " elements left poisoned";
+    const double err = kda::io::err_ratio(got, ref.get(name));
+    EXPECT_LE(err, bar) << name << " err_ratio " << err << " above the " << dtype_tag(x) << " bar "
+                        << bar;
+    std::printf("    %-7s err_ratio %.3e (bar %.0e)\n", name, err, bar);
+  }
+  std::string which;
+  EXPECT_TRUE(dev.inputs_unchanged(&which)) << "input '" << which << "' was modified";
+}
+
+ProblemConfig base(DType x, DType h, int64_t BT) {
+  ProblemConfig c;
+  c.B = 2;
+  c.T = 2 * BT + 5;  // two full chunks and a short tail
+  c.H = 2;
+  c.K = 64;
+  c.V = 64;
+  c.BT = BT;
+  c.x_dtype = x;
+  c.h_dtype = h;
+  c.beta_dtype = x;
+  return c;
+}
+
+// h/dh dtypes to test with X: float32, and X itself when that differs.
+std::vector<DType> state_dtypes(DType x) {
+  return x == DType::f32 ? std::vector<DType>{DType::f32} : std::vector<DType>{DType::f32, x};
+}
+
+std::vector<Case> matrix() {
+  std::vector<Case> cases;
+  const DType xs[] = {DType::f16, DType::bf16, DType::f32};
+  // Every X x every h dtype x every BT, with a tail chunk.
+  for (DType x : xs) {
+    for (DType h : state_dtypes(x)) {
+      for (int64_t bt : {16, 32, 64}) {
+        const std::string hname = h == DType::f32 ? "hfp32" : "hx";
+        cases.push_back(
+            {"dtype_" + dtype_tag(x) + "_" + hname + "_bt" + std::to_string(bt), base(x, h, bt)});
+      }
+    }
+  }
+  // Head dims, including ones that are not tile multiples.
+  const std::pair<int64_t, int64_t> kv[] = {{32, 32},   {64, 64},  {100, 100}, {128, 128},
+                                            {256, 256}, {32, 256}, {256, 32},  {100, 48},
+                                            {1, 7},     {7, 1}};
+  for (DType x : xs) {
+    for (auto [K, V] : kv) {
+      ProblemConfig c = base(x, DType::f32, 64);
+      c.K = K;
+      c.V = V;
+      c.B = 1;
+      c.T = 150;
+      cases.push_back(
+          {"dims_" + dtype_tag(x) + "_k" + std::to_string(K) + "_v" + std::to_string(V), c});
+    }
+  }
+  // beta in float32 with X inputs.
+  for (DType x : xs) {
+    ProblemConfig c = base(x, x, 32);
+    c.beta_dtype = DType::f32;
+    cases.push_back({"beta_fp32_" + dtype_tag(x), c});
+  }
+  // Variable length: sequences of length 1, < BT, = BT and > several BT.
+  for (DType x : xs) {
+    for (int64_t bt : {16, 32, 64}) {
+      for (bool given : {false, true}) {
+        for (bool narrow : {false, true}) {
+          ProblemConfig c = base(x, DType::f32, bt);
+          c.seqlens = {1, bt - 3, bt, 4 * bt + 7, 1, 2 * bt};
+          c.pass_chunk_indices = given;
+          cases.push_back({"varlen_" + dtype_tag(x) + "_bt" + std::to_string(bt) +
+                               (given ? "_indices" : "_derived") + (narrow ? "_i32" : "_i64"),
+                           c,
+                           {},
+                           narrow});
+        }
+      }
+    }
+  }
+  // GVA: HV / H in {1, 2, 4}, fixed length and varlen.
+  for (DType x : xs) {
+    for (int64_t ratio : {1, 2, 4}) {
+      ProblemConfig c = base(x, DType::f32, 64);
+      c.H = 2;
+      c.HV = 2 * ratio;
+      cases.push_back({"gva_" + dtype_tag(x) + "_x" + std::to_string(ratio), c});
+      c.seqlens = {70, 1, 130};
+      cases.push_back({"gva_varlen_" + dtype_tag(x) + "_x" + std::to_string(ratio), c});
+    }
+  }
+  // state_v_first, with K != V so a transposed read would be caught.
+  for (DType x : xs) {
+    for (DType h : state_dtypes(x)) {
+      ProblemConfig c = base(x, h, 64);
+      c.K = 64;
+      c.V = 32;
+      c.state_v_first = true;
+      cases.push_back({"svf_" + dtype_tag(x) + (h == DType::f32 ? "_hfp32" : "_hx"), c});
+    }
+  }
+  // Non-contiguous inputs (padded head strides) and an explicit scale.
+  for (DType x : xs) {
+    ProblemConfig c = base(x, DType::f32, 32);
+    c.scale = 0.3;
+    cases.push_back({"strided_" + dtype_tag(x),
+                     c,
+                     {"q", "k", "v", "v_new", "g", "A", "h", "do", "dh", "dv", "beta"}});
+  }
+  return cases;
+}
+
+class CudaMatrix : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaMatrix, MatchesFloat64Reference) {
+  SKIP_WITHOUT_GPU();
+  Case c = GetParam();
+  c.config.seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(c.config.seed));
+  HostProblem hp = kda::io::make_random_problem(c.config);
+  if (c.int32_indices) use_int32_indices(hp);
+  check_against_reference(std::move(hp), c.padded);
+}
+
+INSTANTIATE_TEST_SUITE_P(Options, CudaMatrix, ::testing::ValuesIn(matrix()), case_name);
+
+// A small subset that compute-sanitizer runs (memcheck, racecheck, synccheck): every dtype, a
+// tail, a varlen case and K = V = 100.
+std::vector<Case> sanitizer_subset() {
+  std::vector<Case> cases;
+  for (DType x : {DType::f16, DType::bf16, DType::f32}) {
+    ProblemConfig c = base(x, DType::f32, 64);
+    c.B = 1;
+    c.T = 69;
+    c.H = 1;
+    c.HV = 2;
+    cases.push_back({"tail_" + dtype_tag(x), c});
+  }
+  ProblemConfig v = base(DType::bf16, DType::bf16, 32);
+  v.H = 1;
+  v.seqlens = {1, 31, 32, 70};
+  cases.push_back({"varlen_bf16", v});
+  ProblemConfig d = base(DType::f16, DType::f32, 64);
+  d.B = 1;
+  d.H = 1;
+  d.T = 100;
+  d.K = 100;
+  d.V = 100;
+  cases.push_back({"k100_v100_fp16", d});
+  return cases;
+}
+
+class CudaSanitizerSubset : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaSanitizerSubset, MatchesFloat64Reference) {
+  SKIP_WITHOUT_GPU();
+  Case c = GetParam();
+  c.config.seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(c.config.seed));
+  check_against_reference(kda::io::make_random_problem(c.config), c.padded);
+}
+
+INSTANTIATE_TEST_SUITE_P(Subset, CudaSanitizerSubset, ::testing::ValuesIn(sanitizer_subset()),
+                         case_name);
+
+TEST(Cuda, BitwiseDeterministicOver20Runs) {
+  SKIP_WITHOUT_GPU();
+  ProblemConfig c;
+  c.B = 1;
+  c.T = 1000;
+  c.H = 4;
+  c.HV = 8;
+  c.K = 128;
+  c.V = 128;
+  c.BT = 64;
+  c.x_dtype = DType::bf16;
+  c.seed = fresh_seed();
+  HostProblem hp = kda::io::make_random_problem(c);
+  DeviceProblem dev(hp);
+  std::vector<HostProblem> runs;
+  for (int i = 0; i < 20; ++i) {
+    dev.poison_outputs();
+    ASSERT_TRUE(kda::run(dev.problem(), kda::Backend::cuda).ok());
+    kda::testing::check_cuda(cudaDeviceSynchronize(), "sync");
+    HostProblem out = dev.download_outputs();
+    if (!runs.empty()) {
+      for (const char* name : kda::io::kOutputNames) {
+        ASSERT_EQ(out.get(name).bytes, runs.front().get(name).bytes)
+            << name << " differs between run 0 and run " << i;
+      }
+    } else {
+      runs.push_back(std::move(out));
+    }
+  }
+}
+
+TEST(Cuda, RunsOnCallersStream) {
+  SKIP_WITHOUT_GPU();
+  ProblemConfig c = base(DType::bf16, DType::f32, 64);
+  c.seed = fresh_seed();
+  cudaStream_t stream;
+  kda::testing::check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  check_against_reference(kda::io::make_random_problem(c), {}, stream);
+  cudaStreamDestroy(stream);
+}
+
+TEST(Cuda, EmptyProblemLaunchesNothing) {
+  SKIP_WITHOUT_GPU();
+  ProblemConfig c = base(DType::bf16, DType::f32, 64);
+  c.T = 0;
+  HostProblem hp = kda::io::make_random_problem(c);
+  DeviceProblem dev(hp);
+  EXPECT_TRUE(kda::run(dev.problem(), kda::Backend::cuda).ok());
+}
+
+TEST(Cuda, BackendIsAvailable) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_TRUE(kda::backend_available(kda::Backend::cuda));
+}
+
+TEST(Cuda, RejectsHostTensors) {
+  ProblemConfig c = base(DType::bf16, DType::f32, 64);
+  HostProblem hp = kda::io::make_random_problem(c);
+  const kda::Status s = kda::run(hp.problem(), kda::Backend::cuda);
+  EXPECT_EQ(s.code, kda::StatusCode::invalid_argument) << s.message;
+  EXPECT_NE(s.message.find("CUDA device"), std::string::npos) << s.message;
+}
+
+class CudaGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaGolden, MatchesFlaOutputs) {
+  SKIP_WITHOUT_GPU();
+  const std::string path = std::string(KDA_GOLDEN_DIR) + "/" + GetParam() + ".safetensors";
+  ASSERT_TRUE(std::filesystem::exists(path)) << "golden file missing: " << path;
+  kda::io::SafetensorsFile file;
+  kda::Status s = kda::io::read_safetensors(path, &file);
+  ASSERT_TRUE(s.ok()) << s.message;
+  HostProblem hp;
+  std::map<std::string, HostTensor> expected;
+  s = kda::io::problem_from_safetensors(file, &hp, &expected);
+  ASSERT_TRUE(s.ok()) << s.message;
+  DeviceProblem dev(hp);
+  dev.poison_outputs();
+  s = kda::run(dev.problem(), kda::Backend::cuda);
+  ASSERT_TRUE(s.ok()) << s.message;
+  const HostProblem out = dev.download_outputs();
+  const double bar = kda::io::golden_bar(hp.get("q").dtype);
+  for (const char* name : kda::io::kOutputNames) {
+    const double err = kda::io::err_ratio(out.get(name), expected.at(name));
+    EXPECT_LE(err, bar) << GetParam() << " " << name << " err_ratio " << err;
+    std::printf("    %-7s err_ratio vs fla %.3e (bar %.0e)\n", name, err, bar);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, CudaGolden,
+                         ::testing::Values("fixed_b2_t128_k64_bt64_fp32",
+                                           "tail_t100_k32_v48_bt16_fp32",
+                                           "varlen_5seq_k64_bt32_fp32", "gva_h2_hv4_k32_bt32_fp32",
+                                           "svf_k64_v32_bt64_fp32", "fixed_t192_k64_bt64_fp16",
+                                           "varlen_3seq_k128_bt64_bf16"));
+
+}  // namespace
