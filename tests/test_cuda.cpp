@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda_device.hpp"
+#include "golden_dir.hpp"
 #include "io/host_problem.hpp"
 #include "io/safetensors.hpp"
 #include "kda/kda.hpp"
@@ -325,7 +326,7 @@ class CudaGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaGolden, MatchesFlaOutputs) {
   SKIP_WITHOUT_GPU();
-  const std::string path = std::string(KDA_GOLDEN_DIR) + "/" + GetParam() + ".safetensors";
+  const std::string path = kda::testing::golden_dir() + "/" + GetParam() + ".safetensors";
   ASSERT_TRUE(std::filesystem::exists(path)) << "golden file missing: " << path;
   kda::io::SafetensorsFile file;
   kda::Status s = kda::io::read_safetensors(path, &file);

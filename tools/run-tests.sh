@@ -3,4 +3,5 @@
 # is compiled whenever nvcc exists; its GPU tests skip, saying so, when no GPU is present).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tools/install-deps.sh
 cmake --workflow --preset default

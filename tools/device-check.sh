@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The GPU check, in one command, on a machine that has nothing of ours installed:
+#   tools/device-check.sh [--build DIR] [--golden DIR] [--out DIR] [--quick]
+# Uses a build made elsewhere (DIR holds src/libkda.so, tests/test_cuda and tools/kda) or, when
+# DIR has none, configures and builds one there. Runs the GPU test matrix, the golden files
+# through `kda run --check`, compute-sanitizer (memcheck, racecheck, synccheck) on a subset, and
+# the model-shape timings; writes full logs under --out and prints a summary table last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+build=build
+golden=../shared/golden
+out=${OUT:-device-check-logs}
+quick=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) build=$2; shift 2 ;;
+    --golden) golden=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --quick) quick=1; shift ;;
+    *) echo "device-check: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out"
+summary="$out/summary.txt"
+: >"$summary"
+row() { printf '%-44s %s\n' "$1" "$2" | tee -a "$summary" >/dev/null; }
+
+{
+  date -u
+  nvidia-smi -L
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+  nvcc --version | tail -2
+} >"$out/env.txt" 2>&1
+
+if [ ! -x "$build/tests/test_cuda" ]; then
+  echo "device-check: no build in $build; building there" | tee -a "$out/env.txt"
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >>"$out/env.txt" 2>&1 &&
+    cmake --build "$build" -j"$(nproc)" >>"$out/env.txt" 2>&1 || {
+      echo "device-check: build failed (see env.txt)"; exit 1; }
+fi
+export LD_LIBRARY_PATH="$build/src:${LD_LIBRARY_PATH:-}"
+export KDA_GOLDEN_DIR="$(cd "$golden" && pwd)"
+kda="$build/tools/kda"
+test_cuda="$build/tests/test_cuda"
+
+# 1. The GPU test matrix (fresh random inputs vs float64 cpu-ref, poisoned outputs, unchanged
+#    inputs, determinism, streams, golden files).
+"$test_cuda" --gtest_color=no >"$out/test_cuda.log" 2>&1
+rc=$?
+passed=$(grep -c '^\[       OK \]' "$out/test_cuda.log")
+failed=$(grep -c '^\[  FAILED  \].*(' "$out/test_cuda.log")
+skipped=$(grep -c '^\[  SKIPPED \].*(' "$out/test_cuda.log")
+row "gpu tests (test_cuda)" "$([ $rc -eq 0 ] && echo PASS || echo FAIL): $passed passed, $failed failed, $skipped skipped"
+
+# 2. Every golden file through the command-line tool on the cuda backend.
+golden_ok=0
+golden_all=0
+: >"$out/cli.log"
+for f in "$KDA_GOLDEN_DIR"/*.safetensors; do
+  golden_all=$((golden_all + 1))
+  echo "== kda run --input $(basename "$f") --check --backend cuda" >>"$out/cli.log"
+  if "$kda" run --input "$f" --check --backend cuda >>"$out/cli.log" 2>&1; then
+    golden_ok=$((golden_ok + 1))
+  fi
+done
+row "golden files via kda run --check (cuda)" "$([ $golden_ok -eq $golden_all ] && echo PASS || echo FAIL): $golden_ok/$golden_all"
+
+# 3. compute-sanitizer on the subset (every dtype, a tail, a varlen case, K = V = 100).
+: >"$out/sanitizer.log"
+for tool in memcheck racecheck synccheck; do
+  echo "== compute-sanitizer --tool $tool" >>"$out/sanitizer.log"
+  compute-sanitizer --tool "$tool" --error-exitcode 99 "$test_cuda" --gtest_color=no \
+    --gtest_filter='Subset/CudaSanitizerSubset.*' >>"$out/sanitizer.log" 2>&1
+  src=$?
+  errors=$(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1 | sed 's/.*ERROR SUMMARY: //')
+  row "compute-sanitizer $tool" "$([ $src -eq 0 ] && echo PASS || echo FAIL): ${errors:-no summary}"
+done
+
+# 4. Timings at the model shape (B=1, T=2048, H=32, K=V=128, BT=64), CUDA events, median of 100.
+: >"$out/bench.log"
+repeat=100
+[ $quick -eq 1 ] && repeat=20
+for dtype in bf16 fp16 fp32; do
+  for hdtype in fp32 x; do
+    [ "$dtype" = fp32 ] && [ "$hdtype" = x ] && continue
+    echo "== model shape $dtype h=$hdtype" >>"$out/bench.log"
+    "$kda" run --shape 1,2048,32,128,128 --dtype "$dtype" --h-dtype "$hdtype" --backend cuda \
+      --repeat "$repeat" --check >>"$out/bench.log" 2>&1
+    brc=$?
+    median=$(grep -iE 'median' "$out/bench.log" | tail -1)
+    row "model shape $dtype h=$hdtype" "$([ $brc -eq 0 ] && echo PASS || echo FAIL): $median"
+  done
+done
+
+echo
+echo "================ device-check summary ($(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)) ================"
+cat "$summary"
+grep -q FAIL "$summary" && exit 1
+exit 0
