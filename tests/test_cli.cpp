@@ -1,2 +1,208 @@
+// The built `kda` tool, run as a user would: golden files pass --check, generated problems print
+// the error and timing tables, and bad input gives one `kda: error:` line and a non-zero exit.
+
 #include <gtest/gtest.h>
-TEST(Placeholder, test_cli) { GTEST_SKIP() << "not written yet"; }
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "golden_dir.hpp"
+#include "io/safetensors.hpp"
+
+namespace {
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "kda_test_cli_" + name;
+}
+
+// Runs `kda <args>`; stdout through a pipe, stderr through a file.
+CliResult run_kda(const std::string& args) {
+  const std::string err_path = temp_path("stderr.txt");
+  const std::string command =
+      std::string("'") + KDA_CLI_PATH + "' " + args + " 2>'" + err_path + "'";
+  CliResult r;
+  std::FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = read_text(err_path);
+  std::filesystem::remove(err_path);
+  return r;
+}
+
+std::vector<std::string> lines_starting_with(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> found;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(prefix, 0) == 0) found.push_back(line);
+  }
+  return found;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+const char* const kGoldenCases[] = {
+    "fixed_b2_t128_k64_bt64_fp32", "tail_t100_k32_v48_bt16_fp32", "varlen_5seq_k64_bt32_fp32",
+    "gva_h2_hv4_k32_bt32_fp32",    "svf_k64_v32_bt64_fp32",       "fixed_t192_k64_bt64_fp16",
+    "varlen_3seq_k128_bt64_bf16",
+};
+
+class CliGolden : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CliGolden, CheckPassesOnCpu) {
+  const std::string path = kda::testing::golden_dir() + "/" + GetParam() + ".safetensors";
+  ASSERT_TRUE(std::filesystem::exists(path)) << "golden file missing: " << path;
+  const CliResult r = run_kda("run --input '" + path + "' --check --backend cpu");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "check against the file's out.* tensors, golden bar")) << r.out;
+  EXPECT_TRUE(contains(r.out, "PASS: all 6 outputs within the bar")) << r.out;
+  EXPECT_TRUE(contains(r.out, "median")) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, CliGolden, ::testing::ValuesIn(kGoldenCases),
+                         [](const auto& param_info) { return std::string(param_info.param); });
+
+TEST(Cli, ShapeRunChecksAgainstTheReferenceAndPrintsTheTables) {
+  const CliResult r = run_kda(
+      "run --shape 1,100,3,32,48 --chunk-size 16 --dtype fp32 --backend cpu --repeat 2 --check");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const char* part : {"B=1 T=100 H=3 HV=3 K=32 V=48 BT=16 NT=7", "cpu-ref (float64)",
+                           "SPEC pass bar", "every row", "err_ratio", "dv_out", "PASS",
+                           "timing: cpu, 2 timed runs", "median", "min", "bytes", "GB/s"}) {
+    EXPECT_TRUE(contains(r.out, part)) << "missing '" << part << "' in:\n" << r.out;
+  }
+  EXPECT_TRUE(contains(r.err, "kda: running cpu")) << "progress lines go to stderr: " << r.err;
+}
+
+TEST(Cli, VarlenGvaStateVFirstBf16) {
+  const CliResult r = run_kda(
+      "run --shape 1,150,2,32,32 --heads-v 4 --seqlens 60,1,89 --chunk-size 32 --dtype bf16 "
+      "--h-dtype x --beta-dtype fp32 --state-v-first --chunk-indices --scale 0.2 --seed 3 "
+      "--backend cpu --repeat 1 --check");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "3 sequences, chunk_indices given")) << r.out;
+  EXPECT_TRUE(contains(r.out, "X=bfloat16 h=bfloat16 beta=float32")) << r.out;
+  EXPECT_TRUE(contains(r.out, "PASS")) << r.out;
+}
+
+TEST(Cli, LargeProblemIsCheckedOnSampledChunks) {
+  // 256 chunks x 4 heads: above the full-check threshold.
+  const CliResult r = run_kda(
+      "run --shape 1,4096,4,16,16 --chunk-size 16 --dtype fp16 --backend cpu --repeat 1 --check");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "8 sampled chunks of 256 (first, last, 6 at random; all 4 heads)"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "PASS")) << r.out;
+}
+
+TEST(Cli, OutputFileRunsAgainAndCatchesWrongResults) {
+  const std::string path = temp_path("out.safetensors");
+  CliResult r = run_kda(
+      "run --shape 2,70,2,16,24 --chunk-size 32 --dtype fp16 --backend cpu "
+      "--repeat 1 --output '" +
+      path + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  r = run_kda("run --input '" + path + "' --backend cpu --check");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "the file's out.* tensors")) << r.out;
+
+  // Spoil one expected output: --check fails with 1, a plain run still exits 0.
+  kda::io::SafetensorsFile file;
+  ASSERT_TRUE(kda::io::read_safetensors(path, &file).ok());
+  kda::io::HostTensor& dq = file.tensors.at("out.dq");
+  for (int64_t i = 0; i < dq.numel(); ++i) dq.set(i, dq.at(i) * 1.01);
+  ASSERT_TRUE(kda::io::write_safetensors(path, file).ok());
+  r = run_kda("run --input '" + path + "' --backend cpu --check");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "FAIL")) << r.out;
+  EXPECT_TRUE(contains(r.err, "kda: check failed")) << r.err;
+  r = run_kda("run --input '" + path + "' --backend cpu");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::filesystem::remove(path);
+}
+
+TEST(Cli, HelpAndVersionExitZero) {
+  CliResult r = run_kda("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.out, "run")) << r.out;
+  r = run_kda("run --help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.out, "--shape")) << r.out;
+  r = run_kda("--version");
+  EXPECT_EQ(r.exit_code, 0);
+}
+
+struct BadCall {
+  std::string args;
+  int exit_code;
+  std::string message;  // part of the error line
+};
+
+TEST(Cli, BadInputGivesOneErrorLineAndANonZeroExit) {
+  const std::string garbage = temp_path("garbage.safetensors");
+  {
+    // Header length 16, then 16 bytes that are not JSON.
+    const std::string bytes("\x10\0\0\0\0\0\0\0{not json at all}", 8 + 17);
+    std::ofstream(garbage, std::ios::binary) << bytes;
+  }
+  const std::string small = "run --shape 1,64,2,16,16 --chunk-size 16 --dtype fp32 ";
+  std::vector<BadCall> calls = {
+      {"run --input '" + garbage + "'", 2,
+       "safetensors: " + garbage + ": header is not valid JSON"},
+      {"run --input /nonexistent/x.safetensors", 2, "no such file"},
+      {"run --input '" + ::testing::TempDir() + "'", 2, "is a directory"},
+      {"run --bogus", 2, "--bogus"},
+      {"", 2, "subcommand is required"},
+      {"run", 2, "give --input FILE.safetensors or --shape B,T,H,K,V"},
+      {"run --shape 1,2,3", 2, "--shape: expected five integers"},
+      {"run --shape 1,x,2,16,16", 2, "--shape: expected comma-separated integers"},
+      {"run --shape 1,64,2,16,16 --dtype fp8", 2, "--dtype: expected bf16, fp16 or fp32"},
+      {"run --shape 1,64,2,16,16 --h-dtype fp64", 2, "--h-dtype"},
+      {"run --shape 1,64,2,16,16 --seqlens 10,20", 2, "--seqlens: lengths sum to 30"},
+      {"run --shape 1,64,2,16,16 --chunk-indices", 2, "--chunk-indices: needs --seqlens"},
+      {"run --shape 1,64,2,16,16 --scale abc", 2, "--scale"},
+      {"run --shape 1,64,2,16,16 --repeat 0", 2, "--repeat"},
+      {"run --input x.safetensors --dtype fp16", 2, "excludes"},
+      {small + "--backend tpu", 2, "--backend: expected cpu-ref, cpu or cuda"},
+      {"run --shape 1,64,2,16,16 --chunk-size 48 --backend cpu", 2, "chunk_size"},
+      {"run --shape 1,64,3,16,16 --heads-v 4 --backend cpu", 2, "argument 'v'"},
+      {"run --shape 1,64,2,300,16 --backend cpu", 2, "argument 'q'"},
+      {"run --shape 100000,100000,64,128,128", 2, "host memory"},
+  };
+  if (KDA_WITH_CUDA == 0) {
+    calls.push_back({small + "--backend cuda", 2, "cuda backend not built"});
+  }
+  for (const BadCall& c : calls) {
+    SCOPED_TRACE("kda " + c.args);
+    const CliResult r = run_kda(c.args);
+    EXPECT_EQ(r.exit_code, c.exit_code) << r.err;
+    const std::vector<std::string> errors = lines_starting_with(r.err, "kda: error: ");
+    ASSERT_EQ(errors.size(), 1u) << "stderr:\n" << r.err;
+    EXPECT_TRUE(contains(errors[0], c.message)) << errors[0];
+  }
+  std::filesystem::remove(garbage);
+}
+
+}  // namespace

@@ -26,7 +26,8 @@ namespace {
 using nlohmann::json;
 
 // Tensor bytes are copied as they lie in the file, which is little-endian by definition.
-static_assert(std::endian::native == std::endian::little, "this reader assumes a little-endian host");
+static_assert(std::endian::native == std::endian::little,
+              "this reader assumes a little-endian host");
 
 constexpr size_t kLengthBytes = 8;
 constexpr std::string_view kPrefix = "safetensors: ";
@@ -182,8 +183,8 @@ Status parse_entry(const std::string& name, const json& j, uint64_t data_size, E
   }
   if (e->end - e->begin != nbytes) {
     return fail(what + "data_offsets " + range + " span " + std::to_string(e->end - e->begin) +
-                " bytes, but shape " + shape_str(e->shape) + " of " + dtype_text +
-                " needs " + std::to_string(nbytes));
+                " bytes, but shape " + shape_str(e->shape) + " of " + dtype_text + " needs " +
+                std::to_string(nbytes));
   }
   return Status::Ok();
 }
@@ -348,7 +349,7 @@ void length_bytes(uint64_t n, uint8_t out[kLengthBytes]) {
 
 // --- problems -----------------------------------------------------------------------------
 
-constexpr const char* kRequiredInputs[] = {"q", "k",  "v", "v_new", "g", "beta",
+constexpr const char* kRequiredInputs[] = {"q", "k", "v",  "v_new", "g", "beta",
                                            "A", "h", "do", "dh",    "dv"};
 constexpr const char* kOptionalInputs[] = {"cu_seqlens", "chunk_indices"};
 constexpr std::string_view kOutputPrefix = "out.";
@@ -519,9 +520,9 @@ Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
   if (!f) return invalid_argument(where + std::strerror(errno));
   uint8_t length[kLengthBytes];
   length_bytes(layout.header.size(), length);
-  bool ok = std::fwrite(length, 1, kLengthBytes, f.get()) == kLengthBytes &&
-            std::fwrite(layout.header.data(), 1, layout.header.size(), f.get()) ==
-                layout.header.size();
+  bool ok =
+      std::fwrite(length, 1, kLengthBytes, f.get()) == kLengthBytes &&
+      std::fwrite(layout.header.data(), 1, layout.header.size(), f.get()) == layout.header.size();
   for (const HostTensor* t : layout.order) {
     if (!ok) break;
     ok = t->bytes.empty() ||

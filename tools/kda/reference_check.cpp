@@ -1,0 +1,192 @@
+#include "reference_check.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "kda/run.hpp"
+#include "kda/varlen.hpp"
+
+namespace kda::cli {
+
+namespace {
+
+// Rows [start, start + count) along dim 1 of batch row `outer` (dim 0).
+struct RowRange {
+  int64_t outer = 0;
+  int64_t start = 0;
+  int64_t count = 0;
+};
+
+// One chunk of the full problem: its token rows and where its states h, dh live.
+struct Chunk {
+  RowRange tokens;  // in q, k, v, ..., and in every output
+  RowRange state;   // in h, dh (count 1)
+};
+
+constexpr const char* kTokenInputs[] = {"q", "k", "v", "v_new", "g", "beta", "A", "do", "dv"};
+constexpr const char* kStateInputs[] = {"h", "dh"};
+
+// The chunks in global order: batch-row major for fixed length, cu_seqlens order for varlen
+// (the order h is stored in).
+std::vector<Chunk> list_chunks(const io::HostProblem& problem, const Dims& d) {
+  std::vector<Chunk> chunks;
+  if (!d.varlen) {
+    for (int64_t b = 0; b < d.B; ++b) {
+      for (int64_t c = 0; c < d.NT; ++c) {
+        const int64_t t0 = c * d.BT;
+        chunks.push_back({{b, t0, std::min(d.BT, d.T - t0)}, {b, c, 1}});
+      }
+    }
+    return chunks;
+  }
+  const io::HostTensor& cu_t = problem.get("cu_seqlens");
+  std::vector<int64_t> cu(static_cast<size_t>(cu_t.numel()));
+  for (size_t i = 0; i < cu.size(); ++i)
+    cu[i] = static_cast<int64_t>(cu_t.at(static_cast<int64_t>(i)));
+  std::vector<ChunkIndex> indices;
+  // Already validated by Problem::validate, so this cannot fail.
+  (void)chunk_indices_from_cu_seqlens(cu, d.BT, &indices);
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const auto seq = static_cast<size_t>(indices[i].seq);
+    const int64_t t0 = cu[seq] + indices[i].chunk * d.BT;
+    chunks.push_back({{0, t0, std::min(d.BT, cu[seq + 1] - t0)}, {0, static_cast<int64_t>(i), 1}});
+  }
+  return chunks;
+}
+
+// The given row ranges of t, stacked into [1, total rows, rest of t's shape...].
+io::HostTensor gather_rows(const io::HostTensor& t, const std::vector<RowRange>& ranges) {
+  std::vector<int64_t> shape = t.shape;
+  int64_t row_elems = 1;
+  for (size_t d = 2; d < shape.size(); ++d) row_elems *= shape[d];
+  const size_t row_bytes = static_cast<size_t>(row_elems) * dtype_size(t.dtype);
+  int64_t total = 0;
+  for (const RowRange& r : ranges) total += r.count;
+  shape[0] = 1;
+  shape[1] = total;
+  io::HostTensor out(t.dtype, shape);
+  uint8_t* dst = out.bytes.data();
+  for (const RowRange& r : ranges) {
+    const size_t first_row = static_cast<size_t>(r.outer * t.shape[1] + r.start);
+    const size_t bytes = static_cast<size_t>(r.count) * row_bytes;
+    if (bytes) std::memcpy(dst, t.bytes.data() + first_row * row_bytes, bytes);
+    dst += bytes;
+  }
+  return out;
+}
+
+// Chunk ids to check: the first, the last and random others, sorted.
+std::vector<size_t> sample_chunks(size_t total, uint64_t seed) {
+  const size_t want = std::min(total, static_cast<size_t>(kSampledChunks));
+  std::set<size_t> picked;
+  if (total > 0) {
+    picked.insert(0);
+    picked.insert(total - 1);
+  }
+  // Decorrelated from the input seed so the sample does not track the data's draws.
+  std::mt19937_64 rng(seed ^ 0x5eed5a3b1e5ull);
+  std::uniform_int_distribution<size_t> pick(0, total > 0 ? total - 1 : 0);
+  while (picked.size() < want) picked.insert(pick(rng));
+  return {picked.begin(), picked.end()};
+}
+
+// All inputs of `problem`, fresh (poisoned) outputs: cpu-ref writes its own.
+io::HostProblem copy_inputs(const io::HostProblem& problem) {
+  io::HostProblem copy;
+  for (const auto& [name, t] : problem.tensors) {
+    if (std::find_if(std::begin(io::kOutputNames), std::end(io::kOutputNames),
+                     [&](const char* out) { return name == out; }) == std::end(io::kOutputNames)) {
+      copy.tensors[name] = t;
+    }
+  }
+  copy.scale = problem.scale;
+  copy.chunk_size = problem.chunk_size;
+  copy.state_v_first = problem.state_v_first;
+  copy.allocate_outputs();
+  return copy;
+}
+
+}  // namespace
+
+bool CheckReport::passed() const {
+  return std::all_of(errors.begin(), errors.end(),
+                     [](const OutputError& e) { return e.within_bar(); });
+}
+
+CheckReport check_against_expected(const io::HostProblem& problem,
+                                   const std::map<std::string, io::HostTensor>& expected) {
+  CheckReport report;
+  report.against = "the file's out.* tensors";
+  report.bar_name = "golden bar";
+  const double bar = io::golden_bar(problem.get("q").dtype);
+  for (const char* name : io::kOutputNames) {
+    const auto it = expected.find(name);
+    if (it == expected.end()) continue;
+    report.errors.push_back({name, io::err_ratio(problem.get(name), it->second), bar});
+  }
+  report.scope =
+      "every row (" + std::to_string(report.errors.size()) + " of 6 outputs in the file)";
+  return report;
+}
+
+Status check_against_reference(const io::HostProblem& problem, const Dims& dims, uint64_t seed,
+                               CheckReport* report) {
+  report->against = "cpu-ref (float64)";
+  report->bar_name = "SPEC pass bar";
+  report->errors.clear();
+  const double bar = io::pass_bar(dims.x_dtype);
+  const std::vector<Chunk> chunks = list_chunks(problem, dims);
+  const auto total = static_cast<int64_t>(chunks.size());
+
+  if (total * dims.HV <= kFullCheckMaxChunkHeads || total <= kSampledChunks) {
+    io::HostProblem ref = copy_inputs(problem);
+    if (Status s = run(ref.problem(), Backend::cpu_ref); !s.ok()) return s;
+    for (const char* name : io::kOutputNames) {
+      report->errors.push_back({name, io::err_ratio(problem.get(name), ref.get(name)), bar});
+    }
+    report->scope = "every row (all " + std::to_string(total) + " chunks x " +
+                    std::to_string(dims.HV) + " heads)";
+    return Status::Ok();
+  }
+
+  const std::vector<size_t> sample = sample_chunks(chunks.size(), seed);
+  std::vector<RowRange> token_rows, state_rows;
+  io::HostTensor cu(DType::i64, {static_cast<int64_t>(sample.size()) + 1});
+  int64_t rows = 0;
+  for (size_t i = 0; i < sample.size(); ++i) {
+    const Chunk& c = chunks[sample[i]];
+    token_rows.push_back(c.tokens);
+    state_rows.push_back(c.state);
+    rows += c.tokens.count;
+    cu.set(static_cast<int64_t>(i) + 1, static_cast<double>(rows));
+  }
+  io::HostProblem reduced;
+  for (const char* name : kTokenInputs) {
+    reduced.tensors[name] = gather_rows(problem.get(name), token_rows);
+  }
+  for (const char* name : kStateInputs) {
+    reduced.tensors[name] = gather_rows(problem.get(name), state_rows);
+  }
+  reduced.tensors["cu_seqlens"] = std::move(cu);
+  reduced.scale = problem.scale;  // None stays None: K, hence K ** -0.5, is unchanged
+  reduced.chunk_size = problem.chunk_size;
+  reduced.state_v_first = problem.state_v_first;
+  reduced.allocate_outputs();
+  if (Status s = run(reduced.problem(), Backend::cpu_ref); !s.ok()) {
+    return {s.code, "reference check on sampled chunks: " + s.message};
+  }
+  for (const char* name : io::kOutputNames) {
+    const io::HostTensor mine = gather_rows(problem.get(name), token_rows);
+    report->errors.push_back({name, io::err_ratio(mine, reduced.get(name)), bar});
+  }
+  report->scope =
+      std::to_string(sample.size()) + " sampled chunks of " + std::to_string(total) +
+      " (first, last, " + std::to_string(sample.size() - std::min<size_t>(2, sample.size())) +
+      " at random; all " + std::to_string(dims.HV) + " heads): " + std::to_string(rows) + " of " +
+      std::to_string(dims.B * dims.T) + " rows";
+  return Status::Ok();
+}
+
+}  // namespace kda::cli

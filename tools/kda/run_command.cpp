@@ -1,0 +1,141 @@
+#include "run_command.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "cuda_runner.hpp"
+#include "exit_code.hpp"
+#include "io/safetensors.hpp"
+#include "reference_check.hpp"
+#include "report.hpp"
+#include "runner.hpp"
+
+namespace kda::cli {
+
+namespace {
+
+bool is_output(const std::string& name) {
+  for (const char* out : io::kOutputNames) {
+    if (name == out) return true;
+  }
+  return false;
+}
+
+bool all_finite(const io::HostTensor& t) {
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (!std::isfinite(t.at(i))) return false;
+  }
+  return true;
+}
+
+// SPEC: NaN or Inf in an output fails unless the inputs held them. Returns the outputs at fault.
+std::string non_finite_outputs(const io::HostProblem& problem) {
+  for (const auto& [name, t] : problem.tensors) {
+    if (!is_output(name) && dtype_is_float(t.dtype) && !all_finite(t)) return {};
+  }
+  std::string bad;
+  for (const char* name : io::kOutputNames) {
+    if (!all_finite(problem.get(name))) bad += (bad.empty() ? "" : ", ") + std::string(name);
+  }
+  return bad;
+}
+
+Status load_problem(const RunOptions& o, io::HostProblem* problem,
+                    std::map<std::string, io::HostTensor>* expected, std::string* source) {
+  if (!o.input.empty()) {
+    progress("reading " + o.input);
+    io::SafetensorsFile file;
+    if (Status s = io::read_safetensors(o.input, &file); !s.ok()) return s;
+    *source = o.input;
+    Status s = io::problem_from_safetensors(file, problem, expected);
+    if (const std::string prefix = "safetensors: "; !s.ok() && s.message.starts_with(prefix)) {
+      s.message = prefix + o.input + ": " + s.message.substr(prefix.size());  // name the file
+    }
+    return s;
+  }
+  if (o.shape.empty()) {
+    return invalid_argument("run: give --input FILE.safetensors or --shape B,T,H,K,V");
+  }
+  io::ProblemConfig config;
+  if (Status s = make_problem_config(o, &config); !s.ok()) return s;
+  progress("generating inputs for --shape " + o.shape + " (seed " + std::to_string(o.seed) + ")");
+  try {
+    *problem = io::make_random_problem(config);
+  } catch (const std::invalid_argument& e) {
+    return invalid_argument(std::string("--seqlens: ") + e.what());
+  }
+  *source = "generated --shape " + o.shape + (o.seqlens.empty() ? "" : " --seqlens " + o.seqlens);
+  return Status::Ok();
+}
+
+}  // namespace
+
+int run_command(const RunOptions& o) {
+  Backend backend = Backend::cpu;
+  if (Status s = resolve_backend(o, &backend); !s.ok()) return report_error(s.message, kExitUsage);
+  if (backend == Backend::cuda) {
+    if (Status s = cuda_ready(); !s.ok()) return report_error(s.message, exit_code_for(s));
+  }
+
+  io::HostProblem problem;
+  std::map<std::string, io::HostTensor> expected;
+  std::string source;
+  if (Status s = load_problem(o, &problem, &expected, &source); !s.ok()) {
+    return report_error(s.message, exit_code_for(s));
+  }
+  Dims dims;
+  if (Status s = problem.problem().validate(&dims); !s.ok()) {
+    return report_error(s.message, kExitUsage);
+  }
+  print_problem(source, problem, dims, backend);
+  std::fflush(stdout);
+
+  const int repeat = o.repeat > 0 ? o.repeat : default_repeat(backend);
+  progress("running " + std::string(backend_name(backend)) + ": 1 warm-up + " +
+           std::to_string(repeat) + " timed run" + (repeat == 1 ? "" : "s"));
+  Timing timing;
+  if (Status s = run_timed(backend, &problem, repeat, &timing); !s.ok()) {
+    return report_error(s.message, exit_code_for(s));
+  }
+
+  bool passed = true;
+  if (!expected.empty()) {
+    const CheckReport report = check_against_expected(problem, expected);
+    print_check(report);
+    passed = report.passed();
+  } else if (backend != Backend::cpu_ref) {
+    progress("checking against cpu-ref");
+    CheckReport report;
+    if (Status s = check_against_reference(problem, dims, o.seed, &report); !s.ok()) {
+      return report_error(s.message, exit_code_for(s));
+    }
+    print_check(report);
+    passed = report.passed();
+  } else {
+    print_check_skipped(
+        "the backend is cpu-ref itself, and there are no out.* tensors to compare with");
+  }
+  if (const std::string bad = non_finite_outputs(problem); !bad.empty()) {
+    std::printf("  NaN or Inf in outputs %s (the inputs are finite)\n", bad.c_str());
+    passed = false;
+  }
+  print_timing(backend, timing, bytes_moved(problem));
+  std::fflush(stdout);
+
+  if (!o.output.empty()) {
+    progress("writing " + o.output);
+    if (Status s = io::write_safetensors(o.output, io::problem_to_safetensors(problem)); !s.ok()) {
+      return report_error(s.message, kExitUsage);
+    }
+  }
+  if (o.check && !passed) {
+    std::fprintf(stderr, "kda: check failed: an output is above its bar or not finite\n");
+    return kExitCheckFailed;
+  }
+  return kExitOk;
+}
+
+}  // namespace kda::cli
