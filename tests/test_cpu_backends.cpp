@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -35,7 +36,7 @@ using kda::io::HostTensor;
 using kda::io::ProblemConfig;
 
 uint64_t base_seed() {
-  static const uint64_t seed = [] {
+  static const uint64_t seed = []() -> uint64_t {
     if (const char* env = std::getenv("KDA_TEST_SEED")) return std::strtoull(env, nullptr, 10);
     std::random_device device;
     return (static_cast<uint64_t>(device()) << 32) | device();
@@ -106,20 +107,24 @@ void expect_bitwise_equal(const std::map<std::string, HostTensor>& a,
 
 // Runs cpu-ref, then cpu on the same inputs (outputs poisoned again in between), and checks both
 // wrote every element and cpu is within SPEC's pass bar of cpu-ref on every output.
-void check_cpu_against_ref(const ProblemConfig& config) {
-  SCOPED_TRACE(describe(config));
-  HostProblem hp = kda::io::make_random_problem(config);
+void check_cpu_against_ref(HostProblem& hp) {
   ASSERT_NO_FATAL_FAILURE(run_ok(hp.problem(), Backend::cpu_ref));
   expect_all_finite(hp, Backend::cpu_ref);
   const std::map<std::string, HostTensor> ref = outputs_of(hp);
   hp.allocate_outputs();
   ASSERT_NO_FATAL_FAILURE(run_ok(hp.problem(), Backend::cpu));
   expect_all_finite(hp, Backend::cpu);
-  const double bar = kda::io::pass_bar(config.x_dtype);
+  const double bar = kda::io::pass_bar(hp.get("q").dtype);
   for (const char* name : kda::io::kOutputNames) {
     const double err = kda::io::err_ratio(hp.get(name), ref.at(name));
     EXPECT_LE(err, bar) << "output " << name;  // a NaN err fails too
   }
+}
+
+void check_cpu_against_ref(const ProblemConfig& config) {
+  SCOPED_TRACE(describe(config));
+  HostProblem hp = kda::io::make_random_problem(config);
+  check_cpu_against_ref(hp);
 }
 
 // --- cpu-ref against SPEC's formulas -----------------------------------------------------------
@@ -332,6 +337,27 @@ TEST(CpuVsRef, TailChunks) {
   }
 }
 
+// SPEC: columns j >= L of A in a short chunk are never read. They hold NaN here; the outputs
+// must stay finite (and agree).
+TEST(CpuVsRef, ColumnsOfABeyondAShortChunkAreNotRead) {
+  ProblemConfig c = small_config(/*T=*/16 + 5, /*K=*/8, /*V=*/8, /*BT=*/16);
+  c.B = 2;
+  c.H = 2;
+  SCOPED_TRACE(describe(c));
+  HostProblem hp = kda::io::make_random_problem(c);
+  HostTensor& A = hp.get("A");  // [B, T, H, BT]
+  for (int64_t b = 0; b < c.B; ++b) {
+    for (int64_t t = 16; t < c.T; ++t) {
+      for (int64_t h = 0; h < c.H; ++h) {
+        for (int64_t j = 5; j < 16; ++j) {
+          A.set(((b * c.T + t) * c.H + h) * 16 + j, std::numeric_limits<double>::quiet_NaN());
+        }
+      }
+    }
+  }
+  check_cpu_against_ref(hp);
+}
+
 TEST(CpuVsRef, VariableLength) {
   for (int64_t BT : {16, 32, 64}) {
     for (bool pass_chunk_indices : {false, true}) {
@@ -370,6 +396,69 @@ TEST(CpuVsRef, StateVFirst) {
     c.state_v_first = true;
     c.x_dtype = h == DType::f32 ? DType::f32 : DType::f16;
     c.h_dtype = h;
+    check_cpu_against_ref(c);
+  }
+}
+
+// g as a real KDA caller passes it: the per-chunk cumulative sum of per-token log2 gates, so it
+// falls to about -80 by the end of a 64-row chunk (exp2(G) then far below float32's range while
+// exp2(gn - G) stays near 1). The other tests draw g per token in -2.5 .. -0.05.
+TEST(CpuVsRef, CumulativeGates) {
+  for (DType x : {DType::f32, DType::bf16}) {
+    ProblemConfig c = small_config(/*T=*/150, /*K=*/64, /*V=*/64, /*BT=*/64);
+    c.H = 2;
+    c.x_dtype = x;
+    SCOPED_TRACE(describe(c));
+    HostProblem hp = kda::io::make_random_problem(c);
+    HostTensor& g = hp.get("g");  // [1, T, H, K]
+    for (int64_t t = 0; t < c.T; ++t) {
+      if (t % c.BT == 0) continue;  // a chunk starts its sum afresh
+      for (int64_t i = 0; i < c.H * c.K; ++i) {
+        const int64_t flat = t * c.H * c.K + i;
+        g.set(flat, g.at(flat) + g.at(flat - c.H * c.K));
+      }
+    }
+    check_cpu_against_ref(hp);
+  }
+}
+
+// Every option at once, drawn at random: 40 problems per run, each option combination likely to
+// be met over a few runs. Sizes are capped so cpu-ref stays fast (tokens x heads x K x V).
+TEST(CpuVsRef, RandomConfigurations) {
+  std::mt19937_64 rng(next_seed());
+  auto pick = [&](auto... options) {
+    const std::vector<std::common_type_t<decltype(options)...>> v{options...};
+    return v[rng() % v.size()];
+  };
+  for (int n = 0; n < 40; ++n) {
+    ProblemConfig c;
+    c.seed = next_seed();
+    c.x_dtype = pick(DType::f16, DType::bf16, DType::f32);
+    c.h_dtype = pick(DType::f32, c.x_dtype);
+    c.beta_dtype = pick(DType::f32, c.x_dtype);
+    c.BT = pick(int64_t{16}, int64_t{32}, int64_t{64});
+    c.K = pick(int64_t{1}, int64_t{7}, int64_t{33}, int64_t{100}, int64_t{128}, int64_t{256});
+    c.V = pick(int64_t{1}, int64_t{7}, int64_t{33}, int64_t{100}, int64_t{128}, int64_t{256});
+    c.H = pick(int64_t{1}, int64_t{2}, int64_t{3});
+    c.HV = c.H * pick(int64_t{1}, int64_t{2}, int64_t{4});
+    c.state_v_first = rng() % 2 == 0;
+    if (rng() % 3 == 0) c.scale = 0.05 + 0.01 * static_cast<double>(rng() % 100);
+    const int64_t max_tokens = std::max<int64_t>(1, (1 << 21) / (c.HV * c.K * c.V));
+    if (rng() % 2 == 0) {
+      c.B = 1;
+      const int64_t sequences = 1 + static_cast<int64_t>(rng() % 5);
+      for (int64_t s = 0; s < sequences; ++s) {
+        c.seqlens.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(3 * c.BT + 1)));
+      }
+      while (std::accumulate(c.seqlens.begin(), c.seqlens.end(), int64_t{0}) > max_tokens) {
+        for (int64_t& len : c.seqlens) len /= 2;
+      }
+      c.pass_chunk_indices = rng() % 2 == 0;
+    } else {
+      c.B = pick(int64_t{1}, int64_t{2});
+      c.T = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(3 * c.BT));
+      c.T = std::min(c.T, std::max<int64_t>(1, max_tokens / c.B));
+    }
     check_cpu_against_ref(c);
   }
 }
@@ -583,14 +672,20 @@ TEST(Timing, DISABLED_ModelShape) {
   std::vector<double> runs;
   for (int i = 0; i < 9; ++i) runs.push_back(time_ms(Backend::cpu));
   std::sort(runs.begin(), runs.end());
-  std::printf("cpu, model shape bf16: median %.1f ms (min %.1f, max %.1f) over %zu runs\n",
-              runs[runs.size() / 2], runs.front(), runs.back(), runs.size());
+  double bytes = 0;  // every input read once, every output written once (SPEC's count)
+  for (const auto& entry : hp.tensors) bytes += static_cast<double>(entry.second.bytes.size());
+  const double median_ms = runs[runs.size() / 2];
+  std::printf(
+      "cpu, model shape bf16: median %.1f ms (min %.1f, max %.1f) over %zu runs; %.0f MB, "
+      "%.2f GB/s\n",
+      median_ms, runs.front(), runs.back(), runs.size(), bytes / 1e6, bytes / 1e6 / median_ms);
   if (std::getenv("KDA_TIME_CPU_REF")) {
     const std::map<std::string, HostTensor> cpu_out = outputs_of(hp);
     std::printf("cpu-ref, model shape bf16: %.1f ms (one run)\n", time_ms(Backend::cpu_ref));
     for (const char* name : kda::io::kOutputNames) {
-      std::printf("  err_ratio(cpu, cpu-ref) %s: %.3g\n", name,
-                  kda::io::err_ratio(cpu_out.at(name), hp.get(name)));
+      const double err = kda::io::err_ratio(cpu_out.at(name), hp.get(name));
+      std::printf("  err_ratio(cpu, cpu-ref) %s: %.3g\n", name, err);
+      EXPECT_LE(err, kda::io::pass_bar(c.x_dtype)) << name;
     }
   }
 }

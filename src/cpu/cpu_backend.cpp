@@ -7,7 +7,6 @@
 //                                        β: L              S, dS: K x V
 
 #include <Eigen/Dense>
-#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <string>
@@ -25,6 +24,7 @@ namespace {
 using MatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ColumnF = Eigen::VectorXf;  // one value per row of the chunk (β, db)
 using RowF = Eigen::RowVectorXf;  // one value per key column (gn, dgk)
+using ArrayD = Eigen::Array<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 // One thread's buffers, reused across the units it takes (resizing to an unchanged size does not
 // reallocate, so only tail chunks cost an allocation).
@@ -36,6 +36,7 @@ struct Scratch {
   MatrixF S, dS;           // (K, V)
   ColumnF beta;            // (L)
   // Intermediates and outputs.
+  ArrayD exponent;           // (L, K)  G · ln 2, then (gn - G) · ln 2, exponentiated in place
   MatrixF E, decay;          // (L, K)  exp2(G), exp2(gn - G)
   MatrixF dQ, dK0, dW, KG;   // (L, K)
   MatrixF dkgb, dk, dg;      // (L, K)
@@ -70,19 +71,21 @@ void gather_inputs(const Problem& p, const Dims& d, const ChunkTask& task, int64
   cpu::gather_tile(p.beta, cpu::head_column(p.beta, task.b, task.t0, L, hv), s.beta.data());
 }
 
-// The gate factors: E = exp2(G), decay = exp2(gn - G), gn = G[L-1]. exp2 is taken per element
-// (Eigen has no exp2, and exp(x * ln 2) would lose accuracy for large |G|).
+// The gate factors: E = exp2(G), decay = exp2(gn - G), gn = G[L-1]. Eigen has no exp2, so
+// exp2(x) = exp(x · ln 2) is taken in float64: in float32 the rounding of x · ln 2 (and of
+// gn - G) would cost up to |x| · 6e-8 relative error, too much for large |G|. exp runs in place
+// on the float64 buffer: Eigen vectorizes it there, but not inside a cast expression.
 void gate_factors(Scratch& s) {
-  const int64_t L = s.G.rows(), K = s.G.cols();
+  constexpr double kLn2 = 0.6931471805599453;
+  const int64_t L = s.G.rows();
   s.gn = s.G.row(L - 1);
-  s.E.resize(L, K);
-  s.decay.resize(L, K);
-  for (int64_t i = 0; i < L; ++i) {
-    for (int64_t k = 0; k < K; ++k) {
-      s.E(i, k) = std::exp2(s.G(i, k));
-      s.decay(i, k) = std::exp2(s.gn(k) - s.G(i, k));
-    }
-  }
+  s.exponent = s.G.cast<double>().array() * kLn2;
+  s.exponent = s.exponent.exp();
+  s.E = s.exponent.cast<float>();
+  s.exponent = s.G.cast<double>().array() * -kLn2;
+  s.exponent.rowwise() += s.gn.cast<double>().array() * kLn2;
+  s.exponent = s.exponent.exp();
+  s.decay = s.exponent.cast<float>();
 }
 
 void compute_chunk(float scale, int64_t BT, Scratch& s) {
@@ -109,9 +112,9 @@ void compute_chunk(float scale, int64_t BT, Scratch& s) {
   // Step 7: dk = dK0 + dkgb ⊙ E ⊙ β
   s.dk = s.dK0.array() + (s.dkgb.array() * s.E.array()).colwise() * beta_rows;
   // Step 8: dgk = exp2(gn) ⊙ Σ_v (S ⊙ dS)[:, v] + Σ_i (Kk ⊙ dK0)[i, :]
-  s.dgk = s.S.cwiseProduct(s.dS).rowwise().sum().transpose();
-  for (int64_t k = 0; k < s.dgk.size(); ++k) s.dgk(k) *= std::exp2(s.gn(k));
-  s.dgk += s.Kk.cwiseProduct(s.dK0).colwise().sum();
+  //   (exp2(gn) is the last row of E)
+  s.dgk = s.S.cwiseProduct(s.dS).rowwise().sum().transpose().cwiseProduct(s.E.row(L - 1)) +
+          s.Kk.cwiseProduct(s.dK0).colwise().sum();
   // Step 9: dg = Q ⊙ dQ − Kk ⊙ dK0 + KG ⊙ dkgb ⊙ β, then dg[L−1] += dgk
   s.dg = s.Q.array() * s.dQ.array() - s.Kk.array() * s.dK0.array() +
          (s.KG.array() * s.dkgb.array()).colwise() * beta_rows;
