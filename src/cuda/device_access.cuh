@@ -11,9 +11,15 @@
 
 namespace kda::cuda {
 
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_float(__half x) {
+  return __half2float(x);
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
 
 // Round to nearest even, as the CPU backends do.
 template <typename T>
@@ -77,27 +83,50 @@ __device__ __forceinline__ void load_row(const float* p, float (&out)[kN]) {
   }
 }
 
-// Loads a kRows x kCols tile of a strided tensor into shared memory as float32, zero-filling
-// rows >= valid_rows and columns >= valid_cols (nothing outside the valid box is read).
-// `origin` is the element offset of (row 0, col 0). Consecutive threads take consecutive columns
-// (coalesced when col_stride == 1), or consecutive rows when `lanes_along_rows` (for an h tile
-// stored [V, K], whose rows are contiguous).
-template <typename T, int kRows, int kCols, int kThreads>
-__device__ __forceinline__ void load_tile(float* dst, int dst_ld, const void* data, int64_t origin,
-                                          int64_t row_stride, int64_t col_stride, int valid_rows,
-                                          int valid_cols, bool lanes_along_rows) {
-  static_assert((kRows * kCols) % kThreads == 0, "every thread loads the same count");
-  const T* src = static_cast<const T*>(data);
+// Where one 32-wide tile comes from: element (r, c) of the tile is
+// data[origin + r * row_stride + c * col_stride].
+struct TileSource {
+  const void* data;
+  int64_t origin;
+  int64_t row_stride;
+  int64_t col_stride;
+};
+
+// Loads up to kCount tiles of kRows x 32 (the first `count` of them) into shared memory as
+// float32 [kRows][ld], zero-filling rows >= valid_rows and columns >= valid_cols (nothing outside
+// the valid box is read). Called by all 8 warps: warp w loads rows w, w + 8, ...; lane c loads
+// column c, so a warp reads one row's 32 consecutive columns (coalesced when col_stride == 1).
+// With `lanes_along_rows` the roles swap (lane c loads row c, warp w columns w, w + 8, ...): for
+// an h tile stored [V, K], whose tile rows (k) are the contiguous ones; kRows must then be 32.
+//
+// The row loop stays rolled (unroll 2) on purpose: fully unrolled, the compiler precomputes every
+// element's 64-bit address once per unit and keeps them all in registers across the K and V
+// loops, which costs more registers than the loads' latency hiding is worth.
+template <typename T, int kRows, int kCount>
+__device__ __forceinline__ void load_tiles(float* const (&dst)[kCount],
+                                           const TileSource (&src)[kCount], int count, int ld,
+                                           int valid_rows, int valid_cols, bool lanes_along_rows) {
+  static_assert(kRows % 8 == 0, "rows are spread over 8 warps");
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll 2
+  for (int step = warp; step < (lanes_along_rows ? 32 : kRows); step += 8) {
+    const int row = lanes_along_rows ? lane : step;
+    const int col = lanes_along_rows ? step : lane;
+    const bool inside = row < valid_rows && col < valid_cols;
+    float x[kCount];
 #pragma unroll
-  for (int n = 0; n < kRows * kCols / kThreads; ++n) {
-    const int e = static_cast<int>(threadIdx.x) + n * kThreads;
-    const int row = lanes_along_rows ? e % kRows : e / kCols;
-    const int col = lanes_along_rows ? e / kRows : e % kCols;
-    float x = 0.0f;
-    if (row < valid_rows && col < valid_cols) {
-      x = to_float(src[origin + row * row_stride + col * col_stride]);
+    for (int t = 0; t < kCount; ++t) {
+      x[t] = 0.0f;
+      if (t < count && inside) {
+        x[t] = to_float(static_cast<const T*>(
+            src[t].data)[src[t].origin + row * src[t].row_stride + col * src[t].col_stride]);
+      }
     }
-    dst[row * dst_ld + col] = x;
+#pragma unroll
+    for (int t = 0; t < kCount; ++t) {
+      if (t < count) dst[t][row * ld + col] = x[t];
+    }
   }
 }
 

@@ -45,24 +45,24 @@ struct IndexView {
 };
 
 struct WyDqkgParams {
-  TokenView q, k;                 // [B, T, H, K]  X
-  TokenView v, v_new, do_, dv;    // [B, T, HV, V] X
-  TokenView g;                    // [B, T, HV, K] f32
-  TokenView A;                    // [B, T, HV, BT] X
-  BetaView beta;                  // [B, T, HV]
-  StateView h, dh;                // [B, NT, HV, K, V] (strides as S[k][v])
-  IndexView cu_seqlens;           // used when varlen
-  IndexView chunk_indices;        // used when varlen && has_chunk_indices
+  TokenView q, k;               // [B, T, H, K]  X
+  TokenView v, v_new, do_, dv;  // [B, T, HV, V] X
+  TokenView g;                  // [B, T, HV, K] f32
+  TokenView A;                  // [B, T, HV, BT] X
+  BetaView beta;                // [B, T, HV]
+  StateView h, dh;              // [B, NT, HV, K, V] (strides as S[k][v])
+  IndexView cu_seqlens;         // used when varlen
+  IndexView chunk_indices;      // used when varlen && has_chunk_indices
   bool varlen = false;
   bool has_chunk_indices = false;
 
   // Outputs, contiguous row-major.
-  float* dq = nullptr;      // [B, T, HV, K]
-  float* dk = nullptr;      // [B, T, HV, K]
-  float* dg = nullptr;      // [B, T, HV, K]
-  void* dv_out = nullptr;   // [B, T, HV, V] X
-  float* db = nullptr;      // [B, T, HV]
-  float* dA = nullptr;      // [B, T, HV, BT]
+  float* dq = nullptr;     // [B, T, HV, K]
+  float* dk = nullptr;     // [B, T, HV, K]
+  float* dg = nullptr;     // [B, T, HV, K]
+  void* dv_out = nullptr;  // [B, T, HV, V] X
+  float* db = nullptr;     // [B, T, HV]
+  float* dA = nullptr;     // [B, T, HV, BT]
 
   int64_t B = 0, T = 0, H = 0, HV = 0, K = 0, V = 0;
   int64_t NT = 0;               // chunks per batch row (fixed length) or in total (varlen)

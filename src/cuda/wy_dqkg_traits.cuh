@@ -5,8 +5,8 @@
 // every L x 32 tile it computes (L <= BT rows of the chunk, 32 K- or V-columns):
 //   lane  = column within the 32-wide tile,
 //   warp  = a block of kRows = BT / 8 contiguous rows: rows warp * kRows .. + kRows - 1.
-// For the L x L matrices (D, then X, Y, Z for dA) a thread holds the same rows and the columns
-// lane + 32 * jj, jj < kDCols (columns >= BT are skipped: for BT = 16 lanes 16..31 hold none).
+// For the BT x BT matrices (D, X, Y, Z for dA) a thread owns the same rows and the columns
+// lane + 32 * jj, jj < kDCols (columns >= BT are skipped: for BT = 16 lanes 16..31 own none).
 
 #include <cstdint>
 
@@ -18,11 +18,15 @@ struct WyDqkgTraits {
   static_assert(kBT == 16 || kBT == 32 || kBT == 64, "chunk size must be 16, 32 or 64");
 
   static constexpr int kThreads = 256;
+  // CTAs per SM the register budget is set for (65536 / (256 * this) registers per thread:
+  // 128 for BT = 64 and 32, 64 for BT = 16; BT = 32 spills at 3 CTAs' 80). Shared memory allows
+  // them: about 100, 47 and 27 KB per CTA of 228 KB per SM.
+  static constexpr int kMinCtasPerSm = kBT == 16 ? 4 : 2;
   static constexpr int kWarps = kThreads / 32;
-  static constexpr int kBK = 32;  // K columns per block: one per lane
-  static constexpr int kBV = 32;  // V columns per tile: one per lane
-  static constexpr int kRows = kBT / kWarps;           // rows per thread: 2, 4 or 8
-  static constexpr int kDCols = (kBT + 31) / 32;       // L x L columns per thread: 1, 1 or 2
+  static constexpr int kBK = 32;                  // K columns per block: one per lane
+  static constexpr int kBV = 32;                  // V columns per tile: one per lane
+  static constexpr int kRows = kBT / kWarps;      // rows per thread: 2, 4 or 8
+  static constexpr int kDCols = (kBT + 31) / 32;  // L x L columns per thread: 1, 1 or 2
   static_assert(kRows == 2 || kRows % 4 == 0, "rows per thread are read as float2 or float4");
 
   // Row pitches in floats. A pitch = 4 (mod 32) makes the float4 reads of 8 distinct rows by a
@@ -33,27 +37,27 @@ struct WyDqkgTraits {
   static_assert(kBK == kBV, "K blocks and V tiles share the 32-wide tile pitch");
 
   // Shared memory, in floats, every region 16-byte aligned:
-  static constexpr int kAOff = 0;                            // Ā       [BT][kALd]  A[t0+j, hv, i]
-  static constexpr int kBetaOff = kAOff + kBT * kALd;        // β       [BT]
-  static constexpr int kSOff = kBetaOff + kBT;               // S tile  [32 k][kTileLd] (32 v)
-  static constexpr int kDSOff = kSOff + kBK * kTileLd;       // dS tile [32 k][kTileLd]
-  static constexpr int kDoOff = kDSOff + kBK * kTileLd;      // dO tile [BT][kTileLd] (32 v)
-  static constexpr int kVnOff = kDoOff + kBT * kTileLd;      // Vn tile [BT][kTileLd]
-  static constexpr int kDvOff = kVnOff + kBT * kTileLd;      // dV tile [BT][kTileLd]
-  static constexpr int kVvOff = kDvOff + kBT * kTileLd;      // Vv tile [BT][kTileLd]
-  static constexpr int kDwOff = kVvOff + kBT * kTileLd;      // dW block [BT][kTileLd] (32 k)
-  static constexpr int kKgOff = kDwOff + kBT * kTileLd;      // KG block [BT][kTileLd]
-  static constexpr int kPartOff = kKgOff + kBT * kTileLd;    // Σ_rows Kk⊙dK0 per warp [8][32]
+  static constexpr int kAOff = 0;                          // Ā  [BT][kALd]  A[t0+j, hv, i]
+  static constexpr int kDOff = kAOff + kBT * kALd;         // D  [BT][kALd]  then X in place
+  static constexpr int kBetaOff = kDOff + kBT * kALd;      // β  [BT]
+  static constexpr int kSOff = kBetaOff + kBT;             // S  [32 k][kTileLd] (32 v)
+  static constexpr int kDSOff = kSOff + kBK * kTileLd;     // dS [32 k][kTileLd]
+  static constexpr int kDoOff = kDSOff + kBK * kTileLd;    // dO [BT][kTileLd] (32 v); G
+  static constexpr int kVnOff = kDoOff + kBT * kTileLd;    // Vn [BT][kTileLd];        Q
+  static constexpr int kDvOff = kVnOff + kBT * kTileLd;    // dV [BT][kTileLd];        Kk
+  static constexpr int kVvOff = kDvOff + kBT * kTileLd;    // Vv [BT][kTileLd]
+  static constexpr int kDwOff = kVvOff + kBT * kTileLd;    // dW [BT][kTileLd] (32 k)
+  static constexpr int kKgOff = kDwOff + kBT * kTileLd;    // KG [BT][kTileLd]
+  static constexpr int kPartOff = kKgOff + kBT * kTileLd;  // Σ_rows Kk⊙dK0 per warp [8][32]
   static constexpr int kFloats = kPartOff + kWarps * 32;
   static constexpr int kSmemBytes = kFloats * static_cast<int>(sizeof(float));
 
-  // After the K loop the four token tiles are dead; X and Y (dA's products) reuse them.
-  static constexpr int kXOff = kDoOff;                       // X [BT][kALd]
-  static constexpr int kYOff = kXOff + kBT * kALd;           // Y [BT][kALd]
-  static_assert(kYOff + kBT * kALd <= kDwOff, "X and Y must fit in the token tiles' space");
+  // After the K loop the token tiles are dead; Y = X·Āᵀ takes their place.
+  static constexpr int kYOff = kDoOff;  // Y [BT][kALd]
+  static_assert(kYOff + kBT * kALd <= kDwOff, "Y must fit in the token tiles' space");
 
-  static_assert(kBetaOff % 4 == 0 && kSOff % 4 == 0 && kDoOff % 4 == 0 && kVvOff % 4 == 0 &&
-                    kDwOff % 4 == 0 && kKgOff % 4 == 0 && kPartOff % 4 == 0 && kYOff % 4 == 0,
+  static_assert(kDOff % 4 == 0 && kBetaOff % 4 == 0 && kSOff % 4 == 0 && kDoOff % 4 == 0 &&
+                    kVvOff % 4 == 0 && kDwOff % 4 == 0 && kKgOff % 4 == 0 && kPartOff % 4 == 0,
                 "shared regions must stay 16-byte aligned for float4 reads");
   static_assert((kBT * 32) % kThreads == 0 && (kBK * kBV) % kThreads == 0,
                 "tile loads give every thread the same number of elements");

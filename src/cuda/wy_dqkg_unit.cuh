@@ -19,14 +19,16 @@
 
 namespace kda::cuda {
 
+// Trivially constructible (no member initializers) so that it can live in __shared__;
+// create it as `WorkUnit w{}` (all zero, valid == false).
 struct WorkUnit {
-  int64_t batch = 0;    // batch row of the token tensors (0 when varlen)
-  int64_t t0 = 0;       // first token of the chunk within the batch row
-  int64_t h_batch = 0;  // index into h/dh dim 0
-  int64_t h_chunk = 0;  // index into h/dh dim 1
-  int64_t hv = 0;       // value head
-  int len = 0;          // rows in the chunk, 1..BT
-  bool valid = false;
+  int64_t batch;    // batch row of the token tensors (0 when varlen)
+  int64_t t0;       // first token of the chunk within the batch row
+  int64_t h_batch;  // index into h/dh dim 0
+  int64_t h_chunk;  // index into h/dh dim 1
+  int64_t hv;       // value head
+  int len;          // rows in the chunk, 1..BT
+  bool valid;
 };
 
 // Without chunk_indices: finds which sequence holds global chunk `chunk` by scanning the
@@ -70,7 +72,7 @@ __device__ inline bool find_chunk_by_scan(const WyDqkgParams& p, int64_t chunk, 
 // Called by one whole warp; lane 0's result is the one to use.
 __device__ inline WorkUnit resolve_unit(const WyDqkgParams& p, int64_t unit, int chunk_size,
                                         int lane) {
-  WorkUnit w;
+  WorkUnit w{};
   w.hv = unit % p.HV;
   const int64_t chunk = unit / p.HV;  // global chunk: h's chunk order
   if (!p.varlen) {
@@ -108,6 +110,37 @@ __device__ inline WorkUnit resolve_unit(const WyDqkgParams& p, int64_t unit, int
   w.h_chunk = chunk;
   w.valid = true;
   return w;
+}
+
+// Element offsets of the unit's (row 0, head, column 0) in each input, and the row of
+// (t0, hv) in the outputs viewed as [B*T*HV, cols] (row i of the chunk is out_row0 + i * HV).
+// Trivially constructible, for __shared__.
+struct UnitOrigins {
+  int64_t q, k;                           // head hq = hv / (HV/H)
+  int64_t v, v_new, do_, dv, g, A, beta;  // head hv
+  int64_t h, dh;                          // (h_batch, h_chunk, hv)
+  int64_t out_row0;
+};
+
+__device__ inline UnitOrigins unit_origins(const WyDqkgParams& p, const WorkUnit& w) {
+  const int64_t hq = w.hv / p.heads_per_group;
+  auto token = [&](const TokenView& t, int64_t head) {
+    return w.batch * t.stride_batch + w.t0 * t.stride_token + head * t.stride_head;
+  };
+  UnitOrigins o{};
+  o.q = token(p.q, hq);
+  o.k = token(p.k, hq);
+  o.v = token(p.v, w.hv);
+  o.v_new = token(p.v_new, w.hv);
+  o.do_ = token(p.do_, w.hv);
+  o.dv = token(p.dv, w.hv);
+  o.g = token(p.g, w.hv);
+  o.A = token(p.A, w.hv);
+  o.beta = w.batch * p.beta.stride_batch + w.t0 * p.beta.stride_token + w.hv * p.beta.stride_head;
+  o.h = w.h_batch * p.h.stride_batch + w.h_chunk * p.h.stride_chunk + w.hv * p.h.stride_head;
+  o.dh = w.h_batch * p.dh.stride_batch + w.h_chunk * p.dh.stride_chunk + w.hv * p.dh.stride_head;
+  o.out_row0 = (w.batch * p.T + w.t0) * p.HV + w.hv;
+  return o;
 }
 
 }  // namespace kda::cuda
