@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# Runs every test: configure, build and ctest through the CMake workflow preset (the CUDA backend
-# is compiled whenever nvcc exists; its GPU tests skip, saying so, when no GPU is present).
+# Runs every test: the C++ suite through the CMake workflow preset (configure, build, ctest; the
+# CUDA backend is compiled whenever nvcc exists and its GPU tests skip, saying so, without a GPU),
+# then the Python package's tests with pytest against the library just built (torch, GPU and fla
+# tests skip with their reason where those are missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
 cmake --workflow --preset default
+
+if ! python3 -c "import numpy, safetensors, pytest, ml_dtypes" 2>/dev/null; then
+  python3 -m pip install -q -r tests/python/requirements-ci.txt
+fi
+KDA_LIBRARY="$PWD/build/src/libkda.so" python3 -m pytest tests/python -q -rs

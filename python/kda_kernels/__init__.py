@@ -1,0 +1,27 @@
+"""kda-kernels: the KDA chunk-backward operator chunk_kda_bwd_wy_dqkg_fused for PyTorch (CPU and
+CUDA tensors, torch.compile, CUDA graphs) and NumPy, through libkda's C ABI (ctypes).
+
+Importing never loads libkda; the first call does, from $KDA_LIBRARY, else the copy bundled in
+this package, else a build in the source checkout (build*/src/). ``kda_kernels.fla.enable()``
+makes flash-linear-attention's chunk_kda backward use this operator.
+"""
+
+from ._api import backend_available, chunk_indices, chunk_kda_bwd_wy_dqkg_fused, library_path
+from ._library import LibraryError
+
+__all__ = [
+    "LibraryError",
+    "backend_available",
+    "chunk_indices",
+    "chunk_kda_bwd_wy_dqkg_fused",
+    "library_path",
+]
+
+
+def __getattr__(name):
+    # __version__ is libkda's own version (kda_version()), so it loads the library on first use.
+    if name == "__version__":
+        from ._api import version
+
+        return version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

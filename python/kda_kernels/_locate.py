@@ -1,0 +1,39 @@
+"""Where libkda may be found. Standard library only: setup.py loads this file by path to bundle
+the same library that a development checkout would use."""
+
+import os
+import sys
+from pathlib import Path
+
+ENV_VAR = "KDA_LIBRARY"
+
+
+def library_file_name():
+    """The platform's file name for the shared library CMake builds from target `kda`."""
+    if sys.platform == "darwin":
+        return "libkda.dylib"
+    if sys.platform == "win32":
+        return "kda.dll"
+    return "libkda.so"
+
+
+def bundled_library(package_dir):
+    """The copy a wheel carries inside the package."""
+    return Path(package_dir) / "lib" / library_file_name()
+
+
+def repo_build_libraries(repo_root):
+    """Libraries built in a checkout: build/ first, then build-*/ (and other build*/ folders),
+    newest first, since several build trees often sit side by side during development."""
+    root = Path(repo_root)
+    name = library_file_name()
+    preferred = root / "build" / "src" / name
+    others = [p for p in root.glob("build*/src/" + name) if p != preferred and p.is_file()]
+    others.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    return ([preferred] if preferred.is_file() else []) + others
+
+
+def env_library():
+    """$KDA_LIBRARY as a Path, or None when unset or empty."""
+    value = os.environ.get(ENV_VAR, "")
+    return Path(value) if value else None

@@ -1,0 +1,137 @@
+"""Builds one kda_problem from described tensors and options, and runs it through kda_run.
+
+The NumPy and torch paths each describe their own arrays (data pointer, dtype code, shape,
+element strides, device) and allocate their own outputs; everything they share is here. No rule
+of the contract is checked in Python: the core validates once and its message becomes the
+exception (see _errors).
+"""
+
+import ctypes
+import operator
+from collections import namedtuple
+
+from . import _abi, _errors, _library
+
+OP_NAME = "chunk_kda_bwd_wy_dqkg_fused"
+
+# What the core needs to know about one array.
+TensorDesc = namedtuple(
+    "TensorDesc", ["data", "dtype", "shape", "strides", "device_type", "device_index"]
+)
+
+# Argument names in kda_problem's tensor order ("do" is the field do_).
+_PYTHON_NAMES = (*_abi.INPUT_FIELDS, *_abi.INDEX_FIELDS, *_abi.OUTPUT_FIELDS)
+_INT64_MAX = 2**63 - 1
+
+
+def output_layout(q_shape, v_shape, A_shape):
+    """SPEC's output shapes, derived from the inputs' shapes.
+
+    Returns ``{name: (shape, in_x)}`` for dq, dk, dv_out, db, dg, dA, where ``in_x`` marks the
+    output stored in the X dtype (dv_out); the others are float32. When q, v or A does not have
+    rank 4 the extents are 0: the core then reports that input, which it checks before any
+    output. dA's last extent is A's, so a bad chunk_size never sizes an allocation.
+    """
+    B, T, K = (q_shape[0], q_shape[1], q_shape[3]) if len(q_shape) == 4 else (0, 0, 0)
+    HV, V = (v_shape[2], v_shape[3]) if len(v_shape) == 4 else (0, 0)
+    BT = A_shape[3] if len(A_shape) == 4 else 0
+    return {
+        "dq": ((B, T, HV, K), False),
+        "dk": ((B, T, HV, K), False),
+        "dv_out": ((B, T, HV, V), True),
+        "db": ((B, T, HV), False),
+        "dg": ((B, T, HV, K), False),
+        "dA": ((B, T, HV, BT), False),
+    }
+
+
+def backend_code(backend, on_cuda):
+    """kda_backend code for a backend name; None picks cuda for CUDA tensors, else cpu."""
+    if backend is None:
+        backend = "cuda" if on_cuda else "cpu"
+    code = _abi.BACKENDS.get(backend) if isinstance(backend, str) else None
+    if code is None:
+        names = ", ".join(repr(n) for n in _abi.BACKENDS)
+        raise ValueError(f"{OP_NAME}: argument 'backend': expected None, {names}, got {backend!r}")
+    return code
+
+
+def scalar_options(scale, chunk_size, state_v_first):
+    """Python scalars as the C struct holds them: (has_scale, scale, chunk_size, state_v_first).
+    Only conversions: whether the values are allowed is the core's call."""
+    if scale is None:
+        has_scale, scale_value = 0, 0.0
+    else:
+        try:
+            has_scale, scale_value = 1, float(scale)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"{OP_NAME}: argument 'scale': expected a float or None, got {type(scale).__name__}"
+            ) from None
+    try:
+        chunk = operator.index(chunk_size)
+    except TypeError:
+        raise TypeError(
+            f"{OP_NAME}: argument 'chunk_size': expected an int, got {type(chunk_size).__name__}"
+        ) from None
+    if not -_INT64_MAX <= chunk <= _INT64_MAX:  # ctypes would wrap it silently
+        raise ValueError(f"{OP_NAME}: argument 'chunk_size': {chunk} does not fit in int64")
+    return has_scale, scale_value, chunk, int(bool(state_v_first))
+
+
+_OMITTED = (0,) * (5 + 2 * _abi.MAX_RANK)  # data NULL, rank 0: "argument omitted"
+_PAD = (0,) * _abi.MAX_RANK
+
+
+def _tensor_values(desc):
+    """kda_tensor's fields in order. A rank over MAX_RANK is kept (the core reports it by name)
+    with its first MAX_RANK extents."""
+    if desc is None:
+        return _OMITTED
+    rank = len(desc.shape)
+    shape = (tuple(desc.shape) + _PAD)[: _abi.MAX_RANK]
+    strides = (tuple(desc.strides) + _PAD)[: _abi.MAX_RANK]
+    return (desc.data, desc.dtype, rank, desc.device_type, desc.device_index, *shape, *strides)
+
+
+def run(tensors, options, backend, stream=None):
+    """Run the operator once.
+
+    Parameters
+    ----------
+    tensors : dict of str to TensorDesc or None
+        Every input, index and output by its argument name (None: omitted).
+    options : tuple
+        ``scalar_options(...)``'s result.
+    backend : int
+        ``backend_code(...)``'s result.
+    stream : int or None
+        A cudaStream_t as an integer, for the cuda backend; None is the default stream.
+    """
+    lib = _library.library()
+    has_scale, scale, chunk_size, state_v_first = options
+    values = [_abi.ABI_VERSION, state_v_first, chunk_size, has_scale, 0, scale]
+    for name in _PYTHON_NAMES:
+        values.extend(_tensor_values(tensors.get(name)))
+    problem = _abi.KdaProblem.from_buffer_copy(_abi.PROBLEM_STRUCT.pack(*values))
+    status = lib.dll.kda_run(ctypes.byref(problem), backend, stream)
+    _errors.check(status, lib, OP_NAME)
+
+
+def count_chunks(cu_seqlens_ptr, n_entries, chunk_size):
+    """Number of chunks for an int64 host cu_seqlens; raises like the operator."""
+    lib = _library.library()
+    num = ctypes.c_int64(0)
+    ptr = ctypes.cast(cu_seqlens_ptr, ctypes.POINTER(ctypes.c_int64))
+    _errors.check(lib.dll.kda_count_chunks(ptr, n_entries, chunk_size, ctypes.byref(num)), lib,
+                  "chunk_indices")
+    return num.value
+
+
+def fill_chunk_indices(cu_seqlens_ptr, n_entries, chunk_size, out_ptr, num_chunks):
+    """Writes (sequence id, chunk id) int64 pairs for every chunk into out_ptr."""
+    lib = _library.library()
+    i64_p = ctypes.POINTER(ctypes.c_int64)
+    status = lib.dll.kda_chunk_indices(ctypes.cast(cu_seqlens_ptr, i64_p), n_entries, chunk_size,
+                                       ctypes.cast(out_ptr, i64_p), num_chunks)
+    _errors.check(status, lib, "chunk_indices")

@@ -1,0 +1,137 @@
+"""The operator on torch tensors, registered as the custom op
+``torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused``.
+
+Being a custom op with a fake (meta) implementation is what lets torch.compile(fullgraph=True)
+trace a caller without a graph break, and the CUDA path does nothing a CUDA graph cannot capture:
+outputs come from torch's caching allocator, the kernel goes on torch's current stream, and
+cu_seqlens / chunk_indices on the GPU are passed as device pointers, never read on the host.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+
+from . import _abi, _numpy_path, _problem
+
+OP_QUALNAME = "kda_kernels::" + _problem.OP_NAME
+
+_DTYPE_CODES = {
+    torch.float16: _abi.DTYPE_F16,
+    torch.bfloat16: _abi.DTYPE_BF16,
+    torch.float32: _abi.DTYPE_F32,
+    torch.float64: _abi.DTYPE_F64,
+    torch.int32: _abi.DTYPE_I32,
+    torch.int64: _abi.DTYPE_I64,
+}
+_DEVICE_TYPES = {"cpu": _abi.DEVICE_CPU, "cuda": _abi.DEVICE_CUDA}
+
+
+def describe(name, tensor):
+    """TensorDesc of a torch tensor; TypeError/ValueError naming the argument when it cannot be
+    expressed as a kda_tensor at all (foreign dtype, sparse layout, device other than cpu/cuda)."""
+    where = f"{_problem.OP_NAME}: argument '{name}'"
+    code = _DTYPE_CODES.get(tensor.dtype)
+    if code is None:
+        raise TypeError(
+            f"{where}: expected dtype float16, bfloat16, float32, int32 or int64, "
+            f"got {tensor.dtype}"
+        )
+    if tensor.layout != torch.strided:
+        raise ValueError(f"{where}: expected a dense (strided) tensor, got {tensor.layout}")
+    device = tensor.device
+    device_type = _DEVICE_TYPES.get(device.type)
+    if device_type is None:
+        raise ValueError(f"{where}: expected a cpu or cuda tensor, got one on {device}")
+    return _problem.TensorDesc(
+        data=tensor.data_ptr(),
+        dtype=code,
+        shape=tuple(tensor.shape),
+        strides=tensor.stride(),
+        device_type=device_type,
+        device_index=device.index or 0,
+    )
+
+
+def _empty_outputs(q, v, A):
+    layout = _problem.output_layout(q.shape, v.shape, A.shape)
+    return {
+        name: q.new_empty(shape, dtype=q.dtype if in_x else torch.float32)
+        for name, (shape, in_x) in layout.items()
+    }
+
+
+def _run(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    v_new: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    A: torch.Tensor,
+    h: torch.Tensor,
+    do: torch.Tensor,
+    dh: torch.Tensor,
+    dv: torch.Tensor,
+    scale: Optional[float],
+    cu_seqlens: Optional[torch.Tensor],
+    chunk_size: int,
+    chunk_indices: Optional[torch.Tensor],
+    state_v_first: bool,
+    backend: Optional[str],
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The custom op's implementation for real (CPU or CUDA) tensors: allocate the outputs on
+    q's device, describe every tensor and run libkda on the chosen backend."""
+    inputs = dict(q=q, k=k, v=v, v_new=v_new, g=g, beta=beta, A=A, h=h, do=do, dh=dh, dv=dv)
+    options = _problem.scalar_options(scale, chunk_size, state_v_first)
+    on_cuda = q.device.type == "cuda"
+    code = _problem.backend_code(backend, on_cuda)
+    tensors = {name: describe(name, t) for name, t in inputs.items()}
+    for name, value in (("cu_seqlens", cu_seqlens), ("chunk_indices", chunk_indices)):
+        tensors[name] = None if value is None else describe(name, value)
+    outputs = _empty_outputs(q, v, A)
+    tensors.update({name: describe(name, out) for name, out in outputs.items()})
+    # The core makes q's device current for the launch itself; torch's current stream on that
+    # device is the one a caller (or a CUDA graph capture) expects the work on.
+    stream = torch.cuda.current_stream(q.device).cuda_stream if on_cuda else None
+    _problem.run(tensors, options, code, stream)
+    return tuple(outputs[name] for name in _abi.OUTPUT_FIELDS)
+
+
+chunk_kda_bwd_wy_dqkg_fused_op = torch.library.custom_op(OP_QUALNAME, _run, mutates_args=())
+
+
+@chunk_kda_bwd_wy_dqkg_fused_op.register_fake
+def _fake(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, cu_seqlens, chunk_size,
+          chunk_indices, state_v_first, backend):
+    outputs = _empty_outputs(q, v, A)
+    return tuple(outputs[name] for name in _abi.OUTPUT_FIELDS)
+
+
+def call(tensors, scale, cu_seqlens, chunk_size, chunk_indices, state_v_first, backend):
+    """The public function's torch path: checks every argument is a tensor (the dispatcher's own
+    message would not name it) and calls the custom op."""
+    for name, value in (*tensors.items(), ("cu_seqlens", cu_seqlens),
+                        ("chunk_indices", chunk_indices)):
+        if value is not None and not isinstance(value, torch.Tensor):
+            raise TypeError(
+                f"{_problem.OP_NAME}: argument '{name}': expected a torch.Tensor like q, "
+                f"got {type(value).__name__}"
+            )
+    has_scale, scale_value, chunk, svf = _problem.scalar_options(scale, chunk_size, state_v_first)
+    return torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused(
+        *tensors.values(),
+        scale_value if has_scale else None,
+        cu_seqlens,
+        chunk,
+        chunk_indices,
+        bool(svf),
+        backend,
+    )
+
+
+def chunk_indices(cu_seqlens, chunk_size):
+    """chunk_indices for a torch cu_seqlens: computed on the host (a CUDA cu_seqlens is copied
+    there, which synchronizes), returned on cu_seqlens' device in its dtype."""
+    host = cu_seqlens.detach().to("cpu", torch.int64).numpy()
+    pairs = _numpy_path.chunk_indices(host, chunk_size)
+    return torch.from_numpy(pairs).to(device=cu_seqlens.device, dtype=cu_seqlens.dtype)

@@ -1,0 +1,206 @@
+"""Helpers shared by the Python tests: random problems, err_ratio, golden files, SPEC's bars.
+Imports NumPy only, so every test file can be collected without torch."""
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+
+try:
+    import ml_dtypes  # NumPy's bfloat16, when installed
+except ImportError:
+    ml_dtypes = None
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+INPUT_NAMES = ("q", "k", "v", "v_new", "g", "beta", "A", "h", "do", "dh", "dv")
+OUTPUT_NAMES = ("dq", "dk", "dv", "db", "dg", "dA")
+# Golden files store dv's output as out.dv_out.
+GOLDEN_OUTPUT_KEYS = ("out.dq", "out.dk", "out.dv_out", "out.db", "out.dg", "out.dA")
+
+# SPEC.md pass bars against the float64 reference, by X dtype (h in float32 or X alike).
+PASS_BAR = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 8e-3}
+# SPEC.md bars against the golden files' own outputs (which carry fla's rounding).
+GOLDEN_BAR = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
+
+
+def golden_dir():
+    """$KDA_GOLDEN_DIR, else ../shared/golden beside the repository."""
+    env = os.environ.get("KDA_GOLDEN_DIR")
+    return Path(env) if env else REPO_ROOT.parent / "shared" / "golden"
+
+
+def err_ratio(x, ref):
+    """rms(x - ref) / rms(ref) in float64 (SPEC.md); the plain rms(x - ref) when ref is all 0."""
+    x = np.asarray(x, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    diff = np.sqrt(np.mean((x - ref) ** 2)) if x.size else 0.0
+    scale = np.sqrt(np.mean(ref**2)) if ref.size else 0.0
+    return float(diff / scale) if scale > 0 else float(diff)
+
+
+def numpy_dtype(name):
+    """NumPy dtype for an X dtype name; bfloat16 needs ml_dtypes."""
+    if name == "bfloat16":
+        if ml_dtypes is None:
+            raise RuntimeError("bfloat16 NumPy arrays need ml_dtypes")
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def num_chunks(seqlens, BT):
+    return sum(-(-n // BT) for n in seqlens)
+
+
+def make_problem(seed=0, B=1, T=64, H=2, HV=None, K=32, V=32, BT=64, x="float32",
+                 h_dtype="float32", beta_dtype=None, seqlens=None, state_v_first=False,
+                 scale=None):
+    """Random inputs for the operator as NumPy arrays, plus the call's keyword options.
+
+    Values are of order one like the real tensors (g is a cumulative log2 gate <= 0); h and dh
+    get NT from T or from seqlens (then B = 1 and cu_seqlens is an int32 array).
+    Returns (inputs: dict, options: dict).
+    """
+    rng = np.random.default_rng(seed)
+    HV = HV or H
+    if seqlens is not None:
+        B, T = 1, sum(seqlens)
+        NT = num_chunks(seqlens, BT)
+    else:
+        NT = -(-T // BT)
+    xd = numpy_dtype(x)
+    hd = xd if h_dtype == "x" else numpy_dtype(h_dtype)
+    bd = numpy_dtype(beta_dtype) if beta_dtype else xd
+
+    def randn(*shape, dtype=xd, s=1.0):
+        return (rng.standard_normal(shape) * s).astype(dtype)
+
+    state = (1 if seqlens is not None else B, NT, HV) + ((V, K) if state_v_first else (K, V))
+    # A cumulative log2 gate: a running sum of small negative steps, wrapped into (-4, 0] so
+    # that exp2 of it and of differences within a chunk stay of order one for any T.
+    g = -(np.cumsum(rng.uniform(0.0, 0.05, size=(B, T, HV, K)), axis=1) % 4.0)
+    inputs = dict(
+        q=randn(B, T, H, K),
+        k=randn(B, T, H, K, s=K**-0.5),
+        v=randn(B, T, HV, V),
+        v_new=randn(B, T, HV, V),
+        g=g.astype(np.float32),
+        beta=rng.uniform(0.0, 1.0, size=(B, T, HV)).astype(bd),
+        A=randn(B, T, HV, BT, s=0.2),
+        h=randn(*state, dtype=hd, s=0.5),
+        do=randn(B, T, HV, V),
+        dh=randn(*state, dtype=hd, s=0.5),
+        dv=randn(B, T, HV, V),
+    )
+    options = dict(chunk_size=BT, state_v_first=state_v_first, scale=scale)
+    if seqlens is not None:
+        options["cu_seqlens"] = np.concatenate([[0], np.cumsum(seqlens)]).astype(np.int32)
+    return inputs, options
+
+
+def assert_close_all(outputs, reference, bar, label=""):
+    """Every output's err_ratio against the reference is within `bar`; all finite."""
+    ratios = {}
+    for name, out, ref in zip(OUTPUT_NAMES, outputs, reference):
+        out64 = np.asarray(out, dtype=np.float64)
+        assert np.isfinite(out64).all(), f"{label} {name}: non-finite values"
+        assert out.shape == ref.shape, f"{label} {name}: shape {out.shape} != {ref.shape}"
+        ratios[name] = err_ratio(out64, ref)
+    worst = max(ratios, key=ratios.get)
+    assert ratios[worst] <= bar, f"{label} err_ratio over {bar}: {ratios}"
+    return ratios
+
+
+def read_safetensors(path):
+    """(tensors, metadata) of a safetensors file as NumPy arrays.
+
+    Uses the safetensors package's NumPy loader; BF16 tensors, which NumPy cannot hold, are
+    decoded from the file's raw bytes: as ml_dtypes bfloat16 when installed, else widened
+    exactly to float32.
+    """
+    from safetensors import safe_open
+
+    tensors = {}
+    with safe_open(str(path), framework="numpy") as f:
+        metadata = f.metadata() or {}
+        bf16_names = [n for n in f.keys() if f.get_slice(n).get_dtype() == "BF16"]
+        for name in f.keys():
+            if name not in bf16_names:
+                tensors[name] = f.get_tensor(name)
+    if bf16_names:
+        raw = Path(path).read_bytes()
+        (header_len,) = struct.unpack("<Q", raw[:8])
+        header = json.loads(raw[8 : 8 + header_len])
+        body = raw[8 + header_len :]
+        for name in bf16_names:
+            begin, end = header[name]["data_offsets"]
+            bits = np.frombuffer(body[begin:end], dtype="<u2").reshape(header[name]["shape"])
+            if ml_dtypes is not None:
+                tensors[name] = bits.view(ml_dtypes.bfloat16)
+            else:
+                tensors[name] = (bits.astype(np.uint32) << 16).view(np.float32)
+    return tensors, metadata
+
+
+def golden_case(path):
+    """(inputs, options, expected outputs, X dtype name) of one golden file."""
+    tensors, meta = read_safetensors(path)
+    inputs = {name: tensors[name] for name in INPUT_NAMES}
+    options = dict(
+        scale=float(meta["scale"]),
+        chunk_size=int(meta["chunk_size"]),
+        state_v_first=meta["state_v_first"] == "true",
+    )
+    if "cu_seqlens" in tensors:
+        options["cu_seqlens"] = tensors["cu_seqlens"]
+    expected = tuple(tensors[key] for key in GOLDEN_OUTPUT_KEYS)
+    x = "bfloat16" if "bf16" in Path(path).stem else str(inputs["q"].dtype)
+    return inputs, options, expected, x
+
+
+# --- torch helpers (torch is imported only when they are called) ---------------------------
+
+
+def to_torch(array, device="cpu"):
+    """A NumPy array as a torch tensor on `device`, bfloat16 (ml_dtypes) included."""
+    import torch
+
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16).to(device)
+    return torch.from_numpy(np.ascontiguousarray(array)).to(device)
+
+
+def to_float64(outputs):
+    """Torch outputs (any device, any dtype) as float64 NumPy arrays."""
+    import torch
+
+    return tuple(t.detach().to("cpu", torch.float64).numpy() for t in outputs)
+
+
+def torch_problem(x="float32", h_dtype="float32", beta_dtype=None, device="cpu", seed=0,
+                  **args):
+    """make_problem's values as torch tensors on `device`: X tensors in dtype `x` (bfloat16
+    needs no ml_dtypes here), h and dh in `h_dtype` ('x' for X), g in float32, cu_seqlens int32.
+    """
+    import torch
+
+    inputs, options = make_problem(seed=seed, x="float32", **args)
+    xd = getattr(torch, x)
+    dtypes = {name: xd for name in INPUT_NAMES}
+    dtypes["g"] = torch.float32
+    dtypes["beta"] = getattr(torch, beta_dtype) if beta_dtype else xd
+    dtypes["h"] = dtypes["dh"] = xd if h_dtype == "x" else getattr(torch, h_dtype)
+    tensors = {name: to_torch(a, device).to(dtypes[name]) for name, a in inputs.items()}
+    if "cu_seqlens" in options:
+        options["cu_seqlens"] = to_torch(options["cu_seqlens"], device)
+    return tensors, options
+
+
+def torch_to_device(inputs, options, device):
+    """The same problem with every tensor moved to `device`."""
+    import torch
+
+    moved = {name: t.to(device) for name, t in inputs.items()}
+    opts = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in options.items()}
+    return moved, opts

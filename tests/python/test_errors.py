@@ -1,0 +1,126 @@
+"""Bad arguments raise ValueError or TypeError naming the argument. The rules live in libkda's
+validation; these tests show its message reaches the Python caller as the right exception."""
+
+import numpy as np
+import pytest
+
+import kda_kernels as kk
+from kda_testing import make_problem
+
+
+def problem(**kw):
+    args = dict(B=1, T=40, H=2, K=8, V=8, BT=16)
+    args.update(kw)
+    return make_problem(**args)
+
+
+def mutate_inputs(name, fn, **kw):
+    def apply():
+        inputs, options = problem(**kw)
+        inputs[name] = fn(inputs[name])
+        return inputs, options
+
+    return apply
+
+
+def mutate_options(changes, **kw):
+    def apply():
+        inputs, options = problem(**kw)
+        options.update(changes(options) if callable(changes) else changes)
+        return inputs, options
+
+    return apply
+
+
+def hv_not_multiple_of_h():
+    inputs, options = problem(H=2, HV=4)
+    for name in ("v", "v_new", "g", "beta", "A", "h", "do", "dh", "dv"):
+        inputs[name] = inputs[name][:, :, :3]
+    return inputs, options
+
+
+def names(argument):
+    """The core starts a message with "argument 'x': ..." (a few cu_seqlens checks with "x: ...");
+    after the Python prefix "chunk_kda_bwd_wy_dqkg_fused: "."""
+    return rf"^chunk_kda_bwd_wy_dqkg_fused: (argument '{argument}'|{argument}):"
+
+
+# (id, build (inputs, options), exception, argument named in the message)
+BAD = [
+    ("wrong-rank", mutate_inputs("q", lambda a: a[0]), ValueError, "q"),
+    ("wrong-rank-h", mutate_inputs("h", lambda a: a[0]), ValueError, "h"),
+    ("wrong-dtype-g", mutate_inputs("g", lambda a: a.astype(np.float16)), TypeError, "g"),
+    ("wrong-dtype-k", mutate_inputs("k", lambda a: a.astype(np.float16)), TypeError, "k"),
+    ("float64-q", mutate_inputs("q", lambda a: a.astype(np.float64)), TypeError, "q"),
+    ("dh-dtype-not-h", mutate_inputs("dh", lambda a: a.astype(np.float16), x="float16"),
+     TypeError, "dh"),
+    ("big-endian", mutate_inputs("q", lambda a: a.astype(">f4")), TypeError, "q"),
+    ("foreign-dtype", mutate_inputs("beta", lambda a: a.astype(np.int8)), TypeError, "beta"),
+    ("not-an-array", mutate_inputs("k", lambda a: a.tolist()), TypeError, "k"),
+    ("chunk-size-vs-A", mutate_options({"chunk_size": 32}), ValueError, "A"),
+    ("chunk-size-not-allowed", mutate_options({"chunk_size": 48}), ValueError, "chunk_size"),
+    ("chunk-size-not-int", mutate_options({"chunk_size": 16.0}), TypeError, "chunk_size"),
+    ("hv-not-multiple-of-h", hv_not_multiple_of_h, ValueError, "v"),
+    ("K-over-256", mutate_inputs("q", lambda a: np.zeros(a.shape[:3] + (257,), a.dtype)),
+     ValueError, "q"),
+    ("shape-mismatch", mutate_inputs("do", lambda a: a[:, :-1]), ValueError, "do"),
+    ("cu-seqlens-decreasing",
+     mutate_options({"cu_seqlens": np.array([0, 30, 20, 40], np.int64)}), ValueError,
+     "cu_seqlens"),
+    ("cu-seqlens-end-not-T",
+     mutate_options({"cu_seqlens": np.array([0, 10, 39], np.int64)}), ValueError, "cu_seqlens"),
+    ("cu-seqlens-with-B2",
+     mutate_options({"cu_seqlens": np.array([0, 40], np.int64)}, B=2), ValueError, "cu_seqlens"),
+    ("cu-seqlens-float",
+     mutate_options({"cu_seqlens": np.array([0.0, 40.0], np.float32)}), TypeError,
+     "cu_seqlens"),
+    ("h-chunk-count", mutate_inputs("h", lambda a: np.concatenate([a, a[:, :1]], axis=1)),
+     ValueError, "h"),
+    ("chunk-indices-disagree",
+     mutate_options({"chunk_indices": np.array([[0, 0], [0, 2], [1, 0]], np.int64),
+                     "cu_seqlens": np.array([0, 20, 40], np.int64)}), ValueError,
+     "chunk_indices"),
+    ("chunk-indices-without-cu-seqlens",
+     mutate_options({"chunk_indices": np.zeros((3, 2), np.int64)}), ValueError, "chunk_indices"),
+    ("scale-nan", mutate_options({"scale": float("nan")}), ValueError, "scale"),
+    ("negative-strides", mutate_inputs("v", lambda a: a[:, ::-1]), ValueError, "v"),
+]
+
+
+@pytest.mark.parametrize(("build", "error", "argument"),
+                         [pytest.param(*b[1:], id=b[0]) for b in BAD])
+def test_bad_argument_raises_naming_it(build, error, argument):
+    inputs, options = build()
+    with pytest.raises(error, match=names(argument)):
+        kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **options)
+
+
+def test_exception_types_are_exact():
+    """ValueError for values and TypeError for dtypes, not one posing as the other."""
+    inputs, options = problem()
+    with pytest.raises(ValueError) as info:
+        kk.chunk_kda_bwd_wy_dqkg_fused(**{**inputs, "q": inputs["q"][0]}, **options)
+    assert not isinstance(info.value, TypeError)
+    with pytest.raises(TypeError) as info:
+        kk.chunk_kda_bwd_wy_dqkg_fused(**{**inputs, "g": inputs["g"].astype(np.float16)}, **options)
+    assert "chunk_kda_bwd_wy_dqkg_fused" in str(info.value)
+
+
+def test_unknown_backend():
+    inputs, options = problem()
+    with pytest.raises(ValueError, match=names("backend")):
+        kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **options, backend="gpu")
+
+
+def test_cuda_backend_on_host_arrays():
+    inputs, options = problem()
+    # Without a cuda backend the library says it is unavailable; with one, that the arrays are
+    # not on a CUDA device. Either way the message names the backend.
+    error = ValueError if kk.backend_available("cuda") else RuntimeError
+    with pytest.raises(error, match="cuda"):
+        kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **options, backend="cuda")
+
+
+def test_chunk_indices_rejects_bad_cu_seqlens():
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        kk.chunk_indices(np.array([0, 9, 3]), 16)

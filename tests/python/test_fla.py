@@ -1,0 +1,156 @@
+"""kda_kernels.fla: registering with fla's KDA backend registry, the verifier's hand-backs, and a
+KDA layer's forward + backward through fla's chunk_kda with and without our backend. Skipped
+without torch or fla; the layer tests also need a CUDA device and the cuda backend."""
+
+import itertools
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the fla tests need it)")
+pytest.importorskip("fla", reason="flash-linear-attention (fla) is not installed")
+
+import torch.nn.functional as F  # noqa: E402
+from fla.ops.kda import chunk_kda  # noqa: E402
+from fla.ops.kda.backends import kda_registry  # noqa: E402
+
+import kda_kernels as kk  # noqa: E402
+import kda_kernels._api as api  # noqa: E402
+import kda_kernels.fla as kfla  # noqa: E402
+from kda_testing import PASS_BAR, err_ratio, torch_problem  # noqa: E402
+
+needs_cuda = pytest.mark.skipif(
+    not (torch.cuda.is_available() and kk.backend_available("cuda")),
+    reason="needs a CUDA device and a libkda with the cuda backend",
+)
+
+
+@pytest.fixture
+def enabled():
+    kfla.enable()
+    yield
+    kfla.disable()
+
+
+@needs_cuda
+def test_enable_disable_round_trip():
+    before = dict(kda_registry._backends)
+    assert not kfla.is_enabled()
+    kfla.enable()
+    kfla.enable()  # twice is harmless
+    assert kfla.is_enabled()
+    assert kda_registry._backends[kfla.BACKEND_TYPE].priority == kfla.PRIORITY
+    kfla.disable()
+    assert not kfla.is_enabled()
+    assert dict(kda_registry._backends) == before
+    active = kda_registry.get_active()
+    assert active is None or active.backend_type != kfla.BACKEND_TYPE
+    kfla.disable()  # harmless when not enabled
+
+
+def _verify(changes=None):
+    inputs, options = torch_problem(device="cuda", T=64, K=64, V=64, BT=64, x="bfloat16")
+    call = dict(inputs, scale=None, state_v_first=False, cu_seqlens=None, chunk_size=64,
+                chunk_indices=None)
+    if changes is not None:
+        call.update(changes(call) if callable(changes) else changes)
+    backend = kda_registry._backends[kfla.BACKEND_TYPE]
+    return backend.verify("chunk_kda_bwd_wy_dqkg_fused", **call)
+
+
+@needs_cuda
+def test_verifier_hands_unsupported_cases_back(enabled):
+    assert _verify() == (True, None)
+    rejected = {
+        "cpu tensors": lambda c: {n: t.cpu() for n, t in c.items() if isinstance(t, torch.Tensor)},
+        "float64": lambda c: {n: c[n].double() for n in ("q", "k", "v", "v_new", "A", "do", "dv")},
+        "K > 256": lambda c: {n: torch.zeros(*c[n].shape[:3], 512, dtype=c[n].dtype,
+                                             device="cuda") for n in ("q", "k", "g")},
+        "g in bf16": lambda c: {"g": c["g"].bfloat16()},
+        "chunk_size 128": {"chunk_size": 128},
+    }
+    for why, change in rejected.items():
+        ok, reason = _verify(change)
+        assert not ok and reason, why
+
+
+def _kda_layer(T, H, K, V, seqlens, device="cuda", seed=0):
+    """Leaf tensors for chunk_kda, the way fla's own tests make them (bf16; gate in log space)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    B = 1 if seqlens else 2
+    T = sum(seqlens) if seqlens else T
+    N = len(seqlens) if seqlens else B
+
+    def rand(*shape, dtype=torch.bfloat16, f=torch.rand):
+        return f(*shape, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
+
+    leaves = dict(
+        q=rand(B, T, H, K),
+        k=rand(B, T, H, K),
+        v=rand(B, T, H, V),
+        g=F.logsigmoid(rand(B, T, H, K, dtype=torch.float32, f=torch.randn)),
+        beta=rand(B, T, H, f=torch.randn).sigmoid(),
+        initial_state=rand(N, H, K, V, dtype=torch.float32, f=torch.randn),
+    )
+    leaves = {n: t.requires_grad_(True) for n, t in leaves.items()}
+    grads = dict(do=rand(B, T, H, V, f=torch.randn),
+                 dht=rand(N, H, K, V, dtype=torch.float32, f=torch.randn))
+    cu = None
+    if seqlens:
+        cu = torch.tensor([0, *itertools.accumulate(seqlens)], dtype=torch.long, device=device)
+    return leaves, grads, cu
+
+
+def _forward_backward(leaves, grads, cu):
+    for t in leaves.values():
+        t.grad = None
+    o, ht = chunk_kda(**leaves, output_final_state=True, use_qk_l2norm_in_kernel=True,
+                      cu_seqlens=cu)
+    loss = (o * grads["do"]).sum() + (ht * grads["dht"]).sum()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    loss.backward()
+    torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    return {n: t.grad.clone() for n, t in leaves.items()}, elapsed
+
+
+def _median_backward_ms(leaves, grads, cu, repeat=10):
+    times = sorted(_forward_backward(leaves, grads, cu)[1] for _ in range(repeat))
+    return 1e3 * times[len(times) // 2]
+
+
+@needs_cuda
+@pytest.mark.parametrize("seqlens", [None, [300, 1, 1000, 747]], ids=["fixed", "varlen"])
+def test_chunk_kda_gradients_with_and_without_backend(seqlens, monkeypatch, capsys):
+    leaves, grads, cu = _kda_layer(T=1024, H=4, K=128, V=128, seqlens=seqlens)
+    kfla.disable()
+    fla_grads, _ = _forward_backward(leaves, grads, cu)
+    fla_ms = _median_backward_ms(leaves, grads, cu)
+
+    calls = []
+    ours = api.chunk_kda_bwd_wy_dqkg_fused
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return ours(*args, **kwargs)
+
+    monkeypatch.setattr(api, "chunk_kda_bwd_wy_dqkg_fused", counted)
+    kfla.enable()
+    try:
+        our_grads, _ = _forward_backward(leaves, grads, cu)
+        assert calls, "fla's backward did not call kda_kernels"
+        our_ms = _median_backward_ms(leaves, grads, cu)
+    finally:
+        kfla.disable()
+
+    ratios = {n: err_ratio(our_grads[n].double().cpu().numpy(),
+                           fla_grads[n].double().cpu().numpy()) for n in leaves}
+    with capsys.disabled():
+        label = "varlen" if seqlens else "fixed"
+        print(f"\n[chunk_kda bf16 {label}] gradient err_ratio, ours vs fla: "
+              + " ".join(f"d{n}={r:.2e}" for n, r in ratios.items()))
+        print(f"[chunk_kda bf16 {label}] whole backward, median of 10: fla {fla_ms:.3f} ms, "
+              f"with kda_kernels {our_ms:.3f} ms")
+    for name, ratio in ratios.items():
+        assert ratio <= PASS_BAR["bfloat16"], f"d{name}: err_ratio {ratio:.2e}"

@@ -1,0 +1,134 @@
+"""The torch face on CPU tensors: the custom op's registration (schema, fake implementation),
+torch.compile tracing without graph breaks, strided and bfloat16 tensors, errors. Skipped when
+torch is not installed."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the torch tests need it)")
+
+import kda_kernels as kk  # noqa: E402
+from kda_testing import (  # noqa: E402
+    INPUT_NAMES,
+    PASS_BAR,
+    assert_close_all,
+    make_problem,
+    to_float64,
+    to_torch,
+    torch_problem,
+)
+
+
+def op(inputs, options, **kw):
+    return kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **options, **kw)
+
+
+def test_custom_op_is_registered():
+    packet = torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused
+    schema = str(packet.default._schema)
+    assert schema.startswith("kda_kernels::chunk_kda_bwd_wy_dqkg_fused(")
+    assert "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)" in schema
+
+
+def test_cpu_tensors_equal_numpy_path():
+    inputs, options = make_problem(seqlens=[30, 1, 40], BT=16, K=16, V=8, x="float16")
+    expected = op(inputs, options)
+    tensors = {name: torch.from_numpy(a) for name, a in inputs.items()}
+    got = op(tensors, {**options, "cu_seqlens": torch.from_numpy(options["cu_seqlens"])})
+    for t, a in zip(got, expected):
+        assert isinstance(t, torch.Tensor)
+        np.testing.assert_array_equal(t.numpy(), a)
+
+
+@pytest.mark.parametrize("h_dtype", ["float32", "x"])
+def test_cpu_bfloat16_tensors(h_dtype):
+    inputs, options = torch_problem(x="bfloat16", h_dtype=h_dtype, T=70, H=2, HV=4, K=16, V=24,
+                                    BT=32)
+    reference = to_float64(op(inputs, options, backend="cpu-ref"))
+    outputs = op(inputs, options)
+    assert outputs[2].dtype == torch.bfloat16
+    assert all(o.dtype == torch.float32 for i, o in enumerate(outputs) if i != 2)
+    assert_close_all(to_float64(outputs), reference, PASS_BAR["bfloat16"])
+
+
+def test_cpu_strided_tensors():
+    inputs, options = torch_problem(x="float32", B=2, T=40, H=2, K=16, V=8, BT=16)
+    # Same values, other storage orders: transposed T/H storage and every other element.
+    strided = {}
+    for name, t in inputs.items():
+        if t.dim() >= 3 and t.shape[2] > 1:
+            strided[name] = t.transpose(1, 2).contiguous().transpose(1, 2)
+        else:
+            strided[name] = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype)[..., ::2]
+            strided[name].copy_(t)
+        assert not strided[name].is_contiguous()
+    for a, b in zip(op(strided, options, backend="cpu-ref"), op(inputs, options,
+                                                               backend="cpu-ref")):
+        assert torch.equal(a, b)
+
+
+def test_chunk_indices_keeps_dtype():
+    cu = torch.tensor([0, 1, 17, 17, 50], dtype=torch.int32)
+    pairs = kk.chunk_indices(cu, 16)
+    assert pairs.dtype == torch.int32
+    assert pairs.tolist() == [[0, 0], [1, 0], [3, 0], [3, 1], [3, 2]]
+
+
+def _op_args(inputs, options):
+    return (*(inputs[n] for n in INPUT_NAMES), options.get("scale"), options.get("cu_seqlens"),
+            options["chunk_size"], options.get("chunk_indices"), options["state_v_first"], None)
+
+
+@pytest.mark.parametrize("varlen", [False, True], ids=["fixed", "varlen"])
+def test_opcheck(varlen):
+    """torch's own checks of a custom op: schema, fake implementation vs real, AOT dispatch."""
+    shape = dict(seqlens=[20, 13]) if varlen else dict(B=2, T=33)
+    inputs, options = torch_problem(x="float16", H=1, HV=2, K=8, V=8, BT=16, **shape)
+    torch.library.opcheck(torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused.default,
+                          _op_args(inputs, options))
+
+
+def test_compile_fullgraph_cpu():
+    inputs, options = torch_problem(x="float32", T=48, K=16, V=16, BT=16)
+
+    def step(q, k, v, v_new, g, beta, A, h, do, dh, dv):
+        dq, dk, dv2, db, dg, dA = kk.chunk_kda_bwd_wy_dqkg_fused(
+            q * 1.0, k, v, v_new, g, beta, A, h, do, dh, dv, chunk_size=16)
+        return dq + dk, dv2, db, dg, dA
+
+    # aot_eager: traced the way inductor would be, without needing a C++ compiler here.
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    for a, b in zip(compiled(**inputs), step(**inputs)):
+        assert torch.equal(a, b)
+
+
+def test_errors_name_the_argument():
+    inputs, options = torch_problem(T=32, K=8, V=8, BT=16)
+    with pytest.raises(TypeError, match="argument 'k'"):
+        op({**inputs, "k": inputs["k"].numpy()}, options)
+    with pytest.raises(ValueError, match="argument 'q'"):
+        op({**inputs, "q": inputs["q"][0]}, options)
+    with pytest.raises(TypeError, match="argument 'g'"):
+        op({**inputs, "g": inputs["g"].half()}, options)
+    with pytest.raises(TypeError, match="argument 'beta'"):
+        op({**inputs, "beta": inputs["beta"].to(torch.int8)}, options)
+    with pytest.raises(ValueError, match="argument 'h'"):
+        op({**inputs, "h": torch.cat([inputs["h"], inputs["h"]], dim=1)}, options)
+    with pytest.raises(ValueError, match="argument 'A'"):
+        op(inputs, {**options, "chunk_size": 32})
+    with pytest.raises(ValueError, match="argument 'backend'"):
+        op(inputs, options, backend="tpu")
+
+
+def test_numpy_arguments_with_torch_q_are_rejected():
+    inputs, options = torch_problem(seqlens=[10, 22], K=8, V=8, BT=16)
+    with pytest.raises(TypeError, match="argument 'cu_seqlens'"):
+        op(inputs, {**options, "cu_seqlens": options["cu_seqlens"].numpy()})
+
+
+def test_to_torch_roundtrip_bfloat16():
+    pytest.importorskip("ml_dtypes", reason="bfloat16 NumPy arrays need ml_dtypes")
+    inputs, _ = make_problem(T=16, K=4, V=4, BT=16, x="bfloat16")
+    t = to_torch(inputs["q"])
+    assert t.dtype == torch.bfloat16
+    np.testing.assert_array_equal(t.float().numpy(), inputs["q"].astype(np.float32))
