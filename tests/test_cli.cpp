@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -28,8 +29,9 @@ std::string read_text(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// Unique per process: ctest runs the tests of this file in parallel processes.
 std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "kda_test_cli_" + name;
+  return ::testing::TempDir() + "kda_test_cli_" + std::to_string(::getpid()) + "_" + name;
 }
 
 // Runs `kda <args>`; stdout through a pipe, stderr through a file.

@@ -315,6 +315,7 @@ TEST(Cuda, BackendIsAvailable) {
 }
 
 TEST(Cuda, RejectsHostTensors) {
+  SKIP_WITHOUT_GPU();
   ProblemConfig c = base(DType::bf16, DType::f32, 64);
   HostProblem hp = kda::io::make_random_problem(c);
   const kda::Status s = kda::run(hp.problem(), kda::Backend::cuda);

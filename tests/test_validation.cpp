@@ -379,14 +379,16 @@ TEST(Run, BackendNames) {
   EXPECT_TRUE(kda::backend_available(kda::Backend::cpu));
 }
 
-#if !KDA_WITH_CUDA
-TEST(Run, CudaUnavailableInCpuOnlyBuild) {
+// Without the CUDA backend compiled in, or without a visible device, asking for it is
+// backend_unavailable (not a crash, not a silent fallback).
+TEST(Run, CudaUnavailableWithoutDevice) {
+  if (kda::backend_available(kda::Backend::cuda)) GTEST_SKIP() << "a CUDA device is visible";
   HostProblem hp = kda::io::make_random_problem(small_config());
   Problem p = hp.problem();
   const kda::Status s = kda::run(p, kda::Backend::cuda);
   EXPECT_EQ(s.code, kda::StatusCode::backend_unavailable) << s.message;
+  EXPECT_TRUE(all_outputs_poisoned(hp));
 }
-#endif
 
 TEST(Varlen, ChunkIndicesFromCuSeqlens) {
   std::vector<kda::ChunkIndex> idx;

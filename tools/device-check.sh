@@ -45,13 +45,32 @@ kda="$build/tools/kda"
 test_cuda="$build/tests/test_cuda"
 
 # 1. The GPU test matrix (fresh random inputs vs float64 cpu-ref, poisoned outputs, unchanged
-#    inputs, determinism, streams, golden files).
-"$test_cuda" --gtest_color=no >"$out/test_cuda.log" 2>&1
-rc=$?
-passed=$(grep -c '^\[       OK \]' "$out/test_cuda.log")
-failed=$(grep -c '^\[  FAILED  \].*(' "$out/test_cuda.log")
-skipped=$(grep -c '^\[  SKIPPED \].*(' "$out/test_cuda.log")
-row "gpu tests (test_cuda)" "$([ $rc -eq 0 ] && echo PASS || echo FAIL): $passed passed, $failed failed, $skipped skipped"
+#    inputs, determinism, streams, golden files), on the general kernel and again with the
+#    tensor-core path enabled where it applies (KDA_CUDA_KERNEL=auto); then the tensor-core path's
+#    unit tests.
+gtest_row() {  # gtest_row LABEL LOG RC
+  local passed failed skipped
+  passed=$(grep -c '^\[       OK \]' "$2")
+  failed=$(grep -c '^\[  FAILED  \].*(' "$2")
+  skipped=$(grep -c '^\[  SKIPPED \].*(' "$2")
+  row "$1" "$([ "$3" -eq 0 ] && echo PASS || echo FAIL): $passed passed, $failed failed, $skipped skipped"
+}
+# The runs share one log (the transfer back takes at most 8 files).
+: >"$out/test_cuda.log"
+gtest_run() {  # gtest_run LABEL BINARY [env assignments...]
+  local label=$1 binary=$2 scratch="$out/.gtest_run.log"
+  shift 2
+  env "$@" "$binary" --gtest_color=no >"$scratch" 2>&1
+  local rc=$?
+  gtest_row "$label" "$scratch" $rc
+  { echo "==== $label"; cat "$scratch"; } >>"$out/test_cuda.log"
+  rm -f "$scratch"
+}
+gtest_run "gpu tests, general kernel" "$test_cuda" KDA_CUDA_KERNEL=general
+gtest_run "gpu tests, KDA_CUDA_KERNEL=auto" "$test_cuda" KDA_CUDA_KERNEL=auto
+if [ -x "$build/tests/test_cuda_fast_units" ]; then
+  gtest_run "tensor-core path unit tests" "$build/tests/test_cuda_fast_units"
+fi
 
 # 2. Every golden file through the command-line tool on the cuda backend.
 golden_ok=0
@@ -81,15 +100,18 @@ done
 : >"$out/bench.log"
 repeat=100
 [ $quick -eq 1 ] && repeat=20
-for dtype in bf16 fp16 fp32; do
-  for hdtype in fp32 x; do
-    [ "$dtype" = fp32 ] && [ "$hdtype" = x ] && continue
-    echo "== model shape $dtype h=$hdtype" >>"$out/bench.log"
-    "$kda" run --shape 1,2048,32,128,128 --dtype "$dtype" --h-dtype "$hdtype" --backend cuda \
-      --repeat "$repeat" --check >>"$out/bench.log" 2>&1
-    brc=$?
-    median=$(grep -iE 'median' "$out/bench.log" | tail -1)
-    row "model shape $dtype h=$hdtype" "$([ $brc -eq 0 ] && echo PASS || echo FAIL): $median"
+for kernel in general auto; do
+  for dtype in bf16 fp16 fp32; do
+    for hdtype in fp32 x; do
+      [ "$dtype" = fp32 ] && [ "$hdtype" = x ] && continue
+      [ "$kernel" = auto ] && [ "$dtype" = fp32 ] && continue  # fp32 has no tensor-core path
+      echo "== model shape $dtype h=$hdtype kernel=$kernel" >>"$out/bench.log"
+      KDA_CUDA_KERNEL=$kernel "$kda" run --shape 1,2048,32,128,128 --dtype "$dtype" \
+        --h-dtype "$hdtype" --backend cuda --repeat "$repeat" --check >>"$out/bench.log" 2>&1
+      brc=$?
+      median=$(grep -iE 'median' "$out/bench.log" | tail -1)
+      row "model shape $dtype h=$hdtype ($kernel)" "$([ $brc -eq 0 ] && echo PASS || echo FAIL): $median"
+    done
   done
 done
 

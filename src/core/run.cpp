@@ -62,6 +62,10 @@ Status run(const Problem& problem, Backend backend, void* stream) {
                                          : detail::run_cpu(problem, dims);
     case Backend::cuda:
 #if KDA_WITH_CUDA
+      if (!detail::cuda_device_present()) {
+        return {StatusCode::backend_unavailable,
+                "backend: cuda is compiled in, but no CUDA device is visible"};
+      }
       if (!on_cuda) {
         return invalid_argument("backend: cuda needs tensors on a CUDA device, got " +
                                 device_name(problem.q.device) + " (use backend cpu)");

@@ -7,18 +7,19 @@ namespace kda {
 namespace {
 
 Status check_cu_seqlens(const std::vector<int64_t>& cu_seqlens, int64_t chunk_size) {
-  if (chunk_size <= 0) return invalid_argument("chunk_size: expected > 0");
-  if (cu_seqlens.empty()) return invalid_argument("cu_seqlens: expected at least one entry (0)");
+  if (chunk_size <= 0) return invalid_argument("argument 'chunk_size': expected > 0");
+  if (cu_seqlens.empty())
+    return invalid_argument("argument 'cu_seqlens': expected at least one entry (0)");
   if (cu_seqlens[0] != 0) {
-    return invalid_argument("cu_seqlens: expected cu_seqlens[0] == 0, got " +
+    return invalid_argument("argument 'cu_seqlens': expected cu_seqlens[0] == 0, got " +
                             std::to_string(cu_seqlens[0]));
   }
   for (size_t i = 1; i < cu_seqlens.size(); ++i) {
     if (cu_seqlens[i] < cu_seqlens[i - 1]) {
-      return invalid_argument("cu_seqlens: expected non-decreasing values, got cu_seqlens[" +
-                              std::to_string(i) + "] = " + std::to_string(cu_seqlens[i]) +
-                              " < cu_seqlens[" + std::to_string(i - 1) +
-                              "] = " + std::to_string(cu_seqlens[i - 1]));
+      return invalid_argument(
+          "argument 'cu_seqlens': expected non-decreasing values, got cu_seqlens[" +
+          std::to_string(i) + "] = " + std::to_string(cu_seqlens[i]) + " < cu_seqlens[" +
+          std::to_string(i - 1) + "] = " + std::to_string(cu_seqlens[i - 1]));
     }
   }
   return Status::Ok();

@@ -4,11 +4,14 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "core/backends.hpp"
 #include "cuda/cuda_status.hpp"
+#include "cuda/fast/fast_path.hpp"
 #include "cuda/wy_dqkg_launch.hpp"
+#include "cuda/wy_dqkg_make_params.hpp"
 #include "cuda/wy_dqkg_params.hpp"
 
 namespace kda::detail {
@@ -16,62 +19,6 @@ namespace kda::detail {
 namespace {
 
 using cuda::WyDqkgParams;
-
-cuda::TokenView token_view(const TensorView& t) {
-  return {t.data, t.strides[0], t.strides[1], t.strides[2], t.strides[3]};
-}
-
-// h/dh as S[k][v]: for state_v_first the stored order is [.., V, K], so the strides swap.
-cuda::StateView state_view(const TensorView& t, bool state_v_first) {
-  const int64_t stride_k = state_v_first ? t.strides[4] : t.strides[3];
-  const int64_t stride_v = state_v_first ? t.strides[3] : t.strides[4];
-  return {t.data, t.strides[0], t.strides[1], t.strides[2], stride_k, stride_v};
-}
-
-cuda::IndexView index_view(const TensorView& t) {
-  if (t.empty_arg()) return {};
-  return {t.data, t.strides[0], t.rank > 1 ? t.strides[1] : 0, t.dtype == DType::i64};
-}
-
-WyDqkgParams make_params(const Problem& problem, const Dims& dims) {
-  WyDqkgParams p;
-  p.q = token_view(problem.q);
-  p.k = token_view(problem.k);
-  p.v = token_view(problem.v);
-  p.v_new = token_view(problem.v_new);
-  p.do_ = token_view(problem.do_);
-  p.dv = token_view(problem.dv);
-  p.g = token_view(problem.g);
-  p.A = token_view(problem.A);
-  p.beta = {problem.beta.data, problem.beta.strides[0], problem.beta.strides[1],
-            problem.beta.strides[2], problem.beta.dtype == DType::f32};
-  p.h = state_view(problem.h, problem.state_v_first);
-  p.dh = state_view(problem.dh, problem.state_v_first);
-  p.varlen = dims.varlen;
-  p.has_chunk_indices = dims.varlen && !problem.chunk_indices.empty_arg();
-  p.cu_seqlens = index_view(problem.cu_seqlens);
-  p.chunk_indices = index_view(problem.chunk_indices);
-
-  p.dq = static_cast<float*>(problem.dq.data);
-  p.dk = static_cast<float*>(problem.dk.data);
-  p.dg = static_cast<float*>(problem.dg.data);
-  p.dv_out = problem.dv_out.data;
-  p.db = static_cast<float*>(problem.db.data);
-  p.dA = static_cast<float*>(problem.dA.data);
-
-  p.B = dims.B;
-  p.T = dims.T;
-  p.H = dims.H;
-  p.HV = dims.HV;
-  p.K = dims.K;
-  p.V = dims.V;
-  p.NT = dims.NT;
-  p.num_seqs = dims.num_seqs;
-  p.heads_per_group = dims.HV / dims.H;
-  p.num_units = (dims.varlen ? dims.NT : dims.B * dims.NT) * dims.HV;
-  p.scale = static_cast<float>(problem.effective_scale());
-  return p;
-}
 
 template <typename XT, typename HT>
 Status dispatch_chunk_size(const WyDqkgParams& params, int64_t chunk_size, int device,
@@ -117,6 +64,17 @@ Status dispatch(const WyDqkgParams& params, const Dims& dims, int device, cudaSt
   }
 }
 
+// The tensor-core path (cuda/fast/) has not yet passed the GPU checks on an H200
+// (docs/gpu-validation.md), so it is opt-in until it has: KDA_CUDA_KERNEL=auto takes it wherever
+// it applies; unset or "general" keeps the general kernel for every problem.
+bool tensor_core_path_enabled() {
+  static const bool enabled = [] {
+    const char* choice = std::getenv("KDA_CUDA_KERNEL");
+    return choice != nullptr && std::string(choice) == "auto";
+  }();
+  return enabled;
+}
+
 }  // namespace
 
 bool cuda_device_present() {
@@ -130,7 +88,7 @@ bool cuda_device_present() {
 
 Status run_cuda(const Problem& problem, const Dims& dims, void* stream) {
   if (dims.T == 0 || dims.B == 0 || dims.NT == 0) return Status::Ok();
-  const WyDqkgParams params = make_params(problem, dims);
+  const WyDqkgParams params = cuda::make_wy_dqkg_params(problem, dims);
   const int device = problem.q.device.index;
 
   int caller_device = 0;
@@ -144,7 +102,10 @@ Status run_cuda(const Problem& problem, const Dims& dims, void* stream) {
       return s;
     }
   }
-  Status status = dispatch(params, dims, device, static_cast<cudaStream_t>(stream));
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  Status status = tensor_core_path_enabled() && fast_path_supports(problem, dims)
+                      ? launch_fast_path(problem, dims, cuda_stream)
+                      : dispatch(params, dims, device, cuda_stream);
   if (caller_device != device) {
     Status restored = cuda::cuda_status(
         cudaSetDevice(caller_device),

@@ -1,0 +1,134 @@
+#pragma once
+// Compile-time tiles and the shared-memory layout of the tensor-core (mma.sync) kernel.
+//
+// One CTA handles one work unit = (chunk, value head). Its warps form a grid of
+//   kRowBlocks = BT / 16 row blocks (the m16 rows of every L x ... product) x kColGroups = 2,
+// warp w = (row block w / 2, column group w % 2): 8, 4 or 2 warps for BT = 64, 32, 16. A warp owns
+//   - per K slab of 16 rows of h (k0 .. k0+15): the 16 x 8 tiles of dQ, dK0, dW at its rows and
+//     columns k0 + 8 cg .. + 7, reduced over all V with mma (A = dO, Vn, dV; B = S, dS);
+//   - its rows x V/2 columns of dvb (A = Āᵀ, B = dV);
+//   - its rows x BT/2 columns of D, Y = X·Āᵀ and Z = Āᵀ·Y.
+// The h slab is the pipeline stage: S and dS [16 k x V] stream through a two-slot ring while the
+// token tiles (dO, Vn, dV [BT x V]) and Ā stay resident for the whole unit.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+namespace kda::cuda {
+
+template <typename XT_, typename HT_, int kBT_, int kV_, bool kStateVFirst_>
+struct WyDqkgMmaTraits {
+  using XT = XT_;  // X: __half or __nv_bfloat16
+  using HT = HT_;  // h, dh: float or XT
+  static constexpr int kBT = kBT_;
+  static constexpr int kV = kV_;
+  // h stored [.., V, K] (k contiguous): slabs are copied as V rows x 16 k.
+  static constexpr bool kStateVFirst = kStateVFirst_;
+  static constexpr bool kStateF32 = std::is_same_v<HT, float>;
+
+  static_assert(std::is_same_v<XT, __half> || std::is_same_v<XT, __nv_bfloat16>,
+                "the mma kernel takes 16-bit X");
+  static_assert(std::is_same_v<HT, float> || std::is_same_v<HT, XT>, "h is float32 or X");
+  static_assert(kBT == 16 || kBT == 32 || kBT == 64, "chunk size must be 16, 32 or 64");
+  static_assert(kV == 64 || kV == 128, "V must be 64 or 128");
+
+  static constexpr int kRowBlocks = kBT / 16;
+  static constexpr int kColGroups = 2;
+  static constexpr int kWarps = kRowBlocks * kColGroups;
+  static constexpr int kThreads = 32 * kWarps;
+  // CTAs per SM the launch bounds ask for (registers: 128, 170, 255 per thread); the shared
+  // memory below is checked to allow it.
+  static constexpr int kMinCtasPerSm = kBT == 64 ? 2 : 3;
+
+  static constexpr int kSlabK = 16;                   // K rows of h per pipeline stage
+  static constexpr int kWarpK = kSlabK / kColGroups;  // 8: one n8 tile of dQ/dK0/dW per warp
+  static constexpr int kWarpV = kV / kColGroups;      // dvb columns per warp
+  static constexpr int kWarpJ = kBT / kColGroups;     // D, Y, Z columns per warp
+  static constexpr int kVSteps = kV / 16;             // k16 steps of the V reductions
+  static constexpr int kJSteps = kBT / 16;            // k16 steps of the BT reductions
+  static constexpr int kJTiles = kWarpJ / 8;          // n8 tiles of a warp's D, Y, Z
+  static_assert(kWarpK == 8, "one n8 tile per warp and slab");
+
+  // --- 16-bit tiles: row pitch = columns + 8 elements (16 bytes), so that the 8 row addresses
+  // of every ldmatrix phase fall in 8 distinct 16-byte bank groups, and the C-fragment pair
+  // stores (row g, word t) hit 32 distinct banks.
+  static constexpr int kPad = 8;
+  static constexpr int kTokLd = kV + kPad;     // dO, Vn, dV, Vv  [BT][kTokLd]
+  static constexpr int kALd = kBT + kPad;      // Ā, X, Y         [BT][kALd]
+  static constexpr int kKbLd = kSlabK + kPad;  // dW, KG of a slab [BT][kKbLd]
+  // A slab of h or dh as stored (and as staged for float32 h): [16 k][V] or, state_v_first,
+  // [V][16 k].
+  static constexpr int kSlabRows = kStateVFirst ? kV : kSlabK;
+  static constexpr int kSlabCols = kStateVFirst ? kSlabK : kV;
+  // Its 16-bit copy, the mma's B operand: k-first [16 k][kSlabXLd] whenever the conversion from
+  // float32 can transpose on the way (the smaller tile: 16 x (V + 8) against V x 24 elements,
+  // which keeps state_v_first at 2 CTAs per SM); as stored for X h, where cp.async writes it.
+  static constexpr bool kSlabXKFirst = kStateF32 || !kStateVFirst;
+  static constexpr int kSlabXRows = kSlabXKFirst ? kSlabK : kV;
+  static constexpr int kSlabXLd = (kSlabXKFirst ? kV : kSlabK) + kPad;
+
+  // --- slab copies: 16-byte chunks of HT, the same chunks for S and dS --------------------
+  static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(HT));  // 4 (f32) or 8
+  static constexpr int kChunksPerRow = kSlabCols / kChunkElems;
+  static constexpr int kSlabChunks = kSlabRows * kChunksPerRow;  // per matrix
+  static constexpr int kSlabIters = (kSlabChunks + kThreads - 1) / kThreads;
+  static_assert(kSlabChunks % 32 == 0, "whole warps take part in a slab's Σ S⊙dS reductions");
+  static_assert(32 % kChunksPerRow == 0 || kChunksPerRow % 32 == 0, "rows align with warps");
+  static_assert(kChunksPerRow <= 32, "a row's chunks fit one warp");
+  // Σ_v S⊙dS of a slab is summed over kSdsParts partial rows (fixed order): one (a warp reduces
+  // a whole k row) or one per warp (state_v_first: each warp holds part of every k column).
+  static constexpr int kSdsParts = kStateVFirst ? kWarps : 1;
+
+  // --- shared memory, in bytes, every region 128-byte aligned --------------------------------
+  static constexpr int align128(int bytes) { return (bytes + 127) / 128 * 128; }
+  static constexpr int kXBytes = 2;
+  static constexpr int kTokBytes = align128(kBT * kTokLd * kXBytes);
+  static constexpr int kABytes = align128(kBT * kALd * kXBytes);
+  static constexpr int kSlabXBytes = align128(kSlabXRows * kSlabXLd * kXBytes);  // one matrix
+  static constexpr int kKbBytes = align128(kBT * kKbLd * kXBytes);
+  // float32 h: raw slab staging (S then dS, [kSlabRows][kSlabCols] each, unpadded: each thread
+  // reads back only the chunks it copied). Slot 1 holds Vv during phase 0 (before slab 1 is
+  // copied), so a slot is at least one token tile.
+  static constexpr int kStageRawBytes = 2 * kSlabRows * kSlabCols * 4;
+  static constexpr bool kVvInStaging = kStateF32;
+  static constexpr int kStageSlotBytes =
+      kStateF32 ? align128(kStageRawBytes > kTokBytes ? kStageRawBytes : kTokBytes) : 0;
+  // 16-bit slab copies (S_x and dS_x): one pair for float32 h (converted from the staging ring),
+  // two for X h (they are the cp.async ring themselves).
+  static constexpr int kSlabXSlots = kStateF32 ? 1 : 2;
+
+  static constexpr int kAOff = 0;                       // Ā [BT][kALd]: A[t0+j, hv, i]
+  static constexpr int kDoOff = kAOff + kABytes;        // dO [BT][kTokLd]; X after the K loop
+  static constexpr int kVnOff = kDoOff + kTokBytes;     // Vn [BT][kTokLd]; Y after the K loop
+  static constexpr int kDvOff = kVnOff + kTokBytes;     // dV [BT][kTokLd]
+  static constexpr int kVvOwnOff = kDvOff + kTokBytes;  // Vv [BT][kTokLd] (X h only)
+  static constexpr int kStageOff = kVvOwnOff + (kVvInStaging ? 0 : kTokBytes);  // 2 slots (f32 h)
+  static constexpr int kSlabXOff =
+      kStageOff + 2 * kStageSlotBytes;  // [slot][S, dS][rows][kSlabXLd]
+  static constexpr int kDwOff = kSlabXOff + kSlabXSlots * 2 * kSlabXBytes;  // dW [BT][kKbLd]
+  static constexpr int kKgOff = kDwOff + kKbBytes;                          // KG [BT][kKbLd]
+  static constexpr int kBetaOff = kKgOff + kKbBytes;                        // β [BT] f32
+  static constexpr int kSdsOff = kBetaOff + align128(kBT * 4);  // Σ S⊙dS [2][kSdsParts][16] f32
+  static constexpr int kKdkOff = kSdsOff + align128(2 * kSdsParts * kSlabK * 4);
+  // Σ_rows Kk⊙dK0 of a slab per row block [kRowBlocks][16] f32
+  static constexpr int kDbOff = kKdkOff + align128(kRowBlocks * kSlabK * 4);  // db [2][BT] f32
+  static constexpr int kSmemBytes = kDbOff + align128(kColGroups * kBT * 4);
+  static constexpr int kVvOff = kVvInStaging ? kStageOff + kStageSlotBytes : kVvOwnOff;
+  static constexpr int kXOff = kDoOff;  // X = strict-lower(D) ⊙ β  [BT][kALd]
+  static constexpr int kYOff = kVnOff;  // Y = X · Āᵀ               [BT][kALd]
+
+  static_assert(kBT * kALd * kXBytes <= kTokBytes, "X and Y fit in the dead dO and Vn tiles");
+  static_assert(!kVvInStaging || kTokBytes <= kStageSlotBytes, "Vv fits in staging slot 1");
+  // 228 KB of shared memory per SM, 1 KB of it reserved per CTA, and the kernel's static
+  // __shared__ variables (under 512 bytes, asserted in the kernel).
+  static constexpr int kStaticSmemBound = 512;
+  static_assert((kSmemBytes + 1024 + kStaticSmemBound) * kMinCtasPerSm <= 228 * 1024,
+                "shared memory must allow kMinCtasPerSm CTAs per SM");
+  static_assert(kTokLd % 8 == 0 && kALd % 8 == 0 && kKbLd % 8 == 0 && kSlabXLd % 8 == 0,
+                "16-bit rows must start 16-byte aligned for cp.async and ldmatrix");
+  static_assert((kBT * kV / 8) % kThreads == 0, "token tiles split evenly over the threads");
+};
+
+}  // namespace kda::cuda
