@@ -33,25 +33,55 @@ Status fail(const char* name, const std::string& what) {
   return invalid_argument(std::string("argument '") + name + "': " + what);
 }
 
-// Present, rank in range, extents >= 0, strides >= 0, data non-null unless empty, aligned.
+// Element count and highest element offset fit comfortably in 64 bits (with room for the byte
+// size), so no later product over the view can overflow.
+constexpr int64_t kMaxSpan = int64_t{1} << 56;
+
+bool known_dtype(DType d) {
+  const auto code = static_cast<int32_t>(d);
+  return code >= static_cast<int32_t>(DType::f16) && code <= static_cast<int32_t>(DType::f64);
+}
+
+// Present, rank as expected, known dtype and device, extents and strides >= 0 with a span that
+// fits in 64 bits, data non-null unless empty, aligned. Checked in this order so that nothing
+// reads shape[] past the rank or divides by an unknown element size.
 Status check_view(const char* name, const TensorView& t, int rank) {
   if (t.empty_arg()) return fail(name, "is required but was not given (null data, rank 0)");
+  if (t.rank < 0 || t.rank > kMaxRank) {
+    return fail(name,
+                "expected rank " + std::to_string(rank) + ", got rank " + std::to_string(t.rank));
+  }
   if (t.rank != rank) {
     return fail(name, "expected rank " + std::to_string(rank) + ", got rank " +
                           std::to_string(t.rank) + " (shape " + shape_str(t) + ")");
   }
+  if (!known_dtype(t.dtype)) {
+    return fail(name, "unknown dtype code " + std::to_string(static_cast<int32_t>(t.dtype)));
+  }
+  if (t.device.type != DeviceType::cpu && t.device.type != DeviceType::cuda) {
+    return fail(name, "unknown device type " + std::to_string(static_cast<int>(t.device.type)));
+  }
+  int64_t numel = 1;
+  int64_t last_offset = 0;
   for (int d = 0; d < t.rank; ++d) {
     if (t.shape[d] < 0) return fail(name, "negative extent in shape " + shape_str(t));
     if (t.strides[d] < 0) return fail(name, "negative stride in dimension " + std::to_string(d));
   }
-  if (t.numel() > 0 && t.data == nullptr) return fail(name, "data pointer is null");
+  for (int d = 0; d < t.rank; ++d) {
+    int64_t step = 0;
+    if (__builtin_mul_overflow(numel, t.shape[d], &numel) || numel > kMaxSpan ||
+        (t.shape[d] > 0 &&
+         (__builtin_mul_overflow(t.shape[d] - 1, t.strides[d], &step) ||
+          __builtin_add_overflow(last_offset, step, &last_offset) || last_offset > kMaxSpan))) {
+      return fail(name, "shape " + shape_str(t) +
+                            " with its strides spans more elements than any memory (over 2^56)");
+    }
+  }
+  if (numel > 0 && t.data == nullptr) return fail(name, "data pointer is null");
   const auto addr = reinterpret_cast<uintptr_t>(t.data);
   if (addr % dtype_size(t.dtype) != 0) {
     return fail(name, "data pointer is not aligned to its element size (" +
                           std::to_string(dtype_size(t.dtype)) + " bytes)");
-  }
-  if (t.device.type != DeviceType::cpu && t.device.type != DeviceType::cuda) {
-    return fail(name, "unknown device type " + std::to_string(static_cast<int>(t.device.type)));
   }
   return Status::Ok();
 }
@@ -74,6 +104,28 @@ Status check_dtype(const char* name, const TensorView& t, std::initializer_list<
   }
   return fail(name,
               std::string("expected dtype ") + why + ", got " + std::string(dtype_name(t.dtype)));
+}
+
+// chunk_indices (host, shape [NT, 2] already checked) must list, for every sequence in order,
+// its chunks 0, 1, ...: the rows fla's prepare_chunk_indices builds from cu_seqlens.
+Status check_chunk_indices(const std::vector<int64_t>& cu, const TensorView& chunk_indices,
+                           int64_t chunk_size) {
+  const std::vector<int64_t> given = read_index_tensor(chunk_indices);
+  int64_t row = 0;
+  for (size_t seq = 0; seq + 1 < cu.size(); ++seq) {
+    const int64_t len = cu[seq + 1] - cu[seq];
+    const int64_t chunks = len / chunk_size + (len % chunk_size != 0);
+    for (int64_t c = 0; c < chunks; ++c, ++row) {
+      if (given[2 * row] != static_cast<int64_t>(seq) || given[2 * row + 1] != c) {
+        return fail("chunk_indices", "disagrees with cu_seqlens at row " + std::to_string(row) +
+                                         ": expected (" + std::to_string(seq) + ", " +
+                                         std::to_string(c) + "), got (" +
+                                         std::to_string(given[2 * row]) + ", " +
+                                         std::to_string(given[2 * row + 1]) + ")");
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 bool is_x_dtype(DType d) {
@@ -226,64 +278,6 @@ Status Problem::validate(Dims* out) const {
   }
   if (scale && !std::isfinite(*scale)) return fail("scale", "expected a finite number or None");
 
-  // --- chunks: fixed length or cu_seqlens -------------------------------------------
-  if (!d.varlen) {
-    d.num_seqs = d.B;
-    d.NT = (d.T + d.BT - 1) / d.BT;
-  } else {
-    if (d.B != 1) {
-      return fail("cu_seqlens",
-                  "given, so the batch size must be 1 (sequences are packed along T), "
-                  "got B = " +
-                      std::to_string(d.B));
-    }
-    d.num_seqs = cu_seqlens.shape[0] - 1;
-    if (d.num_seqs < 0) return fail("cu_seqlens", "expected at least one entry (0)");
-    if (cu_seqlens.device.type == DeviceType::cpu) {
-      std::vector<int64_t> cu = read_index_tensor(cu_seqlens);
-      std::vector<ChunkIndex> derived;
-      if (Status s = chunk_indices_from_cu_seqlens(cu, d.BT, &derived); !s.ok()) return s;
-      if (cu.back() != d.T) {
-        return fail("cu_seqlens", "expected the last entry to equal T = " + std::to_string(d.T) +
-                                      ", got " + std::to_string(cu.back()));
-      }
-      d.NT = static_cast<int64_t>(derived.size());
-      if (!chunk_indices.empty_arg()) {
-        if (chunk_indices.shape[0] != d.NT || chunk_indices.shape[1] != 2) {
-          return fail("chunk_indices", "expected shape [NT, 2] = [" + std::to_string(d.NT) +
-                                           ", 2] (NT from cu_seqlens), got " +
-                                           shape_str(chunk_indices));
-        }
-        std::vector<int64_t> given = read_index_tensor(chunk_indices);
-        for (int64_t i = 0; i < d.NT; ++i) {
-          if (given[2 * i] != derived[i].seq || given[2 * i + 1] != derived[i].chunk) {
-            return fail("chunk_indices", "disagrees with cu_seqlens at row " + std::to_string(i) +
-                                             ": expected (" + std::to_string(derived[i].seq) +
-                                             ", " + std::to_string(derived[i].chunk) + "), got (" +
-                                             std::to_string(given[2 * i]) + ", " +
-                                             std::to_string(given[2 * i + 1]) + ")");
-          }
-        }
-      }
-    } else {
-      // Device-resident indices: the contents are checked by the kernel (docs/design.md); the
-      // chunk count comes from chunk_indices when given, else from h.
-      if (cu_seqlens.shape[0] < 1) return fail("cu_seqlens", "expected at least one entry (0)");
-      if (!chunk_indices.empty_arg() && chunk_indices.shape[1] != 2) {
-        return fail("chunk_indices", "expected shape [NT, 2], got " + shape_str(chunk_indices));
-      }
-      d.NT = chunk_indices.empty_arg() ? h.shape[1] : chunk_indices.shape[0];
-    }
-  }
-  const int64_t hB = d.varlen ? 1 : d.B;
-  const std::vector<int64_t> shape_h = state_v_first
-                                           ? std::vector<int64_t>{hB, d.NT, d.HV, d.V, d.K}
-                                           : std::vector<int64_t>{hB, d.NT, d.HV, d.K, d.V};
-  const char* sym_h = state_v_first ? "[B, NT, HV, V, K] (state_v_first)" : "[B, NT, HV, K, V]";
-  for (auto [name, view] : {std::pair{"h", &h}, {"dh", &dh}}) {
-    if (Status s = check_shape(name, *view, shape_h, sym_h); !s.ok()) return s;
-  }
-
   // --- outputs: contiguous, disjoint from each other and from every input ---------------
   const Named outputs[] = {{"dq", &dq, 4}, {"dk", &dk, 4}, {"dv_out", &dv_out, 4},
                            {"db", &db, 3}, {"dg", &dg, 4}, {"dA", &dA, 4}};
@@ -310,6 +304,56 @@ Status Problem::validate(Dims* out) const {
       if (overlaps(*o.view, *view)) {
         return fail(o.name, std::string("overlaps '") + name + "' in memory");
       }
+    }
+  }
+  // --- chunks: fixed length or cu_seqlens (index contents read last, and only what the
+  //     descriptor says exists: N + 1 cu_seqlens entries, NT chunk_indices rows) ------------
+  if (!d.varlen) {
+    d.num_seqs = d.B;
+    d.NT = d.T / d.BT + (d.T % d.BT != 0);
+  } else {
+    if (d.B != 1) {
+      return fail("cu_seqlens",
+                  "given, so the batch size must be 1 (sequences are packed along T), got B = " +
+                      std::to_string(d.B));
+    }
+    d.num_seqs = cu_seqlens.shape[0] - 1;
+    if (d.num_seqs < 0) return fail("cu_seqlens", "expected at least one entry (0)");
+    if (!chunk_indices.empty_arg() && chunk_indices.shape[1] != 2) {
+      return fail("chunk_indices", "expected shape [NT, 2], got " + shape_str(chunk_indices));
+    }
+    if (cu_seqlens.device.type == DeviceType::cpu) {
+      const std::vector<int64_t> cu = read_index_tensor(cu_seqlens);
+      std::vector<int64_t> offsets;
+      if (Status s = chunk_offsets_from_cu_seqlens(cu, d.BT, &offsets); !s.ok()) return s;
+      if (cu.back() != d.T) {
+        return fail("cu_seqlens", "expected the last entry to equal T = " + std::to_string(d.T) +
+                                      ", got " + std::to_string(cu.back()));
+      }
+      d.NT = offsets.back();
+      if (!chunk_indices.empty_arg() && chunk_indices.shape[0] != d.NT) {
+        return fail("chunk_indices", "expected shape [NT, 2] = [" + std::to_string(d.NT) +
+                                         ", 2] (NT from cu_seqlens), got " +
+                                         shape_str(chunk_indices));
+      }
+    } else {
+      // Device-resident indices: the contents are checked by the kernel (docs/design.md); the
+      // chunk count comes from chunk_indices when given, else from h.
+      d.NT = chunk_indices.empty_arg() ? h.shape[1] : chunk_indices.shape[0];
+    }
+  }
+  const int64_t hB = d.varlen ? 1 : d.B;
+  const std::vector<int64_t> shape_h = state_v_first
+                                           ? std::vector<int64_t>{hB, d.NT, d.HV, d.V, d.K}
+                                           : std::vector<int64_t>{hB, d.NT, d.HV, d.K, d.V};
+  const char* sym_h = state_v_first ? "[B, NT, HV, V, K] (state_v_first)" : "[B, NT, HV, K, V]";
+  for (auto [name, view] : {std::pair{"h", &h}, {"dh", &dh}}) {
+    if (Status s = check_shape(name, *view, shape_h, sym_h); !s.ok()) return s;
+  }
+  if (d.varlen && !chunk_indices.empty_arg() && chunk_indices.device.type == DeviceType::cpu) {
+    if (Status s = check_chunk_indices(read_index_tensor(cu_seqlens), chunk_indices, d.BT);
+        !s.ok()) {
+      return s;
     }
   }
   if (out) *out = d;

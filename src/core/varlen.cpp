@@ -33,7 +33,7 @@ Status chunk_offsets_from_cu_seqlens(const std::vector<int64_t>& cu_seqlens, int
   out->assign(cu_seqlens.size(), 0);
   for (size_t i = 1; i < cu_seqlens.size(); ++i) {
     const int64_t len = cu_seqlens[i] - cu_seqlens[i - 1];
-    (*out)[i] = (*out)[i - 1] + (len + chunk_size - 1) / chunk_size;
+    (*out)[i] = (*out)[i - 1] + len / chunk_size + (len % chunk_size != 0);  // no overflow
   }
   return Status::Ok();
 }
