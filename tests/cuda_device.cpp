@@ -123,6 +123,25 @@ io::HostProblem DeviceProblem::download_outputs() const {
   return out;
 }
 
+void DeviceProblem::poison_outputs_async(cudaStream_t stream) {
+  for (const char* name : io::kOutputNames) {
+    const Buffer& buf = buffers_.at(name);
+    check_cuda(cudaMemsetAsync(buf.ptr, 0xff, buf.bytes, stream), "cudaMemsetAsync poison");
+  }
+}
+
+io::HostProblem DeviceProblem::download_outputs_on(cudaStream_t stream) const {
+  io::HostProblem out = host_;
+  for (const char* name : io::kOutputNames) {
+    io::HostTensor& t = out.tensors[name];
+    check_cuda(cudaMemcpyAsync(t.bytes.data(), buffers_.at(name).ptr, t.bytes.size(),
+                               cudaMemcpyDeviceToHost, stream),
+               "cudaMemcpyAsync D2H");
+  }
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize after download");
+  return out;
+}
+
 bool DeviceProblem::inputs_unchanged(std::string* which) const {
   for (const auto& [name, buf] : buffers_) {
     if (is_output(name)) continue;

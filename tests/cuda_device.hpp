@@ -36,6 +36,13 @@ class DeviceProblem {
   // True when every input's device bytes still equal the host bytes they were uploaded from.
   bool inputs_unchanged(std::string* which) const;
 
+  // For tests that share the GPU between streams or host threads: like poison_outputs, but queued
+  // on `stream` with no synchronization; and all six outputs copied on `stream` after the work
+  // queued there, returning once they have landed. The device must be current.
+  void poison_outputs_async(cudaStream_t stream);
+  io::HostProblem download_outputs_on(cudaStream_t stream) const;
+  int device() const { return device_; }
+
  private:
   struct Buffer {
     void* ptr = nullptr;

@@ -3,8 +3,9 @@
 #   tools/device-check.sh [--build DIR] [--golden DIR] [--out DIR] [--quick]
 # Uses a build made elsewhere (DIR holds src/libkda.so, tests/test_cuda and tools/kda) or, when
 # DIR has none, configures and builds one there. Runs the GPU test matrix, the golden files
-# through `kda run --check`, compute-sanitizer (memcheck, racecheck, synccheck) on a subset, and
-# the model-shape timings; writes full logs under --out and prints a summary table last.
+# through `kda run --check`, compute-sanitizer (memcheck, racecheck, synccheck) on a subset, the
+# model-shape timings and the GPU reliability tests (tests/test_cuda_reliability); writes full
+# logs under --out and prints a summary table last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -114,6 +115,27 @@ for kernel in general auto; do
     done
   done
 done
+
+# 5. GPU reliability tests (tests/test_cuda_reliability.cpp: two streams and four host threads vs
+#    serial bits, two GPUs, tensors past 2^31 elements, NaN/Inf and extreme gates, garbage
+#    device-resident indices) on both kernel choices, then compute-sanitizer memcheck over the
+#    garbage-index tests. Logs go to test_cuda.log and sanitizer.log (no new files).
+reliability="$build/tests/test_cuda_reliability"
+if [ -x "$reliability" ]; then
+  gtest_run "gpu reliability tests" "$reliability" KDA_CUDA_KERNEL=general
+  gtest_run "gpu reliability tests, KDA_CUDA_KERNEL=auto" "$reliability" KDA_CUDA_KERNEL=auto
+  for kernel in general auto; do
+    echo "== compute-sanitizer --tool memcheck, garbage indices, KDA_CUDA_KERNEL=$kernel" \
+      >>"$out/sanitizer.log"
+    KDA_CUDA_KERNEL=$kernel compute-sanitizer --tool memcheck --error-exitcode 99 "$reliability" \
+      --gtest_color=no --gtest_filter='*DeviceIndexGarbage*' >>"$out/sanitizer.log" 2>&1
+    src=$?
+    errors=$(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1 | sed 's/.*ERROR SUMMARY: //')
+    row "memcheck, garbage indices ($kernel)" "$([ $src -eq 0 ] && echo PASS || echo FAIL): ${errors:-no summary}"
+  done
+else
+  row "gpu reliability tests" "FAIL: $reliability not built (carry it with the build)"
+fi
 
 echo
 echo "================ device-check summary ($(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)) ================"
