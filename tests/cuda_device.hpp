@@ -11,6 +11,12 @@
 #include "io/host_problem.hpp"
 #include "kda/problem.hpp"
 
+// Skips the calling test, saying why, when no CUDA device is visible (CI has none).
+#define SKIP_WITHOUT_GPU()                                                         \
+  if (kda::testing::cuda_device_count() == 0) {                                    \
+    GTEST_SKIP() << "no CUDA device visible: GPU test skipped (runs on the H200)"; \
+  }
+
 namespace kda::testing {
 
 // Number of visible CUDA devices (0 when there is no GPU or no driver).

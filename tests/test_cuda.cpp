@@ -17,6 +17,7 @@
 #include "io/host_problem.hpp"
 #include "io/safetensors.hpp"
 #include "kda/kda.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -25,11 +26,9 @@ using kda::io::HostProblem;
 using kda::io::HostTensor;
 using kda::io::ProblemConfig;
 using kda::testing::DeviceProblem;
-
-#define SKIP_WITHOUT_GPU()                                                         \
-  if (kda::testing::cuda_device_count() == 0) {                                    \
-    GTEST_SKIP() << "no CUDA device visible: GPU test skipped (runs on the H200)"; \
-  }
+using kda::testing::fresh_seed;
+using kda::testing::reference_of;
+using kda::testing::use_int32_indices;
 
 struct Case {
   std::string name;
@@ -53,29 +52,6 @@ std::string dtype_tag(DType d) {
     default:
       return "other";
   }
-}
-
-uint64_t fresh_seed() {
-  static std::random_device device;
-  return (static_cast<uint64_t>(device()) << 32) ^ device();
-}
-
-// Converts the index tensors of `hp` to int32.
-void use_int32_indices(HostProblem& hp) {
-  for (const char* name : {"cu_seqlens", "chunk_indices"}) {
-    if (!hp.has(name)) continue;
-    const HostTensor& wide = hp.get(name);
-    HostTensor narrow(DType::i32, wide.shape);
-    for (int64_t i = 0; i < wide.numel(); ++i) narrow.set(i, wide.at(i));
-    hp.tensors[name] = narrow;
-  }
-}
-
-HostProblem reference_of(const HostProblem& hp) {
-  HostProblem ref = hp;
-  const kda::Status s = kda::run(ref.problem(), kda::Backend::cpu_ref);
-  if (!s.ok()) throw std::runtime_error("cpu-ref failed: " + s.message);
-  return ref;
 }
 
 // Runs `hp` on the GPU with poisoned outputs and checks every output against cpu-ref.

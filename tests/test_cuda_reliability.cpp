@@ -32,6 +32,7 @@
 #include "cuda_device.hpp"
 #include "io/host_problem.hpp"
 #include "kda/kda.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -45,14 +46,12 @@ using kda::io::HostTensor;
 using kda::io::ProblemConfig;
 using kda::testing::check_cuda;
 using kda::testing::DeviceProblem;
+using kda::testing::fresh_seed;
+using kda::testing::reference_of;
+using kda::testing::use_int32_indices;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-#define SKIP_WITHOUT_GPU()                                                         \
-  if (kda::testing::cuda_device_count() == 0) {                                    \
-    GTEST_SKIP() << "no CUDA device visible: GPU test skipped (runs on the H200)"; \
-  }
 
 #define SKIP_WITHOUT_TWO_GPUS()                                                           \
   if (const int gpus = kda::testing::cuda_device_count(); gpus < 2) {                     \
@@ -61,11 +60,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
   }
 
 // --- shared helpers --------------------------------------------------------------------------
-
-uint64_t fresh_seed() {
-  static std::random_device device;
-  return (static_cast<uint64_t>(device()) << 32) ^ device();
-}
 
 ProblemConfig config_of(DType x, DType h, int64_t BT, int64_t B, int64_t T, int64_t H, int64_t HV,
                         int64_t K, int64_t V) {
@@ -90,24 +84,6 @@ ProblemConfig varlen_of(ProblemConfig c, std::vector<int64_t> seqlens, bool pass
   c.seqlens = std::move(seqlens);
   c.pass_chunk_indices = pass_chunk_indices;
   return c;
-}
-
-// Converts the index tensors of `hp` to int32.
-void use_int32_indices(HostProblem& hp) {
-  for (const char* name : {"cu_seqlens", "chunk_indices"}) {
-    if (!hp.has(name)) continue;
-    const HostTensor& wide = hp.get(name);
-    HostTensor narrow(DType::i32, wide.shape);
-    for (int64_t i = 0; i < wide.numel(); ++i) narrow.set(i, wide.at(i));
-    hp.tensors[name] = narrow;
-  }
-}
-
-HostProblem reference_of(const HostProblem& hp) {
-  HostProblem ref = hp;
-  const kda::Status s = kda::run(ref.problem(), Backend::cpu_ref);
-  if (!s.ok()) throw std::runtime_error("cpu-ref failed: " + s.message);
-  return ref;
 }
 
 // Poisons the outputs, runs on `stream` and downloads them; the problem's device must be current.
