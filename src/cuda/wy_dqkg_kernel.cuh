@@ -150,13 +150,7 @@ __global__ void __launch_bounds__(WyDqkgTraits<kBT>::kThreads, WyDqkgTraits<kBT>
   // Units beyond 2^31 - 1 CTAs: each CTA strides over units (the loop is uniform per CTA).
   for (int64_t unit = blockIdx.x; unit < p.num_units; unit += gridDim.x) {
     __syncthreads();  // the previous unit is done with shared memory
-    if (warp == 0) {
-      const WorkUnit resolved = resolve_unit(p, unit, kBT, lane);
-      if (lane == 0) {
-        unit_shared = resolved;
-        if (resolved.valid) origins_shared = unit_origins(p, resolved);
-      }
-    }
+    publish_unit(p, unit, kBT, warp, lane, unit_shared, origins_shared);
     __syncthreads();
     if (!unit_shared.valid) continue;  // inconsistent index tensors: see wy_dqkg_unit.cuh
     // Read through references to shared memory: after each barrier the compiler re-reads these

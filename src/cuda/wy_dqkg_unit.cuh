@@ -143,4 +143,17 @@ __device__ inline UnitOrigins unit_origins(const WyDqkgParams& p, const WorkUnit
   return o;
 }
 
+// Warp 0 resolves `unit` and its lane 0 publishes it, with the unit's tensor origins when it is
+// valid, in the CTA's shared copies. Callers put a barrier after it (and before it when the
+// previous unit may still read them).
+__device__ inline void publish_unit(const WyDqkgParams& p, int64_t unit, int chunk_size, int warp,
+                                    int lane, WorkUnit& unit_shared, UnitOrigins& origins_shared) {
+  if (warp != 0) return;
+  const WorkUnit resolved = resolve_unit(p, unit, chunk_size, lane);
+  if (lane == 0) {
+    unit_shared = resolved;
+    if (resolved.valid) origins_shared = unit_origins(p, resolved);
+  }
+}
+
 }  // namespace kda::cuda

@@ -250,13 +250,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   // BT = 64 kernel spilled.
   const int64_t unit = blockIdx.x + static_cast<int64_t>(blockIdx.y) * gridDim.x;
   if (unit >= p.num_units) return;  // uniform over the CTA
-  if (warp == 0) {
-    const WorkUnit resolved = resolve_unit(p, unit, kBT, lane);
-    if (lane == 0) {
-      unit_shared = resolved;
-      if (resolved.valid) origins_shared = unit_origins(p, resolved);
-    }
-  }
+  publish_unit(p, unit, kBT, warp, lane, unit_shared, origins_shared);
   __syncthreads();
   if (!unit_shared.valid) return;  // inconsistent index tensors: see wy_dqkg_unit.cuh
   const UnitOrigins& o = origins_shared;
