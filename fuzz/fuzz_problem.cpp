@@ -1,0 +1,871 @@
+// fuzz_problem: decodes the input into a problem descriptor (small B, T, H, HV, K, V, BT, dtypes,
+// strides, cu_seqlens, chunk_indices, state_v_first, scale), sometimes broken on purpose
+// (shapes, ranks, dtypes, strides, devices, missing or null or misaligned or aliased tensors),
+// and checks what the library promises:
+//   - validate() and kda_validate() never crash and agree; they reject every problem the harness
+//     knows to be invalid and accept every problem it knows to be valid;
+//   - a rejected problem is rejected by run() with the same message and no buffer changes;
+//   - an accepted problem runs on cpu-ref and cpu without a sanitizer finding, writes every
+//     output element, leaves every input byte as it was, gives finite outputs for finite,
+//     moderate inputs, and the two backends agree.
+// Every host tensor gets a buffer of exactly the bytes its view spans, so AddressSanitizer
+// reports any read or write past what the view claims. Views the harness cannot or must not back
+// with memory (on "cuda", or spanning more than kMaxSpanBytes) point into a PROT_NONE region:
+// touching one is a segmentation fault, which libFuzzer reports.
+
+#include <fuzzer/FuzzedDataProvider.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/element.hpp"
+#include "fuzz_common.hpp"
+#include "kda/kda.h"
+#include "kda/kda.hpp"
+
+namespace {
+
+using kda::DType;
+using kda::Problem;
+using kda::TensorView;
+
+constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
+constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
+// Larger views are never backed by memory (see the header comment).
+constexpr int64_t kMaxSpanBytes = int64_t{1} << 22;
+
+// The views of a Problem, in kda_problem's field order.
+struct Slot {
+  const char* name;
+  TensorView Problem::*member;
+  kda_tensor kda_problem::*c_member;
+  bool is_output;
+  bool is_index;
+};
+constexpr Slot kSlots[] = {
+    {"q", &Problem::q, &kda_problem::q, false, false},
+    {"k", &Problem::k, &kda_problem::k, false, false},
+    {"v", &Problem::v, &kda_problem::v, false, false},
+    {"v_new", &Problem::v_new, &kda_problem::v_new, false, false},
+    {"g", &Problem::g, &kda_problem::g, false, false},
+    {"beta", &Problem::beta, &kda_problem::beta, false, false},
+    {"A", &Problem::A, &kda_problem::A, false, false},
+    {"h", &Problem::h, &kda_problem::h, false, false},
+    {"do", &Problem::do_, &kda_problem::do_, false, false},
+    {"dh", &Problem::dh, &kda_problem::dh, false, false},
+    {"dv", &Problem::dv, &kda_problem::dv, false, false},
+    {"cu_seqlens", &Problem::cu_seqlens, &kda_problem::cu_seqlens, false, true},
+    {"chunk_indices", &Problem::chunk_indices, &kda_problem::chunk_indices, false, true},
+    {"dq", &Problem::dq, &kda_problem::dq, true, false},
+    {"dk", &Problem::dk, &kda_problem::dk, true, false},
+    {"dv_out", &Problem::dv_out, &kda_problem::dv_out, true, false},
+    {"db", &Problem::db, &kda_problem::db, true, false},
+    {"dg", &Problem::dg, &kda_problem::dg, true, false},
+    {"dA", &Problem::dA, &kda_problem::dA, true, false},
+};
+constexpr int kNumSlots = static_cast<int>(sizeof(kSlots) / sizeof(kSlots[0]));
+enum SlotId : int { kQ = 0, kG = 4, kBeta = 5, kA = 6, kCu = 11, kCi = 12 };
+
+// A PROT_NONE reservation for views that must never be dereferenced on the host.
+uint8_t* forbidden_region() {
+  static uint8_t* region = [] {
+    void* p = mmap(nullptr, size_t{1} << 32, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    KDA_FUZZ_CHECK(p != MAP_FAILED, "cannot reserve the PROT_NONE region");
+    return static_cast<uint8_t*>(p);
+  }();
+  return region;
+}
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double uniform(uint64_t& state, double lo, double hi) {
+  return lo + (hi - lo) * static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;
+}
+
+bool known_dtype(DType d) {
+  return static_cast<int32_t>(d) >= 0 && static_cast<int32_t>(d) <= 5;
+}
+
+// Bytes spanned by a view (0 when it has no element), or nullopt when the harness cannot back
+// it: an unknown dtype or rank, a negative extent or stride, or arithmetic past int64.
+std::optional<int64_t> span_bytes(const TensorView& t) {
+  if (!known_dtype(t.dtype) || t.rank < 0 || t.rank > kda::kMaxRank) return std::nullopt;
+  int64_t last = 0;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] < 0 || t.strides[d] < 0) return std::nullopt;
+    if (t.shape[d] == 0) return 0;
+  }
+  for (int d = 0; d < t.rank; ++d) {
+    int64_t term = 0;
+    if (__builtin_mul_overflow(t.shape[d] - 1, t.strides[d], &term) ||
+        __builtin_add_overflow(last, term, &last)) {
+      return std::nullopt;
+    }
+  }
+  int64_t bytes = 0;
+  if (__builtin_add_overflow(last, 1, &last) ||
+      __builtin_mul_overflow(last, static_cast<int64_t>(kda::dtype_size(t.dtype)), &bytes)) {
+    return std::nullopt;
+  }
+  return bytes;
+}
+
+// The library's rule, restated: extents other than 1 have row-major strides.
+bool harness_contiguous(const TensorView& t) {
+  int64_t expected = 1;
+  for (int d = t.rank - 1; d >= 0; --d) {
+    if (t.shape[d] != 1 && t.strides[d] != expected) return false;
+    if (__builtin_mul_overflow(expected, t.shape[d], &expected)) return false;
+  }
+  return true;
+}
+
+// --- the problem the input describes ---------------------------------------------------------
+
+struct Plan {
+  int64_t B = 0, T = 0, H = 1, HV = 1, K = 1, V = 1, BT = 16, NT = 0;
+  DType x = DType::f32, h_dtype = DType::f32, beta_dtype = DType::f32;
+  DType cu_dtype = DType::i64, ci_dtype = DType::i64;
+  bool varlen = false, pass_chunk_indices = false, state_v_first = false;
+  std::vector<int64_t> cu;             // intended cu_seqlens
+  std::vector<int64_t> chunk_indices;  // intended, flattened (seq, chunk) pairs
+  std::optional<double> scale;
+};
+
+Plan decode_plan(FuzzedDataProvider& fdp) {
+  Plan p;
+  const int64_t head_dims[] = {1, 2, 3, 4, 5, 8, 16};
+  p.H = fdp.ConsumeIntegralInRange<int64_t>(1, 2);
+  p.HV = p.H * fdp.ConsumeIntegralInRange<int64_t>(1, 3);
+  p.K = fdp.PickValueInArray(head_dims);
+  p.V = fdp.PickValueInArray(head_dims);
+  p.BT = fdp.PickValueInArray({int64_t{16}, int64_t{32}, int64_t{64}});
+  const DType xs[] = {DType::f32, DType::bf16, DType::f16};
+  p.x = fdp.PickValueInArray(xs);
+  p.h_dtype = fdp.ConsumeBool() ? p.x : DType::f32;
+  p.beta_dtype = fdp.ConsumeBool() ? p.x : DType::f32;
+  p.state_v_first = fdp.ConsumeBool();
+  switch (fdp.ConsumeIntegralInRange(0, 3)) {
+    case 0:
+      break;  // None: K ** -0.5
+    case 1:
+      p.scale = fdp.PickValueInArray({0.0, 1.0, -0.5, 0.125, 3.0, 16.0});
+      break;
+    case 2:
+      p.scale = fdp.PickValueInArray({1e300, -1e-300, 65504.0, 1e-45});
+      break;
+    default:
+      p.scale = fdp.ConsumeFloatingPointInRange(-16.0, 16.0);
+      break;
+  }
+  p.varlen = fdp.ConsumeBool();
+  if (!p.varlen) {
+    p.B = fdp.ConsumeIntegralInRange<int64_t>(0, 2);
+    p.T = fdp.ConsumeIntegralInRange<int64_t>(0, 40);
+    p.NT = (p.T + p.BT - 1) / p.BT;
+    return p;
+  }
+  p.B = 1;
+  p.cu_dtype = fdp.ConsumeBool() ? DType::i32 : DType::i64;
+  p.ci_dtype = fdp.ConsumeBool() ? DType::i32 : DType::i64;
+  p.pass_chunk_indices = fdp.ConsumeBool();
+  const int64_t num_seqs = fdp.ConsumeIntegralInRange<int64_t>(0, 3);
+  p.cu.push_back(0);
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const int64_t len = fdp.ConsumeIntegralInRange<int64_t>(0, 24);
+    for (int64_t c = 0; c < (len + p.BT - 1) / p.BT; ++c) {
+      p.chunk_indices.push_back(s);
+      p.chunk_indices.push_back(c);
+    }
+    p.cu.push_back(p.cu.back() + len);
+  }
+  p.T = p.cu.back();
+  p.NT = static_cast<int64_t>(p.chunk_indices.size() / 2);
+  return p;
+}
+
+struct Intended {
+  std::vector<int64_t> shape;
+  DType dtype;
+};
+
+Intended intended(const Plan& p, int slot) {
+  const std::vector<int64_t> qk{p.B, p.T, p.H, p.K};
+  const std::vector<int64_t> vv{p.B, p.T, p.HV, p.V};
+  const std::vector<int64_t> gk{p.B, p.T, p.HV, p.K};
+  const std::vector<int64_t> state = p.state_v_first
+                                         ? std::vector<int64_t>{p.B, p.NT, p.HV, p.V, p.K}
+                                         : std::vector<int64_t>{p.B, p.NT, p.HV, p.K, p.V};
+  const std::string name = kSlots[slot].name;
+  if (name == "q" || name == "k") return {qk, p.x};
+  if (name == "v" || name == "v_new" || name == "do" || name == "dv") return {vv, p.x};
+  if (name == "g") return {gk, DType::f32};
+  if (name == "beta") return {{p.B, p.T, p.HV}, p.beta_dtype};
+  if (name == "A") return {{p.B, p.T, p.HV, p.BT}, p.x};
+  if (name == "h" || name == "dh") return {state, p.h_dtype};
+  if (name == "cu_seqlens") return {{static_cast<int64_t>(p.cu.size())}, p.cu_dtype};
+  if (name == "chunk_indices") return {{p.NT, 2}, p.ci_dtype};
+  if (name == "dv_out") return {vv, p.x};
+  if (name == "db") return {{p.B, p.T, p.HV}, DType::f32};
+  if (name == "dA") return {{p.B, p.T, p.HV, p.BT}, DType::f32};
+  return {gk, DType::f32};  // dq, dk, dg
+}
+
+// Strides for `shape` in one of several layouts: row-major, a permuted dense order, padded,
+// broadcast (one stride 0) or arbitrary small strides.
+void choose_layout(FuzzedDataProvider& fdp, int mode, TensorView& t) {
+  const int rank = t.rank;
+  std::array<int, kda::kMaxRank> order{};  // order[0] is the outermost dimension in memory
+  for (int d = 0; d < rank; ++d) order[d] = d;
+  if (mode == 1 && rank >= 2) {
+    const int a = fdp.ConsumeIntegralInRange(0, rank - 1);
+    const int b = fdp.ConsumeIntegralInRange(0, rank - 1);
+    std::swap(order[a], order[b]);
+  }
+  const int padded = mode == 2 && rank > 0 ? fdp.ConsumeIntegralInRange(0, rank - 1) : -1;
+  const int64_t pad = padded >= 0 ? fdp.ConsumeIntegralInRange<int64_t>(1, 5) : 0;
+  int64_t stride = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    const int d = order[i];
+    t.strides[d] = stride;
+    stride *= t.shape[d] + (d == padded ? pad : 0);
+  }
+  if (mode == 3 && rank > 0) t.strides[fdp.ConsumeIntegralInRange(0, rank - 1)] = 0;
+  if (mode == 4) {
+    for (int d = 0; d < rank; ++d) t.strides[d] = fdp.ConsumeIntegralInRange<int64_t>(0, 40);
+  }
+}
+
+// --- the descriptor, possibly broken -------------------------------------------------------
+
+struct Case {
+  Plan plan;
+  Problem problem;
+  std::array<bool, kNumSlots> given{};  // passed to the library (optional ones may not be)
+  std::array<bool, kNumSlots> null_data{};
+  std::array<int, kNumSlots> misalign{};  // bytes added to the pointer
+  std::array<int, kNumSlots> alias_of{};  // -1, or the slot whose buffer this one shares
+  bool all_on_cuda = false;
+  bool garbage_enum = false;  // a dtype, rank or device type outside its enum
+  bool cu_edited = false;     // cu_seqlens contents no longer as planned
+  bool ci_edited = false;     // chunk_indices contents no longer as planned
+  bool perturbed = false;     // any deliberate break, even one that may leave it valid
+  std::string must_reject;    // why the harness knows the problem is invalid ("" if not)
+  // Value injection.
+  int special_slot = -1;
+  int64_t special_element = 0;
+  double special_value = 0.0;
+  bool extreme_gates = false;
+  uint64_t value_seed = 0;
+  // Index content edits: (slot, flat element, value).
+  struct Edit {
+    int slot;
+    int64_t element;
+    int64_t value;
+  };
+  std::vector<Edit> edits;
+
+  TensorView& view(int slot) { return problem.*(kSlots[slot].member); }
+  const TensorView& view(int slot) const { return problem.*(kSlots[slot].member); }
+  void reject_because(const std::string& why) { must_reject += why + "; "; }
+};
+
+void perturb(FuzzedDataProvider& fdp, Case& c) {
+  c.perturbed = true;
+  const int slot = fdp.ConsumeIntegralInRange(0, kNumSlots - 1);
+  TensorView& t = c.view(slot);
+  const bool index = kSlots[slot].is_index;
+  const bool present = c.given[slot];
+  switch (fdp.ConsumeIntegralInRange(0, 14)) {
+    case 0: {  // one extent changed
+      if (!present || t.rank <= 0 || t.rank > kda::kMaxRank) return;
+      const int d = fdp.ConsumeIntegralInRange(0, t.rank - 1);
+      // Clamped so that the candidates below cannot overflow after an earlier edit.
+      const int64_t e = std::clamp(t.shape[d], int64_t{-1}, int64_t{1} << 40);
+      // validate() reads index tensors: give them only extents the harness can back.
+      t.shape[d] = index ? fdp.PickValueInArray({int64_t{0}, e - 1, e + 1, 2 * e + 1, int64_t{-1}})
+                         : fdp.PickValueInArray({int64_t{0}, e - 1, e + 1, 2 * e + 1, int64_t{-1},
+                                                 int64_t{1} << 31, int64_t{1} << 40,
+                                                 int64_t{1} << 62, kI64Max, kI64Min});
+      return;
+    }
+    case 1: {  // rank changed, sometimes to a value outside 0..kMaxRank
+      if (!present) return;
+      const int32_t rank =
+          fdp.PickValueInArray({1, 2, 3, 4, 5, 6, -1, 7, 64, std::numeric_limits<int32_t>::min()});
+      for (int d = std::max(t.rank, 0); d < std::clamp(rank, 0, kda::kMaxRank); ++d) {
+        t.shape[d] = 1;
+        t.strides[d] = 0;
+      }
+      t.rank = rank;
+      return;
+    }
+    case 2:  // dtype changed, sometimes to a value outside the enum
+      if (!present) return;
+      t.dtype = static_cast<DType>(fdp.PickValueInArray({0, 1, 2, 3, 4, 5, -1, 6, 99}));
+      return;
+    case 3: {  // one stride changed
+      if (!present || t.rank <= 0 || t.rank > kda::kMaxRank) return;
+      const int d = fdp.ConsumeIntegralInRange(0, t.rank - 1);
+      const int64_t next = t.strides[d] < kI64Max ? t.strides[d] + 1 : 0;
+      t.strides[d] = index ? fdp.PickValueInArray({int64_t{2}, int64_t{3}, int64_t{-1}})
+                           : fdp.PickValueInArray({int64_t{0}, int64_t{-1}, next, int64_t{1} << 40,
+                                                   int64_t{1} << 62, kI64Max});
+      return;
+    }
+    case 4:  // a required tensor omitted
+      if (!index) c.given[slot] = false;
+      return;
+    case 5:  // null data
+      c.null_data[slot] = true;
+      return;
+    case 6:  // misaligned pointer
+      c.misalign[slot] = 1;
+      return;
+    case 7:  // shares another tensor's buffer
+      c.alias_of[slot] = fdp.ConsumeIntegralInRange(0, kNumSlots - 1);
+      if (c.alias_of[slot] == slot) c.alias_of[slot] = -1;
+      return;
+    case 8: {  // one tensor on another device
+      const int which = fdp.ConsumeIntegralInRange(0, 2);
+      if (which == 0) t.device = {kda::DeviceType::cuda, 0};
+      if (which == 1) t.device = {kda::DeviceType::cpu, 1};
+      if (which == 2) t.device = {static_cast<kda::DeviceType>(7), 0};
+      return;
+    }
+    case 9:
+      c.problem.chunk_size =
+          fdp.PickValueInArray({int64_t{0}, int64_t{8}, int64_t{16}, int64_t{32}, int64_t{48},
+                                int64_t{64}, int64_t{128}, int64_t{-64}, kI64Min});
+      return;
+    case 10:
+      c.problem.scale = fdp.PickValueInArray({std::numeric_limits<double>::quiet_NaN(),
+                                              std::numeric_limits<double>::infinity(),
+                                              -std::numeric_limits<double>::infinity()});
+      return;
+    case 11:
+      c.problem.state_v_first = !c.problem.state_v_first;
+      return;
+    case 12: {  // cu_seqlens contents
+      if (!c.plan.varlen) return;
+      const int64_t n = static_cast<int64_t>(c.plan.cu.size());
+      const int64_t at = fdp.ConsumeIntegralInRange<int64_t>(0, n - 1);
+      const int64_t was = c.plan.cu[static_cast<size_t>(at)];
+      c.edits.push_back({kCu, at,
+                         fdp.PickValueInArray({int64_t{-1}, was - 1, was + 1, c.plan.T + 1,
+                                               int64_t{1} << 40, kI64Max, kI64Min})});
+      c.cu_edited = true;
+      return;
+    }
+    case 13: {  // chunk_indices contents, or a chunk_indices in fixed-length mode
+      if (!c.given[kCi]) {
+        TensorView& ci = c.view(kCi);
+        ci = TensorView{};
+        ci.dtype = DType::i64;
+        ci.rank = 2;
+        ci.shape[0] = c.plan.NT;
+        ci.shape[1] = 2;
+        ci.strides[0] = 2;
+        ci.strides[1] = 1;
+        c.given[kCi] = true;
+        return;
+      }
+      if (!c.plan.varlen || c.plan.NT == 0) return;  // fixed length: nothing planned to edit
+      const int64_t at = fdp.ConsumeIntegralInRange<int64_t>(0, 2 * c.plan.NT - 1);
+      const int64_t was = c.plan.chunk_indices[static_cast<size_t>(at)];
+      c.edits.push_back(
+          {kCi, at, fdp.PickValueInArray({int64_t{-1}, was + 1, int64_t{1} << 33, kI64Min})});
+      c.ci_edited = true;
+      return;
+    }
+    default:  // cu_seqlens dropped
+      c.given[kCu] = false;
+      return;
+  }
+}
+
+// The bytes are read in order of importance: FuzzedDataProvider returns defaults once the input
+// runs out, and libFuzzer grows inputs slowly, so what comes first is explored first. The
+// plan, then the deliberate breaks (kept as raw bytes, applied once the layouts exist), then
+// values, and the layouts last (row-major by default).
+Case decode_case(FuzzedDataProvider& fdp) {
+  Case c;
+  c.alias_of.fill(-1);
+  c.plan = decode_plan(fdp);
+  const Plan& p = c.plan;
+  const int perturbations =
+      fdp.ConsumeIntegralInRange(0, 9) < 6 ? 0 : fdp.ConsumeIntegralInRange(1, 3);
+  const std::vector<uint8_t> recipe = fdp.ConsumeBytes<uint8_t>(16 * perturbations);
+  c.all_on_cuda = fdp.ConsumeIntegralInRange(0, 15) == 0;
+  switch (fdp.ConsumeIntegralInRange(0, 7)) {
+    case 0:  // one special value in one input
+      c.special_slot = fdp.ConsumeIntegralInRange(0, kNumSlots - 1);
+      c.special_element = fdp.ConsumeIntegralInRange<int64_t>(0, 1 << 16);
+      c.special_value = fdp.PickValueInArray(
+          {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+           -std::numeric_limits<double>::infinity(), 1e30, -65504.0, 1e-40});
+      break;
+    case 1:
+      c.extreme_gates = true;  // g in {0, -60}: exp2(gn - G) up to 2^60, still finite in f32
+      break;
+    default:
+      break;
+  }
+  c.value_seed = fdp.ConsumeIntegral<uint64_t>();
+
+  const bool scramble_outputs = fdp.ConsumeIntegralInRange(0, 7) == 0;
+  for (int s = 0; s < kNumSlots; ++s) {
+    if (s == kCu && !p.varlen) continue;
+    if (s == kCi && !p.pass_chunk_indices) continue;
+    c.given[s] = true;
+    const Intended want = intended(p, s);
+    TensorView& t = c.view(s);
+    t.dtype = want.dtype;
+    t.rank = static_cast<int32_t>(want.shape.size());
+    for (int d = 0; d < t.rank; ++d) t.shape[d] = want.shape[static_cast<size_t>(d)];
+    // Inputs take any layout (index tensors only those without self-overlap, or their planned
+    // contents would not survive); outputs stay row-major unless this input scrambles one.
+    int mode = fdp.ConsumeIntegralInRange(0, 7);
+    mode = mode <= 3 ? 0 : mode - 3;
+    if (kSlots[s].is_index && mode > 2) mode = 0;
+    if (kSlots[s].is_output) mode = scramble_outputs && fdp.ConsumeBool() ? mode : 0;
+    choose_layout(fdp, mode, t);
+  }
+  c.problem.chunk_size = p.BT;
+  c.problem.state_v_first = p.state_v_first;
+  c.problem.scale = p.scale;
+
+  FuzzedDataProvider recipe_fdp(recipe.data(), recipe.size());
+  for (int i = 0; i < perturbations; ++i) perturb(recipe_fdp, c);
+  return c;
+}
+
+// What the harness knows about the final descriptor, judged from its state (so two edits that
+// cancel out claim nothing). Called after place(), when data pointers are final.
+void judge(Case& c, const std::array<std::optional<int64_t>, kNumSlots>& spans) {
+  const Plan& p = c.plan;
+  const bool device_varlen = c.all_on_cuda && c.given[kCu];
+  for (int s = 0; s < kNumSlots; ++s) {
+    const TensorView& t = c.view(s);
+    const std::string name = kSlots[s].name;
+    if (!c.given[s]) {
+      if (!kSlots[s].is_index) c.reject_because(name + " omitted");
+      continue;
+    }
+    if (!known_dtype(t.dtype) || t.rank < 0 || t.rank > kda::kMaxRank ||
+        (t.device.type != kda::DeviceType::cpu && t.device.type != kda::DeviceType::cuda)) {
+      c.garbage_enum = true;
+      c.reject_because(name + " has an enum value outside its range");
+      continue;
+    }
+    const Intended want = intended(p, s);
+    if (t.rank != static_cast<int32_t>(want.shape.size())) {
+      c.reject_because(name + " rank changed");
+      continue;
+    }
+    for (int d = 0; d < t.rank; ++d) {
+      if (t.shape[d] < 0) c.reject_because(name + " negative extent");
+      if (t.strides[d] < 0) c.reject_because(name + " negative stride");
+      // Every extent of every tensor is checked against another tensor's, except the chunk
+      // count of h/dh on a device (it then defines NT) and what index tensors hold.
+      const bool defines_nt =
+          device_varlen && !c.given[kCi] && (name == "h" || name == "dh") && d == 1;
+      if (!kSlots[s].is_index && !defines_nt && t.shape[d] != want.shape[static_cast<size_t>(d)]) {
+        c.reject_because(name + " extent changed");
+      }
+    }
+    if (!(t.device == c.view(kQ).device)) c.reject_because(name + " on another device than q");
+    if (c.null_data[s] && (!spans[s] || *spans[s] > 0)) c.reject_because(name + " null data");
+    if (c.misalign[s] && t.data != nullptr) c.reject_because(name + " misaligned");
+    if (kSlots[s].is_output && !harness_contiguous(t)) c.reject_because(name + " not contiguous");
+  }
+  if (c.problem.chunk_size != p.BT) c.reject_because("chunk_size changed");
+  if (c.problem.scale && !std::isfinite(*c.problem.scale)) c.reject_because("scale not finite");
+  if (c.problem.state_v_first != p.state_v_first && p.K != p.V) {
+    c.reject_because("state_v_first flipped with K != V");
+  }
+  if (c.given[kCi] && !c.given[kCu]) c.reject_because("chunk_indices without cu_seqlens");
+  // An edited chunk_indices entry on the host is compared with cu_seqlens; trust the edit only
+  // when the view is row-major (no entry shares memory with another) and nothing else moved.
+  if (c.ci_edited && !c.cu_edited && !c.all_on_cuda && c.given[kCi] &&
+      harness_contiguous(c.view(kCi)) && c.view(kCi).shape[0] == p.NT) {
+    std::vector<int64_t> stored = p.chunk_indices;  // what fill_inputs writes: last edit wins
+    for (const Case::Edit& e : c.edits) {
+      if (e.slot != kCi) continue;
+      stored[static_cast<size_t>(e.element)] =
+          c.view(kCi).dtype == DType::i32 ? static_cast<int32_t>(e.value) : e.value;
+    }
+    if (stored != p.chunk_indices) c.reject_because("chunk_indices contents changed");
+  }
+  for (int s = 0; s < kNumSlots; ++s) {  // realized aliases that involve an output
+    const int a = c.alias_of[s];
+    if (a < 0 || c.null_data[s] || c.null_data[a]) continue;
+    const bool output = kSlots[s].is_output || kSlots[a].is_output;
+    if (output && spans[s].value_or(0) > 0 && spans[a].value_or(0) > 0) {
+      c.reject_because(std::string(kSlots[s].name) + " shares memory with " + kSlots[a].name);
+    }
+  }
+}
+
+// --- memory -------------------------------------------------------------------------------
+
+struct Buffer {
+  uint8_t* base = nullptr;
+  int64_t bytes = 0;
+};
+
+struct Memory {
+  std::vector<Buffer> buffers;
+  std::array<int, kNumSlots> buffer_of{};  // -1: no host memory behind the view
+  Memory() { buffer_of.fill(-1); }
+  ~Memory() {
+    for (Buffer& b : buffers) std::free(b.base);
+  }
+  Memory(const Memory&) = delete;
+  Memory& operator=(const Memory&) = delete;
+  int allocate(int64_t bytes) {
+    // Exactly `bytes`: ASan's redzone starts right after the last byte a view may touch.
+    auto* base = static_cast<uint8_t*>(std::malloc(static_cast<size_t>(bytes)));
+    KDA_FUZZ_CHECK(base != nullptr || bytes == 0, "malloc(%lld) failed",
+                   static_cast<long long>(bytes));
+    buffers.push_back({base, bytes});
+    return static_cast<int>(buffers.size()) - 1;
+  }
+};
+
+// Gives every view its data pointer, records which views the harness backs with memory, and
+// judges the result.
+void place(Case& c, Memory& mem, bool& all_backed) {
+  all_backed = true;
+  std::array<std::optional<int64_t>, kNumSlots> spans{};
+  for (int s = 0; s < kNumSlots; ++s) spans[s] = span_bytes(c.view(s));
+  int64_t forbidden_offset = 0;
+  for (int s = 0; s < kNumSlots; ++s) {
+    TensorView& t = c.view(s);
+    if (!c.given[s]) {
+      t = TensorView{};
+      c.alias_of[s] = -1;
+      continue;
+    }
+    if (c.all_on_cuda) t.device = {kda::DeviceType::cuda, 0};
+    const bool on_host = t.device.type == kda::DeviceType::cpu;
+    if (!on_host || !spans[s] || *spans[s] > kMaxSpanBytes) {
+      // Distinct addresses, so that overlapping is never the only reason to reject.
+      t.data = forbidden_region() + forbidden_offset + c.misalign[s];
+      forbidden_offset += 1 << 20;
+      c.alias_of[s] = -1;  // no shared host buffer
+      if (on_host) all_backed = false;
+      continue;
+    }
+    const int alias = c.alias_of[s];
+    if (alias >= 0 && alias < s && mem.buffer_of[alias] >= 0 && c.misalign[alias] == 0 &&
+        c.misalign[s] == 0) {
+      // Share: grow the buffer if this view spans more, so that no view overruns it.
+      const int shared = mem.buffer_of[alias];
+      Buffer& b = mem.buffers[static_cast<size_t>(shared)];
+      if (*spans[s] > b.bytes) {
+        std::free(b.base);
+        b.base = static_cast<uint8_t*>(std::malloc(static_cast<size_t>(*spans[s])));
+        b.bytes = *spans[s];
+        for (int o = 0; o < s; ++o) {
+          if (mem.buffer_of[o] == shared) c.view(o).data = b.base;
+        }
+      }
+      mem.buffer_of[s] = shared;
+      t.data = b.base;
+      continue;
+    }
+    c.alias_of[s] = -1;  // not realized
+    mem.buffer_of[s] = mem.allocate(*spans[s] + c.misalign[s]);
+    t.data = mem.buffers.back().base + c.misalign[s];
+  }
+  for (int s = 0; s < kNumSlots; ++s) {
+    if (c.given[s] && c.null_data[s]) c.view(s).data = nullptr;
+    // Rank 0 and null data is how an argument is omitted: judge it as omitted.
+    if (c.given[s] && c.view(s).empty_arg()) c.given[s] = false;
+  }
+  judge(c, spans);
+}
+
+// --- values -------------------------------------------------------------------------------
+
+void fill_inputs(const Case& c, Memory& mem) {
+  uint64_t rng = c.value_seed;
+  for (int s = 0; s < kNumSlots; ++s) {
+    const TensorView& t = c.problem.*(kSlots[s].member);
+    const int buf = mem.buffer_of[s];
+    if (kSlots[s].is_output || buf < 0 || t.data == nullptr || c.alias_of[s] >= 0) continue;
+    Buffer& b = mem.buffers[static_cast<size_t>(buf)];
+    const int64_t elem = static_cast<int64_t>(kda::dtype_size(t.dtype));
+    const int64_t count = (b.bytes - (static_cast<uint8_t*>(t.data) - b.base)) / elem;
+    if (kSlots[s].is_index && c.misalign[s] == 0) {
+      // Planned values in the view's row-major order, zeros wherever the view holds more.
+      const std::vector<int64_t>& planned = s == kCu ? c.plan.cu : c.plan.chunk_indices;
+      std::memset(t.data, 0, static_cast<size_t>(count * elem));
+      int64_t i = 0;
+      kda::fuzz::for_each_offset(t, [&](int64_t offset) {
+        int64_t value =
+            i < static_cast<int64_t>(planned.size()) ? planned[static_cast<size_t>(i)] : 0;
+        for (const Case::Edit& e : c.edits) {
+          if (e.slot == s && e.element == i) value = e.value;
+        }
+        if (t.dtype == DType::i32)
+          static_cast<int32_t*>(t.data)[offset] = static_cast<int32_t>(value);
+        if (t.dtype == DType::i64) static_cast<int64_t*>(t.data)[offset] = value;
+        ++i;
+      });
+      continue;
+    }
+    if (!kda::dtype_is_float(t.dtype) || c.misalign[s] != 0) {
+      // An integer dtype on a float tensor, or a misaligned pointer (no typed store there):
+      // validation rejects both, so any bytes do.
+      std::memset(t.data, 0x11, static_cast<size_t>(count * elem));
+      continue;
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      double value = 0.0;
+      if (s == kG) {
+        value = c.extreme_gates ? (splitmix64(rng) % 2 ? 0.0 : -60.0) : uniform(rng, -4.0, 0.0);
+      } else if (s == kBeta) {
+        value = uniform(rng, 0.0, 1.0);
+      } else if (s == kA) {
+        value = uniform(rng, -1.0, 1.0);
+      } else {
+        value = uniform(rng, -2.0, 2.0);
+      }
+      if (s == c.special_slot && i == c.special_element % count) value = c.special_value;
+      kda::store_float(t, i, static_cast<float>(value));
+    }
+  }
+}
+
+// --- checks -------------------------------------------------------------------------------
+
+kda_problem to_c(const Problem& p) {
+  kda_problem c{};
+  c.abi_version = KDA_ABI_VERSION;
+  c.state_v_first = p.state_v_first ? 1 : 0;
+  c.chunk_size = p.chunk_size;
+  c.has_scale = p.scale.has_value() ? 1 : 0;
+  c.scale = p.scale.value_or(0.0);
+  for (const Slot& slot : kSlots) {
+    const TensorView& t = p.*(slot.member);
+    kda_tensor& out = c.*(slot.c_member);
+    out.data = t.data;
+    out.dtype = static_cast<int32_t>(t.dtype);
+    out.rank = t.rank;
+    out.device_type = static_cast<int32_t>(t.device.type);
+    out.device_index = t.device.index;
+    for (int d = 0; d < kda::kMaxRank; ++d) {
+      out.shape[d] = t.shape[d];
+      out.strides[d] = t.strides[d];
+    }
+  }
+  return c;
+}
+
+// With KDA_FUZZ_VERBOSE set (when replaying one input), what the harness built, field by field
+// and without calling into the library, which may be what crashes.
+void print_case(const Case& c, const Memory& mem) {
+  std::fprintf(stderr,
+               "fuzz_problem case: chunk_size %lld, scale %s, state_v_first %d, "
+               "all_on_cuda %d\n",
+               static_cast<long long>(c.problem.chunk_size),
+               c.problem.scale ? std::to_string(*c.problem.scale).c_str() : "None",
+               c.problem.state_v_first ? 1 : 0, c.all_on_cuda ? 1 : 0);
+  for (int s = 0; s < kNumSlots; ++s) {
+    const TensorView& t = c.view(s);
+    std::string line = std::string("  ") + kSlots[s].name + ": ";
+    if (!c.given[s]) {
+      std::fprintf(stderr, "%somitted\n", line.c_str());
+      continue;
+    }
+    line += "dtype " + std::to_string(static_cast<int>(t.dtype)) + " rank " +
+            std::to_string(t.rank) + " device " + std::to_string(static_cast<int>(t.device.type)) +
+            ":" + std::to_string(t.device.index) + " shape [";
+    for (int d = 0; d < std::clamp(t.rank, 0, kda::kMaxRank); ++d) {
+      line += (d ? ", " : "") + std::to_string(t.shape[d]);
+    }
+    line += "] strides [";
+    for (int d = 0; d < std::clamp(t.rank, 0, kda::kMaxRank); ++d) {
+      line += (d ? ", " : "") + std::to_string(t.strides[d]);
+    }
+    line += "]";
+    if (c.null_data[s]) line += " null";
+    if (c.misalign[s]) line += " misaligned";
+    if (c.alias_of[s] >= 0) line += std::string(" shares ") + kSlots[c.alias_of[s]].name;
+    const bool integer = t.dtype == DType::i32 || t.dtype == DType::i64;
+    if (kSlots[s].is_index && integer && mem.buffer_of[s] >= 0 && c.misalign[s] == 0) {
+      line += " values";
+      kda::fuzz::for_each_offset(t, [&](int64_t offset) {
+        line += " " + std::to_string(t.dtype == DType::i32 ? static_cast<int32_t*>(t.data)[offset]
+                                                           : static_cast<int64_t*>(t.data)[offset]);
+      });
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  for (const Case::Edit& e : c.edits) {
+    std::fprintf(stderr, "  edit: %s element %lld := %lld\n", kSlots[e.slot].name,
+                 static_cast<long long>(e.element), static_cast<long long>(e.value));
+  }
+  std::fprintf(stderr, "  must reject: %s\n", c.must_reject.empty() ? "-" : c.must_reject.c_str());
+}
+
+std::vector<std::vector<uint8_t>> snapshot(const Memory& mem) {
+  std::vector<std::vector<uint8_t>> copy;
+  for (const Buffer& b : mem.buffers) copy.emplace_back(b.base, b.base + b.bytes);
+  return copy;
+}
+
+bool finite_inputs_expected(const Case& c) {
+  if (c.special_slot >= 0 && !kSlots[c.special_slot].is_output &&
+      !kSlots[c.special_slot].is_index) {
+    return false;
+  }
+  for (int s = 0; s < kNumSlots; ++s) {
+    if (c.alias_of[s] >= 0) return false;  // another dtype's bytes may read as NaN
+  }
+  return !c.problem.scale || std::fabs(*c.problem.scale) <= 16.0;
+}
+
+// Runs one backend on an accepted problem and checks every promise; returns the outputs.
+std::vector<std::vector<double>> run_and_check(const Case& c, Memory& mem, kda::Backend backend) {
+  const char* name = backend == kda::Backend::cpu ? "cpu" : "cpu-ref";
+  std::vector<bool> is_output_buffer(mem.buffers.size(), false);
+  for (int s = 0; s < kNumSlots; ++s) {
+    if (!kSlots[s].is_output || mem.buffer_of[s] < 0) continue;
+    const TensorView& t = c.problem.*(kSlots[s].member);
+    Buffer& b = mem.buffers[static_cast<size_t>(mem.buffer_of[s])];
+    kda::fuzz::poison(b.base, t.dtype, b.bytes / static_cast<int64_t>(kda::dtype_size(t.dtype)));
+    is_output_buffer[static_cast<size_t>(mem.buffer_of[s])] = true;
+  }
+  const auto before = snapshot(mem);
+  const kda::Status status = kda::run(c.problem, backend);
+  KDA_FUZZ_CHECK(status.ok(), "%s failed on a validated problem: %s\n%s", name,
+                 status.message.c_str(), c.problem.describe().c_str());
+  for (size_t b = 0; b < mem.buffers.size(); ++b) {
+    if (is_output_buffer[b] || before[b].empty()) continue;
+    KDA_FUZZ_CHECK(std::memcmp(before[b].data(), mem.buffers[b].base, before[b].size()) == 0,
+                   "%s modified an input buffer", name);
+  }
+  const bool finite = finite_inputs_expected(c);
+  std::vector<std::vector<double>> outputs;
+  for (int s = 0; s < kNumSlots; ++s) {
+    if (!kSlots[s].is_output) continue;
+    const TensorView& t = c.problem.*(kSlots[s].member);
+    std::vector<double> values;
+    kda::fuzz::for_each_offset(t, [&](int64_t offset) {
+      const auto* element = static_cast<const uint8_t*>(t.data) + offset * kda::dtype_size(t.dtype);
+      KDA_FUZZ_CHECK(!kda::fuzz::is_poison(element, t.dtype), "%s left an element of %s unwritten",
+                     name, kSlots[s].name);
+      const double value = kda::load_double(t, offset);
+      KDA_FUZZ_CHECK(!finite || std::isfinite(value), "%s wrote a non-finite %s from finite inputs",
+                     name, kSlots[s].name);
+      values.push_back(value);
+    });
+    outputs.push_back(std::move(values));
+  }
+  return outputs;
+}
+
+// cpu (float32) against cpu-ref (float64): loose, because rounding of f16/bf16 outputs and
+// float32 accumulation are expected; this catches layout and indexing mistakes, not precision.
+// (Range loops, not operator[]: this file is coverage-instrumented, and its out-of-line copy of
+// std::vector<double>::operator[] would be the one the linker gives cpu-ref's inner loops too.)
+void compare_backends(const std::vector<std::vector<double>>& cpu,
+                      const std::vector<std::vector<double>>& ref) {
+  auto cpu_output = cpu.begin();
+  int output = 0;
+  for (const std::vector<double>& want : ref) {
+    double diff = 0.0, norm = 0.0;
+    auto got = cpu_output->begin();
+    for (const double r : want) {
+      diff += (*got - r) * (*got - r);
+      norm += r * r;
+      ++got;
+    }
+    const double count = std::max<double>(1.0, static_cast<double>(want.size()));
+    const double rms_diff = std::sqrt(diff / count), rms_ref = std::sqrt(norm / count);
+    KDA_FUZZ_CHECK(rms_diff <= 2e-2 * rms_ref + 1e-3,
+                   "cpu and cpu-ref disagree on output %d: rms(diff) %g, rms(ref) %g", output,
+                   rms_diff, rms_ref);
+    ++cpu_output;
+    ++output;
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzedDataProvider fdp(data, size);
+  Case c = decode_case(fdp);
+  Memory mem;
+  bool all_backed = true;
+  place(c, mem, all_backed);
+  fill_inputs(c, mem);
+  if (std::getenv("KDA_FUZZ_VERBOSE") != nullptr) print_case(c, mem);
+  // Valid by construction: nothing broken on purpose and no reason to reject found.
+  const bool must_accept = !c.perturbed && c.must_reject.empty();
+
+  // The C face first: it guards enum values, so it must answer even where the C++ face may not.
+  const kda_problem c_problem = to_c(c.problem);
+  const kda_status c_status = kda_validate(&c_problem);
+  const std::string c_message = kda_last_error();
+
+  const auto before = snapshot(mem);
+  const kda::Status status = c.problem.validate();
+  KDA_FUZZ_CHECK(status.ok() || status.code == kda::StatusCode::invalid_argument,
+                 "validate() returned code %d: %s", static_cast<int>(status.code),
+                 status.message.c_str());
+  KDA_FUZZ_CHECK(
+      status.ok() || (!status.message.empty() && status.message.find('\n') == std::string::npos),
+      "validate() message is empty or not one line: '%s'", status.message.c_str());
+  KDA_FUZZ_CHECK(!status.ok() || c.must_reject.empty(),
+                 "validate() accepted an invalid problem (%s)\n%s", c.must_reject.c_str(),
+                 c.problem.describe().c_str());
+  KDA_FUZZ_CHECK(status.ok() || !must_accept, "validate() rejected a valid problem: %s\n%s",
+                 status.message.c_str(), c.problem.describe().c_str());
+  KDA_FUZZ_CHECK(c_status == static_cast<kda_status>(status.code),
+                 "kda_validate() says %d (%s), validate() says %d (%s)", c_status,
+                 c_message.c_str(), static_cast<int>(status.code), status.message.c_str());
+  KDA_FUZZ_CHECK(c.garbage_enum || c_message == status.message,
+                 "kda_validate() message '%s' differs from validate() message '%s'",
+                 c_message.c_str(), status.message.c_str());
+
+  if (!status.ok()) {
+    // No partial outputs on error: run() refuses with the same message and touches nothing.
+    const kda::Status r = kda::run(c.problem, kda::Backend::cpu_ref);
+    KDA_FUZZ_CHECK(r.code == status.code && r.message == status.message,
+                   "run() and validate() disagree: '%s' vs '%s'", r.message.c_str(),
+                   status.message.c_str());
+    const auto after = snapshot(mem);
+    KDA_FUZZ_CHECK(before == after, "a rejected run() changed a buffer");
+    return 0;
+  }
+  if (c.problem.q.device.type != kda::DeviceType::cpu) {
+    // Device-resident tensors (PROT_NONE here): the CPU backends refuse without reading them.
+    const kda::Status r = kda::run(c.problem, kda::Backend::cpu);
+    KDA_FUZZ_CHECK(r.code == kda::StatusCode::invalid_argument,
+                   "cpu backend accepted device tensors: %s", r.message.c_str());
+    return 0;
+  }
+  if (!all_backed) return 0;  // valid, but spanning more than the harness allocates
+  const auto ref = run_and_check(c, mem, kda::Backend::cpu_ref);
+  const auto cpu = run_and_check(c, mem, kda::Backend::cpu);
+  if (finite_inputs_expected(c)) compare_backends(cpu, ref);
+  return 0;
+}
