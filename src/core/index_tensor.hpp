@@ -1,15 +1,57 @@
 #pragma once
-// Reads a host-resident int32/int64 index tensor (cu_seqlens, chunk_indices) into int64s.
+// Host-resident int32/int64 index tensors (cu_seqlens, chunk_indices): element access, and a walk
+// over cu_seqlens that checks it and reports each sequence's chunk count.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "kda/status.hpp"
 #include "kda/tensor.hpp"
 
 namespace kda {
 
+// Entry (row, col) of a rank-1 (col ignored) or rank-2 int32/int64 view on the host.
+inline int64_t index_at(const TensorView& t, int64_t row, int64_t col = 0) {
+  const int64_t off = row * t.strides[0] + (t.rank == 2 ? col * t.strides[1] : 0);
+  return t.dtype == DType::i32 ? static_cast<const int32_t*>(t.data)[off]
+                               : static_cast<const int64_t*>(t.data)[off];
+}
+
 // Row-major order over the view's shape, honouring its strides. The view must be on the host,
 // int32 or int64, rank 1 or 2 (validated by the caller).
 std::vector<int64_t> read_index_tensor(const TensorView& t);
+
+// Checks `entries` cu_seqlens values read through entry_at(i) (at least one entry, the first 0,
+// non-decreasing) and calls on_sequence(seq, chunks) -> Status for each sequence, with its chunk
+// count ceil(len / chunk_size). Allocates nothing, so it also serves host tensors whose
+// descriptor claims more entries than would fit in memory.
+template <typename EntryAt, typename OnSequence>
+Status walk_cu_seqlens(int64_t entries, EntryAt entry_at, int64_t chunk_size,
+                       OnSequence on_sequence) {
+  if (chunk_size <= 0) return invalid_argument("argument 'chunk_size': expected > 0");
+  if (entries < 1)
+    return invalid_argument("argument 'cu_seqlens': expected at least one entry (0)");
+  int64_t previous = entry_at(0);
+  if (previous != 0) {
+    return invalid_argument("argument 'cu_seqlens': expected cu_seqlens[0] == 0, got " +
+                            std::to_string(previous));
+  }
+  for (int64_t i = 1; i < entries; ++i) {
+    const int64_t current = entry_at(i);
+    if (current < previous) {
+      return invalid_argument(
+          "argument 'cu_seqlens': expected non-decreasing values, got cu_seqlens[" +
+          std::to_string(i) + "] = " + std::to_string(current) + " < cu_seqlens[" +
+          std::to_string(i - 1) + "] = " + std::to_string(previous));
+    }
+    const int64_t len = current - previous;  // >= 0, no overflow: both are >= 0
+    if (Status s = on_sequence(i - 1, len / chunk_size + (len % chunk_size != 0)); !s.ok()) {
+      return s;
+    }
+    previous = current;
+  }
+  return Status::Ok();
+}
 
 }  // namespace kda

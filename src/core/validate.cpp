@@ -108,24 +108,36 @@ Status check_dtype(const char* name, const TensorView& t, std::initializer_list<
 
 // chunk_indices (host, shape [NT, 2] already checked) must list, for every sequence in order,
 // its chunks 0, 1, ...: the rows fla's prepare_chunk_indices builds from cu_seqlens.
-Status check_chunk_indices(const std::vector<int64_t>& cu, const TensorView& chunk_indices,
+Status check_chunk_indices(const TensorView& cu_seqlens, const TensorView& chunk_indices,
                            int64_t chunk_size) {
-  const std::vector<int64_t> given = read_index_tensor(chunk_indices);
   int64_t row = 0;
-  for (size_t seq = 0; seq + 1 < cu.size(); ++seq) {
-    const int64_t len = cu[seq + 1] - cu[seq];
-    const int64_t chunks = len / chunk_size + (len % chunk_size != 0);
-    for (int64_t c = 0; c < chunks; ++c, ++row) {
-      if (given[2 * row] != static_cast<int64_t>(seq) || given[2 * row + 1] != c) {
-        return fail("chunk_indices", "disagrees with cu_seqlens at row " + std::to_string(row) +
-                                         ": expected (" + std::to_string(seq) + ", " +
-                                         std::to_string(c) + "), got (" +
-                                         std::to_string(given[2 * row]) + ", " +
-                                         std::to_string(given[2 * row + 1]) + ")");
-      }
-    }
-  }
-  return Status::Ok();
+  return walk_cu_seqlens(
+      cu_seqlens.shape[0], [&](int64_t i) { return index_at(cu_seqlens, i); }, chunk_size,
+      [&](int64_t seq, int64_t chunks) {
+        for (int64_t c = 0; c < chunks; ++c, ++row) {
+          const int64_t given_seq = index_at(chunk_indices, row, 0);
+          const int64_t given_chunk = index_at(chunk_indices, row, 1);
+          if (given_seq != seq || given_chunk != c) {
+            return fail("chunk_indices",
+                        "disagrees with cu_seqlens at row " + std::to_string(row) + ": expected (" +
+                            std::to_string(seq) + ", " + std::to_string(c) + "), got (" +
+                            std::to_string(given_seq) + ", " + std::to_string(given_chunk) + ")");
+          }
+        }
+        return Status::Ok();
+      });
+}
+
+// "is on cuda:1 but q is on cuda:0", or for two host views that differ only in their index
+// (garbage from a caller), "is on cpu (device index 3) but q is on cpu (device index 0)".
+std::string device_mismatch(Device got, Device q_device) {
+  auto name = [&](Device d) {
+    return d.type == DeviceType::cpu && got.type == q_device.type
+               ? device_name(d) + " (device index " + std::to_string(d.index) + ")"
+               : device_name(d);
+  };
+  return "is on " + name(got) + " but q is on " + name(q_device) +
+         "; all tensors must share one device";
 }
 
 bool is_x_dtype(DType d) {
@@ -169,15 +181,13 @@ Status Problem::validate(Dims* out) const {
   // --- one device for everything ------------------------------------------------------
   for (const Named& n : required) {
     if (!(n.view->device == q.device)) {
-      return fail(n.name, "is on " + device_name(n.view->device) + " but q is on " +
-                              device_name(q.device) + "; all tensors must share one device");
+      return fail(n.name, device_mismatch(n.view->device, q.device));
     }
   }
   for (auto [name, view] :
        {std::pair{"cu_seqlens", &cu_seqlens}, {"chunk_indices", &chunk_indices}}) {
     if (!view->empty_arg() && !(view->device == q.device)) {
-      return fail(name, "is on " + device_name(view->device) + " but q is on " +
-                            device_name(q.device) + "; all tensors must share one device");
+      return fail(name, device_mismatch(view->device, q.device));
     }
   }
 
@@ -323,14 +333,23 @@ Status Problem::validate(Dims* out) const {
       return fail("chunk_indices", "expected shape [NT, 2], got " + shape_str(chunk_indices));
     }
     if (cu_seqlens.device.type == DeviceType::cpu) {
-      const std::vector<int64_t> cu = read_index_tensor(cu_seqlens);
-      std::vector<int64_t> offsets;
-      if (Status s = chunk_offsets_from_cu_seqlens(cu, d.BT, &offsets); !s.ok()) return s;
-      if (cu.back() != d.T) {
-        return fail("cu_seqlens", "expected the last entry to equal T = " + std::to_string(d.T) +
-                                      ", got " + std::to_string(cu.back()));
+      // Entry by entry: nothing allocated, whatever size the descriptor claims.
+      const int64_t entries = cu_seqlens.shape[0];
+      int64_t chunks_total = 0;
+      if (Status s = walk_cu_seqlens(
+              entries, [&](int64_t i) { return index_at(cu_seqlens, i); }, d.BT,
+              [&](int64_t, int64_t chunks) {
+                chunks_total += chunks;
+                return Status::Ok();
+              });
+          !s.ok()) {
+        return s;
       }
-      d.NT = offsets.back();
+      if (const int64_t last = index_at(cu_seqlens, entries - 1); last != d.T) {
+        return fail("cu_seqlens", "expected the last entry to equal T = " + std::to_string(d.T) +
+                                      ", got " + std::to_string(last));
+      }
+      d.NT = chunks_total;
       if (!chunk_indices.empty_arg() && chunk_indices.shape[0] != d.NT) {
         return fail("chunk_indices", "expected shape [NT, 2] = [" + std::to_string(d.NT) +
                                          ", 2] (NT from cu_seqlens), got " +
@@ -351,8 +370,7 @@ Status Problem::validate(Dims* out) const {
     if (Status s = check_shape(name, *view, shape_h, sym_h); !s.ok()) return s;
   }
   if (d.varlen && !chunk_indices.empty_arg() && chunk_indices.device.type == DeviceType::cpu) {
-    if (Status s = check_chunk_indices(read_index_tensor(cu_seqlens), chunk_indices, d.BT);
-        !s.ok()) {
+    if (Status s = check_chunk_indices(cu_seqlens, chunk_indices, d.BT); !s.ok()) {
       return s;
     }
   }
