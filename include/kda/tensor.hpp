@@ -18,9 +18,7 @@ enum class DeviceType : int32_t { cpu = 0, cuda = 1 };
 struct Device {
   DeviceType type = DeviceType::cpu;
   int32_t index = 0;
-  bool operator==(const Device& other) const {
-    return type == other.type && index == other.index;
-  }
+  bool operator==(const Device& other) const { return type == other.type && index == other.index; }
 };
 
 inline constexpr int kMaxRank = 6;
