@@ -44,7 +44,11 @@ using kda::TensorView;
 using kda::io::HostProblem;
 using kda::io::HostTensor;
 using kda::io::ProblemConfig;
+using kda::testing::bitwise_equal;
 using kda::testing::check_cuda;
+using kda::testing::chunk_of;
+using kda::testing::Coords;
+using kda::testing::coords_of;
 using kda::testing::DeviceProblem;
 using kda::testing::fresh_seed;
 using kda::testing::reference_of;
@@ -112,11 +116,6 @@ int64_t count_poison(const HostProblem& out) {
   return count;
 }
 
-bool bitwise_equal(const HostTensor& a, const HostTensor& b, int64_t i) {
-  const size_t n = kda::dtype_size(a.dtype);
-  return std::memcmp(a.bytes.data() + i * n, b.bytes.data() + i * n, n) == 0;
-}
-
 // "name[i]" of the first output element whose bits differ; empty when all six are identical.
 std::string first_difference(const HostProblem& a, const HostProblem& b) {
   for (const char* name : kda::io::kOutputNames) {
@@ -132,34 +131,6 @@ std::string first_difference(const HostProblem& a, const HostProblem& b) {
     }
   }
   return "";
-}
-
-// An output element's (batch row, token, value head, innermost index); outputs are [B, T, HV, ..].
-struct Coords {
-  int64_t b, t, hv, col;
-};
-Coords coords_of(const HostTensor& t, int64_t i) {
-  const int64_t inner = t.shape.size() == 4 ? t.shape[3] : 1;
-  const int64_t HV = t.shape[2], T = t.shape[1];
-  const int64_t row = i / inner;
-  return {row / (HV * T), (row / HV) % T, row % HV, i % inner};
-}
-
-// The chunk [t0, t1) holding token t (fixed length or cu_seqlens).
-std::pair<int64_t, int64_t> chunk_of(const ProblemConfig& c, int64_t t) {
-  if (c.seqlens.empty()) {
-    const int64_t t0 = t / c.BT * c.BT;
-    return {t0, std::min(t0 + c.BT, c.T)};
-  }
-  int64_t bos = 0;
-  for (int64_t len : c.seqlens) {
-    if (t < bos + len) {
-      const int64_t t0 = bos + (t - bos) / c.BT * c.BT;
-      return {t0, std::min(t0 + c.BT, bos + len)};
-    }
-    bos += len;
-  }
-  return {0, 0};
 }
 
 // Per output: err_ratio over the elements where `ref` is finite, and how many of those are not

@@ -23,6 +23,7 @@
 #include "io/host_problem.hpp"
 #include "kda/kda.h"
 #include "kda/kda.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -34,6 +35,12 @@ using kda::TensorView;
 using kda::io::HostProblem;
 using kda::io::HostTensor;
 using kda::io::ProblemConfig;
+using kda::testing::all_outputs_poisoned;
+using kda::testing::bitwise_equal;
+using kda::testing::chunk_of;
+using kda::testing::Coords;
+using kda::testing::coords_of;
+using kda::testing::to_c;
 
 constexpr Backend kCpuBackends[] = {Backend::cpu_ref, Backend::cpu};
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -78,22 +85,6 @@ Outputs run_outputs(HostProblem& hp, Backend backend) {
   return out;
 }
 
-bool bitwise_equal(const HostTensor& a, const HostTensor& b, int64_t i) {
-  const size_t n = kda::dtype_size(a.dtype);
-  return std::memcmp(a.bytes.data() + i * n, b.bytes.data() + i * n, n) == 0;
-}
-
-// An output element's (batch row, token, value head); every output is [B, T, HV, ...].
-struct Coords {
-  int64_t b, t, hv, last;  // last: the index along the innermost extent (0 for db)
-};
-Coords coords_of(const HostTensor& t, int64_t i) {
-  const int64_t inner = t.shape.size() == 4 ? t.shape[3] : 1;
-  const int64_t HV = t.shape[2], T = t.shape[1];
-  const int64_t row = i / inner;
-  return {row / (HV * T), (row / HV) % T, row % HV, i % inner};
-}
-
 // The rows [t0, t1) of batch row b and value heads [hv0, hv1): where one input element's
 // influence may go (its chunk, and the value heads reading it).
 struct Block {
@@ -118,30 +109,13 @@ void expect_confined(const Outputs& clean, const Outputs& dirty, const Block& bl
       if (!bitwise_equal(c, d, i)) {
         const Coords at = coords_of(c, i);
         ADD_FAILURE() << what << ": " << name << "[b=" << at.b << ", t=" << at.t << ", hv=" << at.hv
-                      << ", " << at.last << "] changed outside the block "
+                      << ", " << at.col << "] changed outside the block "
                       << "(was " << c.at(i) << ", now " << d.at(i) << ")";
         return;
       }
     }
   }
   EXPECT_TRUE(reached) << what << ": the special value reached no output";
-}
-
-// The chunk [t0, t1) holding token t of a problem (fixed length or cu_seqlens).
-std::pair<int64_t, int64_t> chunk_of(const ProblemConfig& c, int64_t t) {
-  if (c.seqlens.empty()) {
-    const int64_t t0 = t / c.BT * c.BT;
-    return {t0, std::min(t0 + c.BT, c.T)};
-  }
-  int64_t bos = 0;
-  for (int64_t len : c.seqlens) {
-    if (t < bos + len) {
-      const int64_t t0 = bos + (t - bos) / c.BT * c.BT;
-      return {t0, std::min(t0 + c.BT, bos + len)};
-    }
-    bos += len;
-  }
-  return {0, 0};
 }
 
 // Token-indexed inputs: one element at (b, t, head, col); the block is t's chunk and the value
@@ -219,7 +193,7 @@ TEST(SpecialValues, NaNInQReachesExactlyDgOfItsRowColumnAndHeads) {
       for (int64_t i = 0; i < c.numel(); ++i) {
         const Coords at = coords_of(c, i);
         const bool target =
-            name == "dg" && at.b == b && at.t == t && at.hv / 2 == hq && at.last == k;
+            name == "dg" && at.b == b && at.t == t && at.hv / 2 == hq && at.col == k;
         if (target) {
           EXPECT_TRUE(std::isnan(dirty.at(name).at(i))) << kda::backend_name(backend) << " dg";
         } else {
@@ -505,30 +479,6 @@ TEST(HugeDescriptors, DeviceIndexTensorsAreNeverReadOnTheHost) {
 
 // --- validation rules test_validation.cpp does not cover -----------------------------------
 
-bool outputs_poisoned(const HostProblem& hp) {
-  for (const char* name : kda::io::kOutputNames) {
-    const HostTensor& t = hp.get(name);
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      if (!std::isnan(t.at(i))) return false;
-    }
-  }
-  return true;
-}
-
-kda_tensor to_c(const TensorView& t) {
-  kda_tensor c{};
-  c.data = t.data;
-  c.dtype = static_cast<int32_t>(t.dtype);
-  c.rank = t.rank;
-  c.device_type = static_cast<int32_t>(t.device.type);
-  c.device_index = t.device.index;
-  for (int d = 0; d < kda::kMaxRank; ++d) {
-    c.shape[d] = t.shape[d];
-    c.strides[d] = t.strides[d];
-  }
-  return c;
-}
-
 // The C ABI's fields, by name, with the matching C++ view.
 struct Field {
   const char* name;
@@ -558,17 +508,6 @@ const Field kFields[] = {
     {"dA", &kda_problem::dA, &Problem::dA, true},
 };
 
-kda_problem to_c(const Problem& p) {
-  kda_problem c{};
-  c.abi_version = KDA_ABI_VERSION;
-  c.state_v_first = p.state_v_first ? 1 : 0;
-  c.chunk_size = p.chunk_size;
-  c.has_scale = p.scale.has_value() ? 1 : 0;
-  c.scale = p.scale.value_or(0.0);
-  for (const Field& f : kFields) c.*(f.c) = to_c(p.*(f.cpp));
-  return c;
-}
-
 // The mutated problem is rejected naming every fragment, by validate(), by run() on both CPU
 // backends and by kda_run(), and no output element is written by any of them.
 void expect_invalid(const ProblemConfig& config, const std::function<void(Problem&)>& mutate,
@@ -591,7 +530,7 @@ void expect_invalid(const ProblemConfig& config, const std::function<void(Proble
   const kda_problem c = to_c(p);
   EXPECT_EQ(kda_run(&c, KDA_BACKEND_CPU, nullptr), KDA_STATUS_INVALID_ARGUMENT);
   EXPECT_EQ(std::string(kda_last_error()), s.message);
-  EXPECT_TRUE(outputs_poisoned(hp)) << "an output was written despite invalid input";
+  EXPECT_TRUE(all_outputs_poisoned(hp)) << "an output was written despite invalid input";
 }
 
 TEST(MoreValidation, NegativeExtent) {
@@ -696,7 +635,7 @@ TEST(MoreValidation, UnknownBackendInTheCppFace) {
   EXPECT_NE(s.message.find("backend"), std::string::npos) << s.message;
   EXPECT_EQ(kda::backend_name(garbage), "unknown-backend");
   EXPECT_FALSE(kda::backend_available(garbage));
-  EXPECT_TRUE(outputs_poisoned(hp));
+  EXPECT_TRUE(all_outputs_poisoned(hp));
 }
 
 // Strided and int32 index tensors are read through their strides: cu_seqlens every other int32
@@ -819,7 +758,7 @@ TEST(CApiRobustness, GarbageEnumsAndScalars) {
     c.abi_version = abi;
     expect_c_error(kda_validate(&c), "abi_version", "abi_version");
   }
-  EXPECT_TRUE(outputs_poisoned(hp));
+  EXPECT_TRUE(all_outputs_poisoned(hp));
 }
 
 // Every tensor field, every kind of garbage: an error naming the field, never a crash, and no
@@ -866,7 +805,7 @@ TEST(CApiRobustness, GarbageInEveryTensorField) {
       expect_c_error(kda_run(&c, KDA_BACKEND_CPU, nullptr), name + ": is required", f.name);
     }
   }
-  EXPECT_TRUE(outputs_poisoned(hp));
+  EXPECT_TRUE(all_outputs_poisoned(hp));
 }
 
 // A cuda problem in a CPU-only build, or host tensors on the cuda backend: an error either way.
@@ -877,7 +816,7 @@ TEST(CApiRobustness, CudaBackendWithHostTensors) {
   EXPECT_TRUE(s == KDA_STATUS_INVALID_ARGUMENT || s == KDA_STATUS_BACKEND_UNAVAILABLE)
       << s << " " << kda_last_error();
   EXPECT_STRNE(kda_last_error(), "");
-  EXPECT_TRUE(outputs_poisoned(hp));
+  EXPECT_TRUE(all_outputs_poisoned(hp));
 }
 
 TEST(CApiRobustness, ChunkHelpersRejectBadSizes) {

@@ -1,12 +1,17 @@
 #pragma once
 // Small helpers shared by the test files: fresh seeds, index dtype conversion, the float64
-// reference of a problem.
+// reference of a problem, output inspection, chunk geometry, C ABI structs.
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <stdexcept>
+#include <utility>
 
 #include "io/host_problem.hpp"
+#include "kda/kda.h"
 #include "kda/kda.hpp"
 
 namespace kda::testing {
@@ -34,6 +39,96 @@ inline io::HostProblem reference_of(const io::HostProblem& hp) {
   const Status s = run(ref.problem(), Backend::cpu_ref);
   if (!s.ok()) throw std::runtime_error("cpu-ref failed: " + s.message);
   return ref;
+}
+
+// True when every output of `hp` still holds the NaN it was allocated with (nothing written).
+inline bool all_outputs_poisoned(const io::HostProblem& hp) {
+  for (const char* name : io::kOutputNames) {
+    const io::HostTensor& t = hp.get(name);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (!std::isnan(t.at(i))) return false;
+    }
+  }
+  return true;
+}
+
+// Element i of a and b (same dtype and shape) has the same bits.
+inline bool bitwise_equal(const io::HostTensor& a, const io::HostTensor& b, int64_t i) {
+  const size_t n = dtype_size(a.dtype);
+  return std::memcmp(a.bytes.data() + i * n, b.bytes.data() + i * n, n) == 0;
+}
+
+// An output element's (batch row, token, value head, innermost index); every output is
+// [B, T, HV, ...] (db has no innermost extent: col 0).
+struct Coords {
+  int64_t b, t, hv, col;
+};
+inline Coords coords_of(const io::HostTensor& t, int64_t i) {
+  const int64_t inner = t.shape.size() == 4 ? t.shape[3] : 1;
+  const int64_t HV = t.shape[2], T = t.shape[1];
+  const int64_t row = i / inner;
+  return {row / (HV * T), (row / HV) % T, row % HV, i % inner};
+}
+
+// The chunk [t0, t1) holding token t of a problem built from `c` (fixed length or cu_seqlens).
+inline std::pair<int64_t, int64_t> chunk_of(const io::ProblemConfig& c, int64_t t) {
+  if (c.seqlens.empty()) {
+    const int64_t t0 = t / c.BT * c.BT;
+    return {t0, std::min(t0 + c.BT, c.T)};
+  }
+  int64_t bos = 0;
+  for (int64_t len : c.seqlens) {
+    if (t < bos + len) {
+      const int64_t t0 = bos + (t - bos) / c.BT * c.BT;
+      return {t0, std::min(t0 + c.BT, bos + len)};
+    }
+    bos += len;
+  }
+  return {0, 0};
+}
+
+// The C ABI's view of a C++ tensor view and problem.
+inline kda_tensor to_c(const TensorView& t) {
+  kda_tensor c{};
+  c.data = t.data;
+  c.dtype = static_cast<int32_t>(t.dtype);
+  c.rank = t.rank;
+  c.device_type = static_cast<int32_t>(t.device.type);
+  c.device_index = t.device.index;
+  for (int d = 0; d < kMaxRank; ++d) {
+    c.shape[d] = t.shape[d];
+    c.strides[d] = t.strides[d];
+  }
+  return c;
+}
+
+inline kda_problem to_c(const Problem& p) {
+  kda_problem c{};
+  c.abi_version = KDA_ABI_VERSION;
+  c.state_v_first = p.state_v_first ? 1 : 0;
+  c.chunk_size = p.chunk_size;
+  c.has_scale = p.scale.has_value() ? 1 : 0;
+  c.scale = p.scale.value_or(0.0);
+  c.q = to_c(p.q);
+  c.k = to_c(p.k);
+  c.v = to_c(p.v);
+  c.v_new = to_c(p.v_new);
+  c.g = to_c(p.g);
+  c.beta = to_c(p.beta);
+  c.A = to_c(p.A);
+  c.h = to_c(p.h);
+  c.do_ = to_c(p.do_);
+  c.dh = to_c(p.dh);
+  c.dv = to_c(p.dv);
+  c.cu_seqlens = to_c(p.cu_seqlens);
+  c.chunk_indices = to_c(p.chunk_indices);
+  c.dq = to_c(p.dq);
+  c.dk = to_c(p.dk);
+  c.dv_out = to_c(p.dv_out);
+  c.db = to_c(p.db);
+  c.dg = to_c(p.dg);
+  c.dA = to_c(p.dA);
+  return c;
 }
 
 }  // namespace kda::testing

@@ -9,6 +9,7 @@
 
 #include "io/host_problem.hpp"
 #include "kda/kda.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -17,6 +18,7 @@ using kda::Problem;
 using kda::io::HostProblem;
 using kda::io::HostTensor;
 using kda::io::ProblemConfig;
+using kda::testing::all_outputs_poisoned;
 
 ProblemConfig small_config() {
   ProblemConfig c;
@@ -37,16 +39,6 @@ ProblemConfig varlen_config() {
   c.seqlens = {5, 16, 1, 30};
   c.pass_chunk_indices = true;
   return c;
-}
-
-bool all_outputs_poisoned(const HostProblem& hp) {
-  for (const char* name : kda::io::kOutputNames) {
-    const HostTensor& t = hp.get(name);
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      if (!std::isnan(t.at(i))) return false;
-    }
-  }
-  return true;
 }
 
 // Applies `mutate` to a valid problem's views and expects validate() and run() to fail with
