@@ -145,6 +145,15 @@ TEST(Cli, OutputFileRunsAgainAndCatchesWrongResults) {
   std::filesystem::remove(path);
 }
 
+// tools/run-model-shape.sh passes defaults and appends the user's arguments: the last wins.
+TEST(Cli, LaterOptionOverridesEarlier) {
+  const CliResult r = run_kda(
+      "run --shape 1,20,1,8,8 --chunk-size 16 --backend cpu --repeat 5 "
+      "--repeat 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("2 timed runs"), std::string::npos) << r.out;
+}
+
 TEST(Cli, HelpAndVersionExitZero) {
   CliResult r = run_kda("--help");
   EXPECT_EQ(r.exit_code, 0);

@@ -17,6 +17,9 @@ int main(int argc, char** argv) {
   CLI::App app{"kda: the KDA chunk-backward operator chunk_kda_bwd_wy_dqkg_fused", "kda"};
   app.set_version_flag("--version", std::string(kda::kVersionString));
   app.require_subcommand(1);
+  // A later occurrence of an option overrides an earlier one, so wrapper scripts can pass
+  // defaults and let the user's arguments, appended after them, win.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.footer("exit status: 0 ok, 1 a --check failed, 2 bad usage or input, 3 the backend failed");
 
   RunOptions options;
