@@ -7,6 +7,8 @@ if(rc)
 endif()
 execute_process(COMMAND "${CMAKE_COMMAND}" -S "${KDA_SOURCE_DIR}/examples/consumer"
                         -B "${KDA_SCRATCH}/build" -DCMAKE_PREFIX_PATH=${KDA_SCRATCH}/prefix
+                        # the library's own flags (a sanitizer build needs them in the consumer)
+                        "-DCMAKE_CXX_FLAGS=${KDA_CXX_FLAGS}"
                 RESULT_VARIABLE rc)
 if(rc)
   message(FATAL_ERROR "configuring the consumer failed: ${rc}")
