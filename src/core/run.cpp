@@ -8,6 +8,20 @@
 
 namespace kda {
 
+namespace {
+
+// The cpu backend's file is compiled with -mavx2 -mfma (KDA_CPU_AVX2); on a processor without
+// them it would die of an illegal instruction, so it is refused with a status instead.
+bool cpu_backend_supported() {
+#if defined(KDA_CPU_NEEDS_AVX2) && (defined(__x86_64__) || defined(__i386__))
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return true;
+#endif
+}
+
+}  // namespace
+
 std::string_view backend_name(Backend backend) {
   switch (backend) {
     case Backend::cpu_ref:
@@ -34,8 +48,9 @@ Status parse_backend(std::string_view name, Backend* out) {
 bool backend_available(Backend backend) {
   switch (backend) {
     case Backend::cpu_ref:
-    case Backend::cpu:
       return true;
+    case Backend::cpu:
+      return cpu_backend_supported();
     case Backend::cuda:
 #if KDA_WITH_CUDA
       return detail::cuda_device_present();
@@ -58,8 +73,13 @@ Status run(const Problem& problem, Backend backend, void* stream) {
                                 " needs tensors on the cpu, got " + device_name(problem.q.device) +
                                 " (use backend cuda)");
       }
-      return backend == Backend::cpu_ref ? detail::run_cpu_ref(problem, dims)
-                                         : detail::run_cpu(problem, dims);
+      if (backend == Backend::cpu_ref) return detail::run_cpu_ref(problem, dims);
+      if (!cpu_backend_supported()) {
+        return {StatusCode::backend_unavailable,
+                "backend: cpu was built for AVX2/FMA, which this processor lacks (use cpu-ref, or "
+                "rebuild with -DKDA_CPU_AVX2=OFF)"};
+      }
+      return detail::run_cpu(problem, dims);
     case Backend::cuda:
 #if KDA_WITH_CUDA
       if (!detail::cuda_device_present()) {
