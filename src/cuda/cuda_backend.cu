@@ -77,13 +77,18 @@ bool tensor_core_path_enabled() {
 
 }  // namespace
 
+// kda::run asks this on every cuda call; the visible devices are fixed for the life of a process
+// (the driver reads CUDA_VISIBLE_DEVICES once), so the answer is computed once.
 bool cuda_device_present() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear our own error so a later launch check does not see it
-    return false;
-  }
-  return count > 0;
+  static const bool present = [] {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear our own error so a later launch check does not see it
+      return false;
+    }
+    return count > 0;
+  }();
+  return present;
 }
 
 Status run_cuda(const Problem& problem, const Dims& dims, void* stream) {
