@@ -77,8 +77,11 @@ gtest_run() {  # gtest_run LABEL BINARY [env assignments...]
   rm -f "$scratch"
 }
 # The same, split into $shards gtest shards run at once: the matrix's time is mostly the float64
-# reference on the host, which the GPU machine's cores share out.
-shards=${KDA_CHECK_SHARDS:-4}
+# reference on the host (single-threaded per process), which the GPU machine's cores share out:
+# one shard per two cores, at least 4.
+default_shards=$(($(nproc) / 2))
+[ "$default_shards" -lt 4 ] && default_shards=4
+shards=${KDA_CHECK_SHARDS:-$default_shards}
 gtest_run_sharded() {  # gtest_run_sharded LABEL BINARY [env assignments...]
   local label=$1 binary=$2 rc=0 i
   shift 2
@@ -116,16 +119,19 @@ done
 row "golden files via kda run --check (cuda)" "$([ $golden_ok -eq $golden_all ] && echo PASS || echo FAIL): $golden_ok/$golden_all"
 fi
 
-# 3. compute-sanitizer on the subset (every dtype, a tail, a varlen case, K = V = 100).
+# 3. compute-sanitizer on the subset (every dtype, a tail, a varlen case, K = V = 100), for each
+#    tool and each kernel choice.
 if want sanitizer; then
 : >"$out/sanitizer.log"
-for tool in memcheck racecheck synccheck; do
-  echo "== compute-sanitizer --tool $tool" >>"$out/sanitizer.log"
-  compute-sanitizer --tool "$tool" --error-exitcode 99 "$test_cuda" --gtest_color=no \
-    --gtest_filter='Subset/CudaSanitizerSubset.*' >>"$out/sanitizer.log" 2>&1
-  src=$?
-  errors=$(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1 | sed 's/.*ERROR SUMMARY: //')
-  row "compute-sanitizer $tool" "$([ $src -eq 0 ] && echo PASS || echo FAIL): ${errors:-no summary}"
+for kernel in general auto; do
+  for tool in memcheck racecheck synccheck initcheck; do
+    echo "== compute-sanitizer --tool $tool, KDA_CUDA_KERNEL=$kernel" >>"$out/sanitizer.log"
+    KDA_CUDA_KERNEL=$kernel compute-sanitizer --tool "$tool" --error-exitcode 99 "$test_cuda" \
+      --gtest_color=no --gtest_filter='Subset/CudaSanitizerSubset.*' >>"$out/sanitizer.log" 2>&1
+    src=$?
+    errors=$(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1 | sed 's/.*ERROR SUMMARY: //')
+    row "compute-sanitizer $tool ($kernel)" "$([ $src -eq 0 ] && echo PASS || echo FAIL): ${errors:-no summary}"
+  done
 done
 fi
 
