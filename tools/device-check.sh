@@ -57,8 +57,9 @@ test_cuda="$build/tests/test_cuda"
 gtest_row() {  # gtest_row LABEL LOG RC
   local passed failed skipped
   passed=$(grep -c '^\[       OK \]' "$2")
-  failed=$(grep -c '^\[  FAILED  \].*(' "$2")
-  skipped=$(grep -c '^\[  SKIPPED \].*(' "$2")
+  # One line per test, the one that ends with its time (the recap lists failures again).
+  failed=$(grep -cE '^\[  FAILED  \].* \([0-9]+ ms\)$' "$2")
+  skipped=$(grep -cE '^\[  SKIPPED \].* \([0-9]+ ms\)$' "$2")
   # All skipped means no GPU was visible: that is not a pass on the machine this script is for.
   local verdict=PASS
   [ "$passed" -eq 0 ] && verdict="NOT RUN"

@@ -64,15 +64,40 @@ Status dispatch(const WyDqkgParams& params, const Dims& dims, int device, cudaSt
   }
 }
 
-// The tensor-core path (cuda/fast/) has not yet passed the GPU checks on an H200
-// (docs/gpu-validation.md), so it is opt-in until it has: KDA_CUDA_KERNEL=auto takes it wherever
-// it applies; unset or "general" keeps the general kernel for every problem.
+// The tensor-core path (cuda/fast/) takes every problem it supports (fast_path_supports); the
+// general kernel takes the rest. It passed the GPU checks on an H200 on 2026-11-30
+// (docs/gpu-validation.md). KDA_CUDA_KERNEL=general forces the general kernel for every problem
+// (for comparisons and as an escape hatch); unset or "auto" is the default dispatch.
 bool tensor_core_path_enabled() {
   static const bool enabled = [] {
     const char* choice = std::getenv("KDA_CUDA_KERNEL");
-    return choice != nullptr && std::string(choice) == "auto";
+    return choice == nullptr || std::string(choice) != "general";
   }();
   return enabled;
+}
+
+// A kernel launched into a stream of another device than the tensors' one would run there and
+// fault on the first access to the tensors (CUDA does not refuse such a launch), killing the
+// caller's context. Refuse it instead, before anything is launched. The special handles (0, the
+// legacy and per-thread default streams) mean the current device's default stream, which run_cuda
+// makes the tensors' device.
+Status check_stream_device(cudaStream_t stream, int device) {
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
+    return Status::Ok();
+  }
+  int stream_device = -1;
+  if (Status s = cuda::cuda_status(cudaStreamGetDevice(stream, &stream_device),
+                                   "cudaStreamGetDevice (stream)");
+      !s.ok()) {
+    return s;
+  }
+  if (stream_device != device) {
+    return {StatusCode::invalid_argument,
+            "stream: belongs to cuda:" + std::to_string(stream_device) +
+                " but the tensors are on cuda:" + std::to_string(device) +
+                "; pass a stream of the tensors' device"};
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -108,9 +133,12 @@ Status run_cuda(const Problem& problem, const Dims& dims, void* stream) {
     }
   }
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
-  Status status = tensor_core_path_enabled() && fast_path_supports(problem, dims)
-                      ? launch_fast_path(problem, dims, cuda_stream)
-                      : dispatch(params, dims, device, cuda_stream);
+  Status status = check_stream_device(cuda_stream, device);
+  if (status.ok()) {
+    status = tensor_core_path_enabled() && fast_path_supports(problem, dims)
+                 ? launch_fast_path(problem, dims, cuda_stream)
+                 : dispatch(params, dims, device, cuda_stream);
+  }
   if (caller_device != device) {
     Status restored = cuda::cuda_status(
         cudaSetDevice(caller_device),

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The Python GPU suite, fla's layer tests and the benchmark in one device call, spread over the two
+# GPUs of an nvidia-h200-x2 machine so that fla's Triton autotuning (minutes per kernel key on a
+# fresh machine) on one GPU overlaps the other's work, and no timing shares a GPU with other work:
+#   GPU 1: pytest tests/python (4 xdist workers) except the fla layer tests, then the fixed-length
+#          fla layer test alone (its backward timing needs the GPU to itself);
+#   GPU 0: the varlen fla layer test, then bench/run.py (ours on the default dispatch, fla
+#          autotuned in the same process) on the cases that share fla's model-shape key;
+#   GPU 1 then: the rest of the table, ours only.
+# Needs: .carry (tools/stage-device-carry.sh) and fla's source in .fla (the folder holding the
+# `fla` package), both carried. Writes 6 logs and one tar of bench/out-* under $OUT (the device tool brings back 8 files).
+#   tools/device-python-bench.sh [SECONDS]   (the whole run's deadline, default 540)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:?set OUT to the folder for logs}
+# Every step's timeout is cut to what is left before this deadline, so the whole call ends inside
+# the device tool's 10 minutes with every log written.
+deadline=$((SECONDS + ${1:-540}))
+left() {  # left WANT: WANT seconds, or fewer if the deadline is nearer (at least 1)
+  local l=$((deadline - SECONDS))
+  [ "$l" -gt "$1" ] && l=$1
+  [ "$l" -lt 1 ] && l=1
+  echo "$l"
+}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+export KDA_LIBRARY=$PWD/.carry/build/src/libkda.so KDA_GOLDEN_DIR=$PWD/.carry/golden
+export PYTHONPATH=$PWD/.fla:$PWD/python TRITON_CACHE_DIR=/tmp/triton-cache
+pytest="python3 -m pytest -q -rs -p no:cacheprovider"
+layer_test=tests/python/test_fla.py::test_chunk_kda_gradients_with_and_without_backend
+rm -rf bench/out-fla bench/out-ours
+
+(
+  export CUDA_VISIBLE_DEVICES=1
+  timeout "$(left 300)" $pytest -n 4 tests/python --deselect "$layer_test[fixed]" \
+    --deselect "$layer_test[varlen]" >"$out/pytest-main.log" 2>&1
+  echo "pytest rc $?" >>"$out/pytest-main.log"
+  timeout "$(left 280)" $pytest -s "$layer_test[fixed]" >"$out/pytest-fla-fixed.log" 2>&1
+  echo "pytest rc $?" >>"$out/pytest-fla-fixed.log"
+  timeout "$(left 150)" python3 bench/run.py --kernels auto --no-fla --no-eager --out bench/out-ours \
+    --cases 'model-fp16*,model-bf16-hx,model-fp32,heads16-k64-bf16,varlen-bf16,small-bf16' \
+    >"$out/bench-ours.log" 2>&1
+  echo "bench (ours only) rc $?" >>"$out/bench-ours.log"
+) &
+
+(
+  export CUDA_VISIBLE_DEVICES=0
+  timeout "$(left 250)" $pytest -s "$layer_test[varlen]" >"$out/pytest-fla-varlen.log" 2>&1
+  echo "pytest rc $?" >>"$out/pytest-fla-varlen.log"
+  timeout "$(left 300)" python3 bench/run.py --kernels auto --out bench/out-fla \
+    --cases model-bf16,long-bf16,gva-bf16 >"$out/bench-fla.log" 2>&1
+  echo "bench (with fla) rc $?" >>"$out/bench-fla.log"
+) &
+
+wait
+tar -cf "$out/bench-out.tar" bench/out-fla bench/out-ours 2>/dev/null
+for f in "$out"/*.log; do echo "== $(basename "$f"): $(tail -2 "$f" | tr '\n' ' ')"; done
+for d in bench/out-fla bench/out-ours; do tail -30 "$d/bench.md" 2>/dev/null; done
