@@ -276,6 +276,49 @@ TEST(Cuda, RunsOnCallersStream) {
   cudaStreamDestroy(stream);
 }
 
+// Captured into a CUDA graph in global capture mode (what torch.cuda.graph uses), then replayed:
+// the same bits as a direct run. Global mode refuses "unsafe" runtime calls from any thread
+// during capture; a refused call invalidates the capture (seen once: a stream-device query).
+TEST(Cuda, GraphCaptureAndReplayMatchDirectRun) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t K : {int64_t{100}, int64_t{128}}) {  // the general kernel, then the tensor-core path
+    ProblemConfig c = base(DType::bf16, DType::f32, 64);
+    c.K = K;
+    c.V = K;
+    c.seed = fresh_seed();
+    SCOPED_TRACE("K = V = " + std::to_string(K) + ", seed " + std::to_string(c.seed));
+    DeviceProblem dev(kda::io::make_random_problem(c));
+    dev.poison_outputs();
+    ASSERT_TRUE(kda::run(dev.problem(), kda::Backend::cuda).ok());
+    kda::testing::check_cuda(cudaDeviceSynchronize(), "sync after direct run");
+    const HostProblem direct = dev.download_outputs();
+
+    cudaStream_t stream;
+    kda::testing::check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    dev.poison_outputs();
+    cudaGraph_t graph = nullptr;
+    kda::testing::check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal),
+                             "begin capture");
+    const kda::Status s = kda::run(dev.problem(), kda::Backend::cuda, stream);
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    ASSERT_TRUE(s.ok()) << s.message;
+    ASSERT_EQ(ended, cudaSuccess) << cudaGetErrorString(ended);
+    cudaGraphExec_t exec = nullptr;
+    kda::testing::check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    for (int replay = 0; replay < 2; ++replay) {
+      kda::testing::check_cuda(cudaGraphLaunch(exec, stream), "graph launch");
+    }
+    kda::testing::check_cuda(cudaStreamSynchronize(stream), "sync after replay");
+    const HostProblem replayed = dev.download_outputs();
+    for (const char* name : kda::io::kOutputNames) {
+      EXPECT_EQ(replayed.get(name).bytes, direct.get(name).bytes) << name << " differs";
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
 TEST(Cuda, EmptyProblemLaunchesNothing) {
   SKIP_WITHOUT_GPU();
   ProblemConfig c = base(DType::bf16, DType::f32, 64);

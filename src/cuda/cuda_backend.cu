@@ -80,11 +80,21 @@ bool tensor_core_path_enabled() {
 // fault on the first access to the tensors (CUDA does not refuse such a launch), killing the
 // caller's context. Refuse it instead, before anything is launched. The special handles (0, the
 // legacy and per-thread default streams) mean the current device's default stream, which run_cuda
-// makes the tensors' device.
+// makes the tensors' device. While the stream captures a graph, CUDA refuses cudaStreamGetDevice
+// ("operation not permitted when stream is capturing", seen on the H200 under torch.cuda.graph)
+// and the refusal invalidates the capture, so the check is skipped then: only
+// cudaStreamIsCapturing is asked, which capture allows.
 Status check_stream_device(cudaStream_t stream, int device) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
     return Status::Ok();
   }
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (Status s = cuda::cuda_status(cudaStreamIsCapturing(stream, &capture),
+                                   "cudaStreamIsCapturing (stream)");
+      !s.ok()) {
+    return s;
+  }
+  if (capture != cudaStreamCaptureStatusNone) return Status::Ok();
   int stream_device = -1;
   if (Status s = cuda::cuda_status(cudaStreamGetDevice(stream, &stream_device),
                                    "cudaStreamGetDevice (stream)");
