@@ -121,9 +121,9 @@ def parse_args(argv=None):
 
 
 def kernel_label():
-    """What the library will run in this process: it takes the tensor-core path only for
-    KDA_CUDA_KERNEL=auto (src/cuda/cuda_backend.cu)."""
-    return "auto" if os.environ.get("KDA_CUDA_KERNEL") == "auto" else "general"
+    """What the library will run in this process: the default dispatch (tensor-core path where it
+    applies) unless KDA_CUDA_KERNEL=general (src/cuda/cuda_backend.cu)."""
+    return "general" if os.environ.get("KDA_CUDA_KERNEL") == "general" else "auto"
 
 
 def list_cases(selected, bandwidth):

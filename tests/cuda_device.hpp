@@ -28,6 +28,9 @@ class DeviceProblem {
   // head stride (last dim + 3 elements) to exercise non-contiguous inputs.
   DeviceProblem(const io::HostProblem& host, int device = 0,
                 const std::vector<std::string>& padded = {});
+  // `host` is kept by reference (downloads and checksums use it): a temporary would dangle.
+  DeviceProblem(io::HostProblem&& host, int device = 0,
+                const std::vector<std::string>& padded = {}) = delete;
   ~DeviceProblem();
   DeviceProblem(const DeviceProblem&) = delete;
   DeviceProblem& operator=(const DeviceProblem&) = delete;

@@ -287,7 +287,8 @@ TEST(Cuda, GraphCaptureAndReplayMatchDirectRun) {
     c.V = K;
     c.seed = fresh_seed();
     SCOPED_TRACE("K = V = " + std::to_string(K) + ", seed " + std::to_string(c.seed));
-    DeviceProblem dev(kda::io::make_random_problem(c));
+    const HostProblem hp = kda::io::make_random_problem(c);
+    DeviceProblem dev(hp);
     dev.poison_outputs();
     ASSERT_TRUE(kda::run(dev.problem(), kda::Backend::cuda).ok());
     kda::testing::check_cuda(cudaDeviceSynchronize(), "sync after direct run");

@@ -2,7 +2,8 @@
 # The GPU check, in one command, on a machine that has nothing of ours installed:
 #   tools/device-check.sh [--build DIR] [--golden DIR] [--out DIR] [--quick] [--parts LIST]
 # LIST is a comma list of tests,golden,sanitizer,bench,reliability (default: all of them), so the
-# check can be split over several device calls of at most 10 minutes each.
+# check can be split over several device calls of at most 10 minutes each; sanitizer-matrix (the
+# four compute-sanitizer tools over the whole GPU matrix, both kernels) runs only when named.
 # Uses a build made elsewhere (DIR holds src/libkda.so, tests/test_cuda and tools/kda) or, when
 # DIR has none, configures and builds one there. Runs the GPU test matrix, the golden files
 # through `kda run --check`, compute-sanitizer (memcheck, racecheck, synccheck) on a subset, the
@@ -132,6 +133,31 @@ for kernel in general auto; do
     src=$?
     errors=$(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1 | sed 's/.*ERROR SUMMARY: //')
     row "compute-sanitizer $tool ($kernel)" "$([ $src -eq 0 ] && echo PASS || echo FAIL): ${errors:-no summary}"
+  done
+done
+fi
+
+# 3b. (Not in the default parts: several minutes.) compute-sanitizer over the whole GPU matrix,
+#     each tool on each kernel choice, in gtest shards like the matrix itself. The rows say
+#     PASS only when every shard's tool run exited 0 with its ERROR SUMMARY of 0 errors.
+if want sanitizer-matrix; then
+: >"$out/sanitizer-matrix.log"
+for kernel in general auto; do
+  for tool in memcheck racecheck synccheck initcheck; do
+    rc=0
+    for ((i = 0; i < shards; i++)); do
+      KDA_CUDA_KERNEL=$kernel GTEST_TOTAL_SHARDS="$shards" GTEST_SHARD_INDEX="$i" \
+        compute-sanitizer --tool "$tool" --error-exitcode 99 "$test_cuda" --gtest_color=no \
+        >"$out/.san$i.log" 2>&1 &
+    done
+    for ((i = 0; i < shards; i++)); do wait -n || rc=1; done
+    summaries=$(cat "$out"/.san*.log | grep -c 'ERROR SUMMARY: 0 errors')
+    { echo "== compute-sanitizer --tool $tool, KDA_CUDA_KERNEL=$kernel, whole matrix"
+      cat "$out"/.san*.log; } >>"$out/sanitizer-matrix.log"
+    rm -f "$out"/.san*.log
+    verdict=PASS
+    [ "$rc" -ne 0 ] || [ "$summaries" -ne "$shards" ] && verdict=FAIL
+    row "sanitizer $tool, whole matrix ($kernel)" "$verdict: $summaries/$shards shards with 0 errors"
   done
 done
 fi
