@@ -119,6 +119,14 @@ for f in "$KDA_GOLDEN_DIR"/*.safetensors; do
   fi
 done
 row "golden files via kda run --check (cuda)" "$([ $golden_ok -eq $golden_all ] && echo PASS || echo FAIL): $golden_ok/$golden_all"
+# With a GPU present and no --backend, `kda run` must pick cuda.
+echo "== kda run --shape 1,130,2,64,64 --check (no --backend)" >>"$out/cli.log"
+"$kda" run --shape 1,130,2,64,64 --check >"$out/.default.log" 2>&1
+drc=$?
+cat "$out/.default.log" >>"$out/cli.log"
+picked=$(grep -E '^ *backend +' "$out/.default.log" | head -1 | awk '{print $2}')
+rm -f "$out/.default.log"
+row "kda run without --backend picks cuda" "$([ $drc -eq 0 ] && [ "$picked" = cuda ] && echo PASS || echo FAIL): picked ${picked:-nothing}, rc $drc"
 fi
 
 # 3. compute-sanitizer on the subset (every dtype, a tail, a varlen case, K = V = 100), for each
