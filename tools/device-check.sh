@@ -101,6 +101,9 @@ gtest_run_sharded() {  # gtest_run_sharded LABEL BINARY [env assignments...]
 if want tests; then
 gtest_run_sharded "gpu tests, general kernel" "$test_cuda" KDA_CUDA_KERNEL=general
 gtest_run_sharded "gpu tests, KDA_CUDA_KERNEL=auto" "$test_cuda" KDA_CUDA_KERNEL=auto
+# The L2-prefetch experiment of the tensor-core path (off by default; docs/performance.md).
+gtest_run_sharded "gpu tests, auto + KDA_CUDA_L2_PREFETCH=1" "$test_cuda" KDA_CUDA_KERNEL=auto \
+  KDA_CUDA_L2_PREFETCH=1
 if [ -x "$build/tests/test_cuda_fast_units" ]; then
   gtest_run "tensor-core path unit tests" "$build/tests/test_cuda_fast_units"
 fi
@@ -133,10 +136,11 @@ fi
 #    tool and each kernel choice.
 if want sanitizer; then
 : >"$out/sanitizer.log"
-for kernel in general auto; do
+for kernel in general auto prefetch; do
   for tool in memcheck racecheck synccheck initcheck; do
+    [ "$kernel" = prefetch ] && [ "$tool" != memcheck ] && continue
     echo "== compute-sanitizer --tool $tool, KDA_CUDA_KERNEL=$kernel" >>"$out/sanitizer.log"
-    KDA_CUDA_KERNEL=$kernel compute-sanitizer --tool "$tool" --error-exitcode 99 "$test_cuda" \
+    KDA_CUDA_KERNEL=${kernel/prefetch/auto} KDA_CUDA_L2_PREFETCH=$([ "$kernel" = prefetch ] && echo 1 || echo 0) compute-sanitizer --tool "$tool" --error-exitcode 99 "$test_cuda" \
       --gtest_color=no --gtest_filter='Subset/CudaSanitizerSubset.*' >>"$out/sanitizer.log" 2>&1
     src=$?
     errors=$(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1 | sed 's/.*ERROR SUMMARY: //')
@@ -175,13 +179,14 @@ if want bench; then
 : >"$out/bench.log"
 repeat=100
 [ $quick -eq 1 ] && repeat=20
-for kernel in general auto; do
+for kernel in general auto prefetch; do  # prefetch: auto + KDA_CUDA_L2_PREFETCH=1
   for dtype in bf16 fp16 fp32; do
     for hdtype in fp32 x; do
       [ "$dtype" = fp32 ] && [ "$hdtype" = x ] && continue
-      [ "$kernel" = auto ] && [ "$dtype" = fp32 ] && continue  # fp32 has no tensor-core path
+      [ "$kernel" != general ] && [ "$dtype" = fp32 ] && continue  # no tensor-core path for fp32
       echo "== model shape $dtype h=$hdtype kernel=$kernel" >>"$out/bench.log"
-      KDA_CUDA_KERNEL=$kernel "$kda" run --shape 1,2048,32,128,128 --dtype "$dtype" \
+      KDA_CUDA_KERNEL=${kernel/prefetch/auto} \
+        KDA_CUDA_L2_PREFETCH=$([ "$kernel" = prefetch ] && echo 1 || echo 0) "$kda" run --shape 1,2048,32,128,128 --dtype "$dtype" \
         --h-dtype "$hdtype" --backend cuda --repeat "$repeat" --check >>"$out/bench.log" 2>&1
       brc=$?
       median=$(grep -iE 'median' "$out/bench.log" | tail -1)

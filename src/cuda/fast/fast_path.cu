@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "cuda/fast/fast_path.hpp"
@@ -21,6 +22,16 @@ namespace {
 using cuda::WyDqkgParams;
 
 constexpr uintptr_t kAlign = 16;  // cp.async copies 16-byte chunks
+
+// The L2 prefetch experiment (WyDqkgParams::l2_prefetch) is off unless KDA_CUDA_L2_PREFETCH=1,
+// read once per process, until a device run shows it pays (docs/performance.md).
+bool l2_prefetch_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("KDA_CUDA_L2_PREFETCH");
+    return value != nullptr && std::string(value) == "1";
+  }();
+  return enabled;
+}
 
 bool aligned(const void* data) {
   return reinterpret_cast<uintptr_t>(data) % kAlign == 0;
@@ -112,7 +123,8 @@ Status launch_fast_path(const Problem& p, const Dims& d, cudaStream_t stream) {
   if (!fast_path_supports(p, d)) {
     return {StatusCode::internal, "cuda mma path: launched for a problem it does not support"};
   }
-  const WyDqkgParams params = cuda::make_wy_dqkg_params(p, d);
+  WyDqkgParams params = cuda::make_wy_dqkg_params(p, d);
+  params.l2_prefetch = l2_prefetch_enabled();
   const int device = p.q.device.index;
   switch (d.x_dtype) {
     case DType::f16:
