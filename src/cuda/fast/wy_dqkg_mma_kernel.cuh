@@ -58,45 +58,50 @@ __device__ __forceinline__ void copy_tile_async(T* dst, int dst_ld, const T* src
   }
 }
 
-// Experimental (p.l2_prefetch): asks L2 for every row the K loop reads after the unit's first
-// copies — q, k and g of the unit's L tokens, then h and dh in slab order — so that their DRAM
-// requests are all in flight from the unit's start instead of slab by slab (ncu: DRAM at 46%,
-// latency-bound). One bulk prefetch per row, rows spread over the CTA's threads. Every row lies
-// inside its tensor: tokens t < L of a validated unit, all K (or V) rows of the unit's h block.
+// Experimental (p.l2_prefetch, docs/performance.md): L2 prefetches ahead of the copies, so that
+// more DRAM requests are in flight per SM (ncu on v2: DRAM at 46% of peak, latency-bound).
+// A bulk prefetch only asks L2 to fetch a row; nothing reaches the SM and nothing waits for it.
+// Every row lies inside its tensor (tokens t < L of a validated unit; rows of the unit's h block).
+//
+// The unit's q, k and g rows (all K columns), which the K loop reads slab by slab at fragment
+// positions: L rows of each, spread over the CTA's threads.
 template <typename Tr>
-__device__ __forceinline__ void prefetch_unit_l2(const WyDqkgParams& p, const UnitOrigins& o, int L,
-                                                 int tid) {
+__device__ __forceinline__ void prefetch_tokens_l2(const WyDqkgParams& p, const UnitOrigins& o,
+                                                   int L, int tid) {
   using XT = typename Tr::XT;
-  using HT = typename Tr::HT;
-  const int state_rows = static_cast<int>(Tr::kStateVFirst ? Tr::kV : p.K);
-  const auto state_row_bytes =
-      static_cast<uint32_t>((Tr::kStateVFirst ? p.K : Tr::kV) * sizeof(HT));
   const auto x_row_bytes = static_cast<uint32_t>(p.K * sizeof(XT));
   const auto g_row_bytes = static_cast<uint32_t>(p.K * sizeof(float));
-  const int total = 3 * L + 2 * state_rows;
-  for (int r = tid; r < total; r += Tr::kThreads) {
-    if (r < 3 * L) {
-      const int t = r % L;
-      const int which = r / L;  // 0 q, 1 k, 2 g
-      if (which == 0) {
-        mma::prefetch_l2_bulk(static_cast<const XT*>(p.q.data) + o.q + t * p.q.stride_token,
-                              x_row_bytes);
-      } else if (which == 1) {
-        mma::prefetch_l2_bulk(static_cast<const XT*>(p.k.data) + o.k + t * p.k.stride_token,
-                              x_row_bytes);
-      } else {
-        mma::prefetch_l2_bulk(static_cast<const float*>(p.g.data) + o.g + t * p.g.stride_token,
-                              g_row_bytes);
-      }
+  for (int r = tid; r < 3 * L; r += Tr::kThreads) {
+    const int t = r % L;
+    const int which = r / L;  // 0 q, 1 k, 2 g
+    if (which == 0) {
+      mma::prefetch_l2_bulk(static_cast<const XT*>(p.q.data) + o.q + t * p.q.stride_token,
+                            x_row_bytes);
+    } else if (which == 1) {
+      mma::prefetch_l2_bulk(static_cast<const XT*>(p.k.data) + o.k + t * p.k.stride_token,
+                            x_row_bytes);
     } else {
-      const int s = r - 3 * L;
-      const int row = s / 2;  // h and dh rows interleaved: slab order for both
-      const bool is_dh = (s % 2) != 0;
-      const StateView& view = is_dh ? p.dh : p.h;
-      const int64_t stride = Tr::kStateVFirst ? view.stride_v : view.stride_k;
-      mma::prefetch_l2_bulk(static_cast<const HT*>(view.data) + (is_dh ? o.dh : o.h) + row * stride,
-                            state_row_bytes);
+      mma::prefetch_l2_bulk(static_cast<const float*>(p.g.data) + o.g + t * p.g.stride_token,
+                            g_row_bytes);
     }
+  }
+}
+
+// Slab k0 .. k0+15 of h and dh, as issue_slab will copy it: kSlabRows rows of kSlabCols elements
+// each for both matrices (16 rows of V, or V rows of 16 k for state_v_first).
+template <typename Tr>
+__device__ __forceinline__ void prefetch_slab_l2(const WyDqkgParams& p, const UnitOrigins& o,
+                                                 int k0, int tid) {
+  using HT = typename Tr::HT;
+  constexpr auto kRowBytes = static_cast<uint32_t>(Tr::kSlabCols * sizeof(HT));
+  static_assert(kRowBytes % 16 == 0, "bulk prefetch sizes are multiples of 16 bytes");
+  for (int r = tid; r < 2 * Tr::kSlabRows; r += Tr::kThreads) {
+    const bool is_dh = r >= Tr::kSlabRows;
+    const int row = is_dh ? r - Tr::kSlabRows : r;
+    const StateView& view = is_dh ? p.dh : p.h;
+    const int64_t offset = Tr::kStateVFirst ? row * view.stride_v + k0 : (k0 + row) * view.stride_k;
+    mma::prefetch_l2_bulk(static_cast<const HT*>(view.data) + (is_dh ? o.dh : o.h) + offset,
+                          kRowBytes);
   }
 }
 
@@ -300,7 +305,17 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   const int num_slabs = static_cast<int>(p.K / Tr::kSlabK);
   auto out_row = [&](int i) { return o.out_row0 + static_cast<int64_t>(i) * p.HV; };
 
-  if (p.l2_prefetch) prefetch_unit_l2<Tr>(p, o, L, tid);
+  // Slabs 0 and 1 are copied right away; with the L2 prefetch on, slabs 2 .. 2 + kL2Ahead - 1
+  // are asked of L2 now and the K loop keeps kL2Ahead slabs ahead of its copies. At a unit's
+  // start that is ~128 KB a CTA (q, k, g and four slabs of float32 h, dh): 264 resident CTAs ask
+  // for ~34 MB, inside the H200's 60 MB L2.
+  constexpr int kL2Ahead = 4;
+  if (p.l2_prefetch) {
+    prefetch_tokens_l2<Tr>(p, o, L, tid);
+    for (int kb = 2; kb < 2 + kL2Ahead && kb < num_slabs; ++kb) {
+      prefetch_slab_l2<Tr>(p, o, kb * Tr::kSlabK, tid);
+    }
+  }
 
   // --- copies: group 1 = Ā, dV, Vv (phase 0); group 2 = dO, Vn, slab 0; [group 3 = slab 1] --
   // Ā columns >= L are zero-filled too: they are not part of the chunk, and a NaN there would
@@ -381,6 +396,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   for (int kb = 0; kb < num_slabs; ++kb) {
     const int ring = kb & 1;
     const int k0 = kb * Tr::kSlabK;
+    if (p.l2_prefetch && kb + 2 + kL2Ahead < num_slabs) {
+      prefetch_slab_l2<Tr>(p, o, k0 + (2 + kL2Ahead) * Tr::kSlabK, tid);
+    }
     float* const sds = sSds + ring * Tr::kSdsParts * Tr::kSlabK;  // this slab's Σ S⊙dS parts
     // Epilogue inputs at this thread's C-fragment positions: rows i_h = m0 + grp + 8h,
     // columns kc, kc + 1. Loaded first, so that the slab preparation, the barrier and the
