@@ -4,7 +4,7 @@ bytes, bandwidth floor, our median time, fla's Triton time in the same process, 
 baseline, share of floor, speedup, pass/fail against each case's target, and per-output
 err_ratio of ours and fla's against the float64 reference. See bench/README.md.
 
-    python3 bench/run.py                      # every case, KDA_CUDA_KERNEL=general then auto
+    python3 bench/run.py                      # every case, the general kernel then auto
     python3 bench/run.py --cases 'model-*' --kernels env --quick
 
 Writes bench.csv, bench.md and bench.png under --out (merged with the rows already there:
@@ -57,10 +57,11 @@ def parse_args(argv=None):
     p.add_argument("--fresh", action="store_true",
                    help="drop the rows already in --out/bench.csv instead of merging into them")
     p.add_argument("--kernels", default="general,auto",
-                   help="KDA_CUDA_KERNEL choices to measure, one child process each, "
-                        "comma-separated (default general,auto; fla and the eager baseline run "
-                        "in the first only); 'env' runs in this process with the environment's "
-                        "KDA_CUDA_KERNEL")
+                   help="kernel choices to measure, one child process each, comma-separated: "
+                        "general, auto (the default dispatch), prefetch (auto with the L2 "
+                        "prefetch experiment, KDA_CUDA_L2_PREFETCH=1) (default general,auto; fla "
+                        "and the eager baseline run in the first only); 'env' runs in this "
+                        "process with the environment's KDA_CUDA_KERNEL and KDA_CUDA_L2_PREFETCH")
     p.add_argument("--quick", action="store_true",
                    help="a smoke run: 20 timed runs after 3 warm-ups (default 200 after 10)")
     p.add_argument("--reps", type=int, default=None, help="timed runs per implementation")
@@ -108,9 +109,10 @@ def parse_args(argv=None):
     else:
         args.measure_bandwidth = True
     args.kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
-    bad = [k for k in args.kernels if k not in ("general", "auto", "env")]
+    bad = [k for k in args.kernels if k not in (*KERNEL_ENV, "env")]
     if not args.kernels or bad or ("env" in args.kernels and len(args.kernels) > 1):
-        p.error(f"--kernels: expected general and/or auto, or env alone; got {args.kernels}")
+        p.error(f"--kernels: expected some of general, auto, prefetch, or env alone; "
+                f"got {args.kernels}")
     if args.cpu_dry_run and os.environ.get("TRITON_INTERPRET") != "1":
         args.no_fla = True  # fla's kernels run on a CPU only under Triton's interpreter
     try:
@@ -120,10 +122,21 @@ def parse_args(argv=None):
     return args
 
 
+# The environment of each --kernels choice; the library reads both variables once per process.
+KERNEL_ENV = {
+    "general": {"KDA_CUDA_KERNEL": "general", "KDA_CUDA_L2_PREFETCH": "0"},
+    "auto": {"KDA_CUDA_KERNEL": "auto", "KDA_CUDA_L2_PREFETCH": "0"},
+    "prefetch": {"KDA_CUDA_KERNEL": "auto", "KDA_CUDA_L2_PREFETCH": "1"},
+}
+
+
 def kernel_label():
     """What the library will run in this process: the default dispatch (tensor-core path where it
-    applies) unless KDA_CUDA_KERNEL=general (src/cuda/cuda_backend.cu)."""
-    return "general" if os.environ.get("KDA_CUDA_KERNEL") == "general" else "auto"
+    applies) unless KDA_CUDA_KERNEL=general (src/cuda/cuda_backend.cu), with the L2 prefetch
+    experiment when KDA_CUDA_L2_PREFETCH=1 (src/cuda/fast/fast_path.cu)."""
+    if os.environ.get("KDA_CUDA_KERNEL") == "general":
+        return "general"
+    return "prefetch" if os.environ.get("KDA_CUDA_L2_PREFETCH") == "1" else "auto"
 
 
 def list_cases(selected, bandwidth):
@@ -483,8 +496,10 @@ def run_children(args, argv, outputs):
                        "--ref-cache", str(scratch)]
             if i > 0:
                 command += ["--no-fla", "--no-eager"]
-            log(f"#### KDA_CUDA_KERNEL={kernel}: {' '.join(command[1:])}")
-            child = subprocess.Popen(command, env=dict(os.environ, KDA_CUDA_KERNEL=kernel))
+            child_env = KERNEL_ENV[kernel]
+            log(f"#### {' '.join(f'{k}={v}' for k, v in child_env.items())}: "
+                f"{' '.join(command[1:])}")
+            child = subprocess.Popen(command, env=dict(os.environ, **child_env))
             seen, rows = None, []
             while True:
                 try:
@@ -503,7 +518,7 @@ def run_children(args, argv, outputs):
                     break
             done_rows += rows
             if rc != 0:
-                failed.append(f"KDA_CUDA_KERNEL={kernel} exited with {rc}")
+                failed.append(f"kernel choice {kernel} exited with {rc}")
                 log(f"#### {failed[-1]}")
         outputs.write(done_rows, env_lines, bandwidth, final=True)
     finally:
