@@ -70,9 +70,6 @@ struct WyDqkgParams {
   int64_t heads_per_group = 1;  // HV / H: value head hv reads query/key head hv / heads_per_group
   int64_t num_units = 0;        // work units = chunks * HV, one CTA each
   float scale = 1.0f;
-  // Tensor-core path only, experimental (KDA_CUDA_L2_PREFETCH=1): prefetch the unit's q, k, g
-  // rows and h, dh into L2 at its start. Off by default until measured (docs/performance.md).
-  bool l2_prefetch = false;
 };
 
 }  // namespace kda::cuda

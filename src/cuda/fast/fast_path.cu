@@ -23,8 +23,9 @@ using cuda::WyDqkgParams;
 
 constexpr uintptr_t kAlign = 16;  // cp.async copies 16-byte chunks
 
-// The L2 prefetch experiment (WyDqkgParams::l2_prefetch) is off unless KDA_CUDA_L2_PREFETCH=1,
-// read once per process, until a device run shows it pays (docs/performance.md).
+// The L2 prefetch experiment (WyDqkgMmaTraits::kL2Prefetch, k-first h layout only) is off unless
+// KDA_CUDA_L2_PREFETCH=1, read once per process, until a device run shows it pays
+// (docs/performance.md).
 bool l2_prefetch_enabled() {
   static const bool enabled = [] {
     const char* value = std::getenv("KDA_CUDA_L2_PREFETCH");
@@ -57,6 +58,9 @@ template <typename XT, typename HT, int kBT, int kV>
 Status dispatch_layout(const WyDqkgParams& params, bool state_v_first, int device,
                        cudaStream_t stream) {
   if (state_v_first) return cuda::launch_wy_dqkg_mma<XT, HT, kBT, kV, true>(params, device, stream);
+  if (l2_prefetch_enabled()) {
+    return cuda::launch_wy_dqkg_mma<XT, HT, kBT, kV, false, true>(params, device, stream);
+  }
   return cuda::launch_wy_dqkg_mma<XT, HT, kBT, kV, false>(params, device, stream);
 }
 
@@ -123,8 +127,7 @@ Status launch_fast_path(const Problem& p, const Dims& d, cudaStream_t stream) {
   if (!fast_path_supports(p, d)) {
     return {StatusCode::internal, "cuda mma path: launched for a problem it does not support"};
   }
-  WyDqkgParams params = cuda::make_wy_dqkg_params(p, d);
-  params.l2_prefetch = l2_prefetch_enabled();
+  const WyDqkgParams params = cuda::make_wy_dqkg_params(p, d);
   const int device = p.q.device.index;
   switch (d.x_dtype) {
     case DType::f16:

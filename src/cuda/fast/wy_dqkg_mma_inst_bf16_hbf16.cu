@@ -1,5 +1,5 @@
 // Explicit instantiations of the mma kernel: X = __nv_bfloat16, h/dh = __nv_bfloat16; every (BT, V,
-// layout).
+// layout), and the L2-prefetch variants of the k-first layout.
 #include "cuda/fast/wy_dqkg_mma_launch_template.cuh"
 
 namespace kda::cuda {
@@ -17,6 +17,12 @@ template Status launch_wy_dqkg_mma<__nv_bfloat16, __nv_bfloat16, 64, 64, false>(
 template Status launch_wy_dqkg_mma<__nv_bfloat16, __nv_bfloat16, 64, 64, true>(const WyDqkgParams&, int, cudaStream_t);
 template Status launch_wy_dqkg_mma<__nv_bfloat16, __nv_bfloat16, 64, 128, false>(const WyDqkgParams&, int, cudaStream_t);
 template Status launch_wy_dqkg_mma<__nv_bfloat16, __nv_bfloat16, 64, 128, true>(const WyDqkgParams&, int, cudaStream_t);
+template Status launch_wy_dqkg_mma<__nv_bfloat16, __nv_bfloat16, 16, 64, false, true>(const WyDqkgParams&, int, cudaStream_t);
+template Status launch_wy_dqkg_mma<__nv_bfloat16, __nv_bfloat16, 16, 128, false, true>(const WyDqkgParams&, int, cudaStream_t);
+template Status launch_wy_dqkg_mma<__nv_bfloat16, __nv_bfloat16, 32, 64, false, true>(const WyDqkgParams&, int, cudaStream_t);
+template Status launch_wy_dqkg_mma<__nv_bfloat16, __nv_bfloat16, 32, 128, false, true>(const WyDqkgParams&, int, cudaStream_t);
+template Status launch_wy_dqkg_mma<__nv_bfloat16, __nv_bfloat16, 64, 64, false, true>(const WyDqkgParams&, int, cudaStream_t);
+template Status launch_wy_dqkg_mma<__nv_bfloat16, __nv_bfloat16, 64, 128, false, true>(const WyDqkgParams&, int, cudaStream_t);
 // clang-format on
 
 }  // namespace kda::cuda

@@ -58,7 +58,7 @@ __device__ __forceinline__ void copy_tile_async(T* dst, int dst_ld, const T* src
   }
 }
 
-// Experimental (p.l2_prefetch, docs/performance.md): L2 prefetches ahead of the copies, so that
+// Experimental (Tr::kL2Prefetch, docs/performance.md): L2 prefetches ahead of the copies, so that
 // more DRAM requests are in flight per SM (ncu on v2: DRAM at 46% of peak, latency-bound).
 // A bulk prefetch only asks L2 to fetch a row; nothing reaches the SM and nothing waits for it.
 // Every row lies inside its tensor (tokens t < L of a validated unit; rows of the unit's h block).
@@ -305,14 +305,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   const int num_slabs = static_cast<int>(p.K / Tr::kSlabK);
   auto out_row = [&](int i) { return o.out_row0 + static_cast<int64_t>(i) * p.HV; };
 
-  // Slabs 0 and 1 are copied right away; with the L2 prefetch on, slabs 2 .. 2 + kL2Ahead - 1
-  // are asked of L2 now and the K loop keeps kL2Ahead slabs ahead of its copies. At a unit's
-  // start that is ~128 KB a CTA (q, k, g and four slabs of float32 h, dh): 264 resident CTAs ask
-  // for ~34 MB, inside the H200's 60 MB L2.
-  constexpr int kL2Ahead = 4;
-  if (p.l2_prefetch) {
+  // Slabs 0 and 1 are copied right away; with the L2 prefetch, slabs 2 .. 2 + kL2AheadSlabs - 1
+  // are asked of L2 now and the K loop keeps kL2AheadSlabs slabs ahead of its copies. At a
+  // unit's start that is ~128 KB a CTA (q, k, g and four slabs of float32 h, dh): 264 resident
+  // CTAs ask for ~34 MB, inside the H200's 60 MB L2.
+  if constexpr (Tr::kL2Prefetch) {
     prefetch_tokens_l2<Tr>(p, o, L, tid);
-    for (int kb = 2; kb < 2 + kL2Ahead && kb < num_slabs; ++kb) {
+    for (int kb = 2; kb < 2 + Tr::kL2AheadSlabs && kb < num_slabs; ++kb) {
       prefetch_slab_l2<Tr>(p, o, kb * Tr::kSlabK, tid);
     }
   }
@@ -396,8 +395,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   for (int kb = 0; kb < num_slabs; ++kb) {
     const int ring = kb & 1;
     const int k0 = kb * Tr::kSlabK;
-    if (p.l2_prefetch && kb + 2 + kL2Ahead < num_slabs) {
-      prefetch_slab_l2<Tr>(p, o, k0 + (2 + kL2Ahead) * Tr::kSlabK, tid);
+    if constexpr (Tr::kL2Prefetch) {
+      if (kb + 2 + Tr::kL2AheadSlabs < num_slabs) {
+        prefetch_slab_l2<Tr>(p, o, k0 + (2 + Tr::kL2AheadSlabs) * Tr::kSlabK, tid);
+      }
     }
     float* const sds = sSds + ring * Tr::kSdsParts * Tr::kSlabK;  // this slab's Σ S⊙dS parts
     // Epilogue inputs at this thread's C-fragment positions: rows i_h = m0 + grp + 8h,
