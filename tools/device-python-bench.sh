@@ -6,9 +6,10 @@
 #   GPU 1: pytest tests/python (4 xdist workers) except the fla-dependent tests, then the
 #          fixed-length fla layer test alone (its backward timing needs the GPU to itself), then
 #          the op against fla's Triton kernel (2 workers);
-#   GPU 0: the varlen fla layer test, then bench/run.py (ours on the default dispatch, fla
-#          autotuned in the same process; KDA_BENCH_WITH_FLA=0 skips this) on the cases that
-#          share fla's model-shape key, then the rest of the table, ours only.
+#   GPU 0: the varlen fla layer test, then bench/run.py on the cases that share fla's
+#          model-shape key (ours on the default dispatch and with the L2-prefetch experiment,
+#          fla autotuned in the same process; KDA_BENCH_WITH_FLA=0 skips this), then the rest of
+#          the table, ours only.
 # Needs: .carry (tools/stage-device-carry.sh) and fla's source in .fla (the folder holding the
 # `fla` package), both carried. Writes at most 7 logs and one tar of bench/out-* under $OUT (the
 # device tool brings back 8 files).
@@ -51,11 +52,12 @@ rm -rf bench/out-fla bench/out-ours
   timeout "$(left 330)" $pytest -s "$layer_test[varlen]" >"$out/pytest-fla-varlen.log" 2>&1
   echo "pytest rc $?" >>"$out/pytest-fla-varlen.log"
   if [ "$with_fla_bench" = 1 ]; then
-    timeout "$(left 300)" python3 bench/run.py --kernels auto --out bench/out-fla \
+    timeout "$(left 300)" python3 bench/run.py --kernels auto,prefetch --out bench/out-fla \
       --cases model-bf16,long-bf16,gva-bf16 >"$out/bench-fla.log" 2>&1
     echo "bench (with fla) rc $?" >>"$out/bench-fla.log"
   fi
-  timeout "$(left 200)" python3 bench/run.py --kernels auto --no-fla --no-eager --out bench/out-ours \
+  timeout "$(left 200)" python3 bench/run.py --kernels auto,prefetch --no-fla --no-eager \
+    --out bench/out-ours \
     --cases 'model-fp16*,model-bf16-hx,model-fp32,heads16-k64-bf16,varlen-bf16,small-bf16' \
     >"$out/bench-ours.log" 2>&1
   echo "bench (ours only) rc $?" >>"$out/bench-ours.log"
