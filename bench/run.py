@@ -52,6 +52,11 @@ def parse_args(argv=None):
     p.add_argument("--cases", default="",
                    help="comma-separated case names or fnmatch patterns (default: all; --list)")
     p.add_argument("--list", action="store_true", help="list the cases with bytes and floors")
+    p.add_argument("--merge", nargs="+", metavar="DIR",
+                   help="measure nothing: merge the bench.csv of each DIR (later ones win on the "
+                        "same case, implementation and kernel) into --out and write its "
+                        "bench.csv, bench.md and bench.png; for runs split over several GPUs or "
+                        "device calls")
     p.add_argument("--out", default=str(BENCH / "out"),
                    help="output directory for bench.csv, bench.md, bench.png (default bench/out)")
     p.add_argument("--fresh", action="store_true",
@@ -528,6 +533,21 @@ def run_children(args, argv, outputs):
     return 1 if failed else 0
 
 
+def merge_runs(dirs, outputs):
+    """--merge: the rows of each DIR's bench.csv, merged in order, written as one table."""
+    rows = []
+    for folder in dirs:
+        csv_path = Path(folder) / "bench.csv"
+        found = report.read_csv(csv_path)
+        if not found:
+            log(f"merge: no rows in {csv_path}")
+            return 1
+        log(f"merge: {len(found)} rows from {csv_path}")
+        rows = report.merge_rows(rows, found)
+    outputs.write(rows, [f"merged from {', '.join(str(d) for d in dirs)}"], None, final=True)
+    return 0
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
@@ -547,6 +567,8 @@ def main(argv=None):
         return 0
 
     outputs = Outputs(args, argv)
+    if args.merge:
+        return merge_runs(args.merge, outputs)
     if args.kernels == ["env"]:
         rows, bench = measure_here(
             args, lambda rows, bench: outputs.write(rows, bench.env_lines,

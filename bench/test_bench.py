@@ -225,6 +225,23 @@ def test_csv_round_trip_and_merge(tmp_path):
     assert report.read_csv(tmp_path / "missing.csv") == []
 
 
+def test_merge_runs_of_several_folders(tmp_path):
+    rows = report.finalize(fake_rows(), cm.H200_COPY_BANDWIDTH, PASS_BAR)
+    first, second, out = tmp_path / "a", tmp_path / "b", tmp_path / "out"
+    first.mkdir()
+    second.mkdir()
+    report.write_csv(first / "bench.csv", [r for r in rows if r["case"] == "model-bf16"])
+    newer = [dict(r, median_us=77.0) for r in rows if r["case"] == "small-bf16"]
+    report.write_csv(second / "bench.csv", newer)
+    assert run.main(["--merge", str(first), str(second), "--out", str(out), "--fresh"]) == 0
+    merged = report.read_csv(out / "bench.csv")
+    assert {report.row_key(r) for r in merged} == {report.row_key(r) for r in rows}
+    assert {r["median_us"] for r in merged if r["case"] == "small-bf16"} == {77.0}
+    assert "merged from" in (out / "bench.md").read_text()
+    # A folder without rows is an error, not an empty table.
+    assert run.main(["--merge", str(tmp_path / "none"), "--out", str(out)]) == 1
+
+
 def test_markdown_and_chart(tmp_path):
     rows = report.finalize(fake_rows(), cm.H200_COPY_BANDWIDTH, PASS_BAR)
     md = report.markdown(rows, ["header line"])
