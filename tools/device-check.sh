@@ -93,34 +93,41 @@ gtest_row() {  # gtest_row LABEL LOG RC
 }
 # The runs share one log (the transfer back takes at most 8 files).
 : >"$out/test_cuda.log"
-gtest_run() {  # gtest_run LABEL BINARY [env assignments...]
-  local label=$1 binary=$2 scratch="$out/.gtest_run.log"
-  shift 2
-  env "$@" "$binary" --gtest_color=no >"$scratch" 2>&1
-  local rc=$?
-  gtest_row "$label" "$scratch" $rc
-  { echo "==== $label"; cat "$scratch"; } >>"$out/test_cuda.log"
-  rm -f "$scratch"
+gtest_record() {  # gtest_record LABEL LOG RC: the summary row, then LOG appended to test_cuda.log
+  gtest_row "$1" "$2" "$3"
+  { echo "==== $1"; cat "$2"; } >>"$out/test_cuda.log"
+  rm -f "$2"
 }
-# The same, split into $shards gtest shards run at once: the matrix's time is mostly the float64
+gtest_run() {  # gtest_run LABEL BINARY [env assignments...]
+  local label=$1 binary=$2
+  shift 2
+  env "$@" "$binary" --gtest_color=no >"$out/.gtest_run.log" 2>&1
+  gtest_record "$label" "$out/.gtest_run.log" $?
+}
+# The matrix runs split into $shards gtest shards at once: its time is mostly the float64
 # reference on the host (single-threaded per process), which the GPU machine's cores share out:
 # one shard per two cores, at least 4.
 default_shards=$(($(nproc) / 2))
 [ "$default_shards" -lt 4 ] && default_shards=4
 shards=${KDA_CHECK_SHARDS:-$default_shards}
-gtest_run_sharded() {  # gtest_run_sharded LABEL BINARY [env assignments...]
-  local label=$1 binary=$2 rc=0 i
-  shift 2
+# run_shards LOG COMMAND...: COMMAND (a gtest binary, or a tool that runs one) as $shards gtest
+# shards at once, their outputs concatenated into LOG; status 1 when any shard failed.
+run_shards() {
+  local log=$1 rc=0 i
+  shift
   for ((i = 0; i < shards; i++)); do
-    env "$@" GTEST_TOTAL_SHARDS="$shards" GTEST_SHARD_INDEX="$i" "$binary" --gtest_color=no \
-      >"$out/.shard$i.log" 2>&1 &
+    GTEST_TOTAL_SHARDS="$shards" GTEST_SHARD_INDEX="$i" "$@" >"$out/.shard$i.log" 2>&1 &
   done
   for ((i = 0; i < shards; i++)); do wait -n || rc=1; done
-  cat "$out"/.shard*.log >"$out/.gtest_run.log"
+  cat "$out"/.shard*.log >"$log"
   rm -f "$out"/.shard*.log
-  gtest_row "$label" "$out/.gtest_run.log" $rc
-  { echo "==== $label"; cat "$out/.gtest_run.log"; } >>"$out/test_cuda.log"
-  rm -f "$out/.gtest_run.log"
+  return $rc
+}
+gtest_run_sharded() {  # gtest_run_sharded LABEL BINARY [env assignments...]
+  local label=$1 binary=$2
+  shift 2
+  run_shards "$out/.gtest_run.log" env "$@" "$binary" --gtest_color=no
+  gtest_record "$label" "$out/.gtest_run.log" $?
 }
 if want tests; then
 gtest_run_sharded "gpu tests, general kernel" "$test_cuda" $(kernel_env general)
@@ -175,17 +182,13 @@ if want sanitizer-matrix; then
 : >"$out/sanitizer-matrix.log"
 for kernel in general auto; do
   for tool in memcheck racecheck synccheck initcheck; do
-    rc=0
-    for ((i = 0; i < shards; i++)); do
-      env $(kernel_env "$kernel") GTEST_TOTAL_SHARDS="$shards" GTEST_SHARD_INDEX="$i" \
-        compute-sanitizer --tool "$tool" --error-exitcode 99 "$test_cuda" --gtest_color=no \
-        >"$out/.san$i.log" 2>&1 &
-    done
-    for ((i = 0; i < shards; i++)); do wait -n || rc=1; done
-    summaries=$(cat "$out"/.san*.log | grep -c 'ERROR SUMMARY: 0 errors')
+    run_shards "$out/.san.log" env $(kernel_env "$kernel") compute-sanitizer --tool "$tool" \
+      --error-exitcode 99 "$test_cuda" --gtest_color=no
+    rc=$?
+    summaries=$(grep -c 'ERROR SUMMARY: 0 errors' "$out/.san.log")
     { echo "== compute-sanitizer --tool $tool, KDA_CUDA_KERNEL=$kernel, whole matrix"
-      cat "$out"/.san*.log; } >>"$out/sanitizer-matrix.log"
-    rm -f "$out"/.san*.log
+      cat "$out/.san.log"; } >>"$out/sanitizer-matrix.log"
+    rm -f "$out/.san.log"
     verdict=PASS
     [ "$rc" -ne 0 ] || [ "$summaries" -ne "$shards" ] && verdict=FAIL
     row "sanitizer $tool, whole matrix ($kernel)" "$verdict: $summaries/$shards shards with 0 errors"
