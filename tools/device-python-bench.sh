@@ -26,6 +26,14 @@ left() {  # left WANT: WANT seconds, or fewer if the deadline is nearer (at leas
   [ "$l" -lt 1 ] && l=1
   echo "$l"
 }
+# step SECONDS LOG COMMAND...: COMMAND under a timeout cut to the deadline, its output and then
+# its exit status ("rc N", 124 when it timed out) in $out/LOG.
+step() {
+  local want=$1 log="$out/$2"
+  shift 2
+  timeout "$(left "$want")" "$@" >"$log" 2>&1
+  echo "rc $?" >>"$log"
+}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 export KDA_LIBRARY=$PWD/.carry/build/src/libkda.so KDA_GOLDEN_DIR=$PWD/.carry/golden
@@ -38,29 +46,22 @@ rm -rf bench/out-fla bench/out-ours
 
 (
   export CUDA_VISIBLE_DEVICES=1
-  timeout "$(left 120)" $pytest -n 4 tests/python --deselect "$layer_test[fixed]" \
-    --deselect "$layer_test[varlen]" --deselect "$fla_compare" >"$out/pytest-main.log" 2>&1
-  echo "pytest rc $?" >>"$out/pytest-main.log"
-  timeout "$(left 330)" $pytest -s "$layer_test[fixed]" >"$out/pytest-fla-fixed.log" 2>&1
-  echo "pytest rc $?" >>"$out/pytest-fla-fixed.log"
-  timeout "$(left 300)" $pytest -s -n 2 "$fla_compare" >"$out/pytest-fla-compare.log" 2>&1
-  echo "pytest rc $?" >>"$out/pytest-fla-compare.log"
+  step 120 pytest-main.log $pytest -n 4 tests/python --deselect "$layer_test[fixed]" \
+    --deselect "$layer_test[varlen]" --deselect "$fla_compare"
+  step 330 pytest-fla-fixed.log $pytest -s "$layer_test[fixed]"
+  step 300 pytest-fla-compare.log $pytest -s -n 2 "$fla_compare"
 ) &
 
 (
   export CUDA_VISIBLE_DEVICES=0
-  timeout "$(left 330)" $pytest -s "$layer_test[varlen]" >"$out/pytest-fla-varlen.log" 2>&1
-  echo "pytest rc $?" >>"$out/pytest-fla-varlen.log"
+  step 330 pytest-fla-varlen.log $pytest -s "$layer_test[varlen]"
   if [ "$with_fla_bench" = 1 ]; then
-    timeout "$(left 300)" python3 bench/run.py --kernels auto,prefetch --out bench/out-fla \
-      --cases model-bf16,long-bf16,gva-bf16 >"$out/bench-fla.log" 2>&1
-    echo "bench (with fla) rc $?" >>"$out/bench-fla.log"
+    step 300 bench-fla.log python3 bench/run.py --kernels auto,prefetch --out bench/out-fla \
+      --cases model-bf16,long-bf16,gva-bf16
   fi
-  timeout "$(left 200)" python3 bench/run.py --kernels auto,prefetch --no-fla --no-eager \
+  step 200 bench-ours.log python3 bench/run.py --kernels auto,prefetch --no-fla --no-eager \
     --out bench/out-ours \
-    --cases 'model-fp16*,model-bf16-hx,model-fp32,heads16-k64-bf16,varlen-bf16,small-bf16' \
-    >"$out/bench-ours.log" 2>&1
-  echo "bench (ours only) rc $?" >>"$out/bench-ours.log"
+    --cases 'model-fp16*,model-bf16-hx,model-fp32,heads16-k64-bf16,varlen-bf16,small-bf16'
 ) &
 
 wait
