@@ -12,7 +12,8 @@
 #          the table, ours only.
 # Needs: .carry (tools/stage-device-carry.sh) and fla's source in .fla (the folder holding the
 # `fla` package), both carried. Writes at most 7 logs and one tar of bench/out-* under $OUT (the
-# device tool brings back 8 files).
+# device tool brings back 8 files). The Python package is pip-installed offline first and every
+# run uses that install.
 #   tools/device-python-bench.sh [SECONDS]   (the whole run's deadline, default 540)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,8 +37,16 @@ step() {
 }
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-export KDA_LIBRARY=$PWD/.carry/build/src/libkda.so KDA_GOLDEN_DIR=$PWD/.carry/golden
-export PYTHONPATH=$PWD/.fla:$PWD/python TRITON_CACHE_DIR=/tmp/triton-cache
+export KDA_GOLDEN_DIR=$PWD/.carry/golden TRITON_CACHE_DIR=/tmp/triton-cache
+# The package as a user gets it on this machine with no network: pip, offline, without build
+# isolation, bundling the carried library; everything below imports that installed copy (the
+# tests' conftest prints which kda_kernels and libkda they run against).
+site=/tmp/kda-site
+rm -rf "$site"
+KDA_LIBRARY=$PWD/.carry/build/src/libkda.so python3 -m pip install --no-build-isolation \
+  --no-index --no-deps --target "$site" ./python >"$out/pip-install.log" 2>&1
+echo "rc $?" >>"$out/pip-install.log"
+export PYTHONPATH=$PWD/.fla:$site
 pytest="python3 -m pytest -q -rs -p no:cacheprovider"
 layer_test=tests/python/test_fla.py::test_chunk_kda_gradients_with_and_without_backend
 fla_compare=tests/python/test_cuda.py::test_against_fla_triton
