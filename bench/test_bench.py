@@ -397,6 +397,17 @@ def test_cpu_dry_run_one_child_per_kernel_merges(tmp_path):
     assert len(report.read_csv(tmp_path / "bench.csv")) == 1
 
 
+@needs_torch
+@needs_library
+def test_host_cost_runs_every_layer():
+    result = subprocess.run([sys.executable, str(BENCH / "host_cost.py"), "--calls", "5"],
+                            capture_output=True, text=True, timeout=300,
+                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    layers = [line.split()[0] for line in result.stdout.splitlines()[2:]]
+    assert layers == ["public", "custom-op", "impl", "fla-backend", "kda_run"]
+
+
 def test_run_module_needs_no_torch_to_import():
     code = ("import sys; sys.modules['torch'] = None; sys.path.insert(0, %r); import run, "
             "report, cases" % str(BENCH))

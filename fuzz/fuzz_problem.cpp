@@ -773,8 +773,8 @@ std::vector<std::vector<double>> run_and_check(const Case& c, Memory& mem, kda::
   for (size_t b = 0; b < mem.buffers.size(); ++b) {
     for (size_t i = 0; i < before[b].size(); ++i) {
       KDA_FUZZ_CHECK(writable[b][i] || before[b][i] == mem.buffers[b].base[i],
-                     "%s modified byte %zu of buffer %zu, which no output element covers", name,
-                     i, b);
+                     "%s modified byte %zu of buffer %zu, which no output element covers", name, i,
+                     b);
     }
   }
   const bool finite = finite_inputs_expected(c);

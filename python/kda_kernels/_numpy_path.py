@@ -29,8 +29,9 @@ def _dtype_code(dtype):
 
 
 def describe(name, array):
-    """TensorDesc of a NumPy array; a TypeError/ValueError naming the argument when the array
-    cannot be expressed as a kda_tensor at all (not an ndarray, foreign dtype, odd strides)."""
+    """kda_tensor field values of a NumPy array (``_problem.tensor_fields``); a
+    TypeError/ValueError naming the argument when the array cannot be expressed as a kda_tensor
+    at all (not an ndarray, foreign dtype, odd strides)."""
     where = f"{_problem.OP_NAME}: argument '{name}'"
     if not isinstance(array, np.ndarray):
         raise TypeError(f"{where}: expected a numpy.ndarray, got {type(array).__name__}")
@@ -43,13 +44,13 @@ def describe(name, array):
     itemsize = array.dtype.itemsize
     if any(s % itemsize for s in array.strides):
         raise ValueError(f"{where}: byte strides {array.strides} are not whole elements")
-    return _problem.TensorDesc(
-        data=array.__array_interface__["data"][0],  # ndarray.ctypes is ~10x slower
-        dtype=code,
-        shape=array.shape,
-        strides=tuple(s // itemsize for s in array.strides),
-        device_type=_abi.DEVICE_CPU,
-        device_index=0,
+    return _problem.tensor_fields(
+        array.__array_interface__["data"][0],  # ndarray.ctypes is ~10x slower
+        code,
+        array.shape,
+        tuple(s // itemsize for s in array.strides),
+        _abi.DEVICE_CPU,
+        0,
     )
 
 
@@ -66,9 +67,9 @@ def run(arrays, scale, cu_seqlens, chunk_size, chunk_indices, state_v_first, bac
     """
     options = _problem.scalar_options(scale, chunk_size, state_v_first)
     code = _problem.backend_code(backend, on_cuda=False)
-    tensors = {name: describe(name, arrays[name]) for name in _abi.INPUT_FIELDS}
+    fields = [describe(name, arrays[name]) for name in _abi.INPUT_FIELDS]
     for name, value in (("cu_seqlens", cu_seqlens), ("chunk_indices", chunk_indices)):
-        tensors[name] = None if value is None else describe(name, value)
+        fields.append(_problem.OMITTED if value is None else describe(name, value))
 
     q = arrays["q"]
     layout = _problem.output_layout(q.shape, arrays["v"].shape, arrays["A"].shape)
@@ -76,8 +77,8 @@ def run(arrays, scale, cu_seqlens, chunk_size, chunk_indices, state_v_first, bac
         name: new_output(shape, q.dtype if in_x else np.float32)
         for name, (shape, in_x) in layout.items()
     }
-    tensors.update({name: describe(name, out) for name, out in outputs.items()})
-    _problem.run(tensors, options, code)
+    fields.extend(describe(name, out) for name, out in outputs.items())
+    _problem.run(fields, options, code)
     return tuple(outputs[name] for name in _abi.OUTPUT_FIELDS)
 
 

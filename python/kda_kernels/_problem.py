@@ -8,19 +8,11 @@ exception (see _errors).
 
 import ctypes
 import operator
-from collections import namedtuple
 
 from . import _abi, _errors, _library
 
 OP_NAME = "chunk_kda_bwd_wy_dqkg_fused"
 
-# What the core needs to know about one array.
-TensorDesc = namedtuple(
-    "TensorDesc", ["data", "dtype", "shape", "strides", "device_type", "device_index"]
-)
-
-# Argument names in kda_problem's tensor order ("do" is the field do_).
-_PYTHON_NAMES = (*_abi.INPUT_FIELDS, *_abi.INDEX_FIELDS, *_abi.OUTPUT_FIELDS)
 _INT64_MAX = 2**63 - 1
 
 
@@ -79,28 +71,31 @@ def scalar_options(scale, chunk_size, state_v_first):
     return has_scale, scale_value, chunk, int(bool(state_v_first))
 
 
-_OMITTED = (0,) * (5 + 2 * _abi.MAX_RANK)  # data NULL, rank 0: "argument omitted"
+# kda_tensor's values for an omitted argument: data NULL, rank 0.
+OMITTED = (0,) * (5 + 2 * _abi.MAX_RANK)
 _PAD = (0,) * _abi.MAX_RANK
 
 
-def _tensor_values(desc):
-    """kda_tensor's fields in order. A rank over MAX_RANK is kept (the core reports it by name)
-    with its first MAX_RANK extents."""
-    if desc is None:
-        return _OMITTED
-    rank = len(desc.shape)
-    shape = (tuple(desc.shape) + _PAD)[: _abi.MAX_RANK]
-    strides = (tuple(desc.strides) + _PAD)[: _abi.MAX_RANK]
-    return (desc.data, desc.dtype, rank, desc.device_type, desc.device_index, *shape, *strides)
+def tensor_fields(data, dtype, shape, strides, device_type, device_index):
+    """kda_tensor's field values in struct order, for one array (shape and element strides as
+    sequences of ints). A rank over MAX_RANK keeps its rank and first MAX_RANK extents: the core
+    reports it by name."""
+    rank = len(shape)
+    if rank <= _abi.MAX_RANK:
+        pad = _PAD[rank:]
+        return (data, dtype, rank, device_type, device_index, *shape, *pad, *strides, *pad)
+    return (data, dtype, rank, device_type, device_index, *shape[: _abi.MAX_RANK],
+            *strides[: _abi.MAX_RANK])
 
 
-def run(tensors, options, backend, stream=None):
+def run(fields, options, backend, stream=None):
     """Run the operator once.
 
     Parameters
     ----------
-    tensors : dict of str to TensorDesc or None
-        Every input, index and output by its argument name (None: omitted).
+    fields : sequence of tuple
+        ``tensor_fields(...)`` (or ``OMITTED``) of every tensor in kda_problem's order: the
+        eleven inputs (q .. dv), cu_seqlens, chunk_indices, then the six outputs (dq .. dA).
     options : tuple
         ``scalar_options(...)``'s result.
     backend : int
@@ -111,11 +106,12 @@ def run(tensors, options, backend, stream=None):
     lib = _library.library()
     has_scale, scale, chunk_size, state_v_first = options
     values = [_abi.ABI_VERSION, state_v_first, chunk_size, has_scale, 0, scale]
-    for name in _PYTHON_NAMES:
-        values.extend(_tensor_values(tensors.get(name)))
+    for tensor in fields:
+        values.extend(tensor)
     problem = _abi.KdaProblem.from_buffer_copy(_abi.PROBLEM_STRUCT.pack(*values))
     status = lib.dll.kda_run(ctypes.byref(problem), backend, stream)
-    _errors.check(status, lib, OP_NAME)
+    if status != _abi.STATUS_OK:
+        _errors.check(status, lib, OP_NAME)
 
 
 def count_chunks(cu_seqlens_ptr, n_entries, chunk_size):

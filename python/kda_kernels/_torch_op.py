@@ -27,10 +27,21 @@ _DEVICE_TYPES = {"cpu": _abi.DEVICE_CPU, "cuda": _abi.DEVICE_CUDA}
 
 
 def describe(name, tensor):
-    """TensorDesc of a torch tensor; TypeError/ValueError naming the argument when it cannot be
-    expressed as a kda_tensor at all (foreign dtype, sparse layout, device other than cpu/cuda)."""
-    where = f"{_problem.OP_NAME}: argument '{name}'"
+    """kda_tensor field values of a torch tensor (``_problem.tensor_fields``); TypeError or
+    ValueError naming the argument when it cannot be expressed as a kda_tensor at all (foreign
+    dtype, sparse layout, device other than cpu/cuda). Paid for 17 tensors on every call, so the
+    common case is a few dict lookups and the messages are built only on failure."""
     code = _DTYPE_CODES.get(tensor.dtype)
+    device = tensor.device
+    device_type = _DEVICE_TYPES.get(device.type)
+    if code is None or device_type is None or tensor.layout != torch.strided:
+        _refuse(name, tensor, code, device_type)
+    return _problem.tensor_fields(tensor.data_ptr(), code, tensor.shape, tensor.stride(),
+                                  device_type, device.index or 0)
+
+
+def _refuse(name, tensor, code, device_type):
+    where = f"{_problem.OP_NAME}: argument '{name}'"
     if code is None:
         raise TypeError(
             f"{where}: expected dtype float16, bfloat16, float32, int32 or int64, "
@@ -38,26 +49,15 @@ def describe(name, tensor):
         )
     if tensor.layout != torch.strided:
         raise ValueError(f"{where}: expected a dense (strided) tensor, got {tensor.layout}")
-    device = tensor.device
-    device_type = _DEVICE_TYPES.get(device.type)
-    if device_type is None:
-        raise ValueError(f"{where}: expected a cpu or cuda tensor, got one on {device}")
-    return _problem.TensorDesc(
-        data=tensor.data_ptr(),
-        dtype=code,
-        shape=tuple(tensor.shape),
-        strides=tensor.stride(),
-        device_type=device_type,
-        device_index=device.index or 0,
-    )
+    raise ValueError(f"{where}: expected a cpu or cuda tensor, got one on {tensor.device}")
 
 
 def _empty_outputs(q, v, A):
     layout = _problem.output_layout(q.shape, v.shape, A.shape)
-    return {
-        name: q.new_empty(shape, dtype=q.dtype if in_x else torch.float32)
-        for name, (shape, in_x) in layout.items()
-    }
+    return [
+        q.new_empty(shape, dtype=q.dtype if in_x else torch.float32)
+        for shape, in_x in layout.values()
+    ]
 
 
 def _run(
@@ -81,20 +81,24 @@ def _run(
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The custom op's implementation for real (CPU or CUDA) tensors: allocate the outputs on
     q's device, describe every tensor and run libkda on the chosen backend."""
-    inputs = dict(q=q, k=k, v=v, v_new=v_new, g=g, beta=beta, A=A, h=h, do=do, dh=dh, dv=dv)
     options = _problem.scalar_options(scale, chunk_size, state_v_first)
     on_cuda = q.device.type == "cuda"
     code = _problem.backend_code(backend, on_cuda)
-    tensors = {name: describe(name, t) for name, t in inputs.items()}
-    for name, value in (("cu_seqlens", cu_seqlens), ("chunk_indices", chunk_indices)):
-        tensors[name] = None if value is None else describe(name, value)
+    fields = [
+        describe(name, t)
+        for name, t in zip(_abi.INPUT_FIELDS, (q, k, v, v_new, g, beta, A, h, do, dh, dv))
+    ]
+    fields.append(_problem.OMITTED if cu_seqlens is None else describe("cu_seqlens", cu_seqlens))
+    fields.append(
+        _problem.OMITTED if chunk_indices is None else describe("chunk_indices", chunk_indices)
+    )
     outputs = _empty_outputs(q, v, A)
-    tensors.update({name: describe(name, out) for name, out in outputs.items()})
+    fields.extend(describe(name, out) for name, out in zip(_abi.OUTPUT_FIELDS, outputs))
     # The core makes q's device current for the launch itself; torch's current stream on that
     # device is the one a caller (or a CUDA graph capture) expects the work on.
     stream = torch.cuda.current_stream(q.device).cuda_stream if on_cuda else None
-    _problem.run(tensors, options, code, stream)
-    return tuple(outputs[name] for name in _abi.OUTPUT_FIELDS)
+    _problem.run(fields, options, code, stream)
+    return tuple(outputs)
 
 
 chunk_kda_bwd_wy_dqkg_fused_op = torch.library.custom_op(OP_QUALNAME, _run, mutates_args=())
@@ -103,8 +107,7 @@ chunk_kda_bwd_wy_dqkg_fused_op = torch.library.custom_op(OP_QUALNAME, _run, muta
 @chunk_kda_bwd_wy_dqkg_fused_op.register_fake
 def _fake(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, cu_seqlens, chunk_size,
           chunk_indices, state_v_first, backend):
-    outputs = _empty_outputs(q, v, A)
-    return tuple(outputs[name] for name in _abi.OUTPUT_FIELDS)
+    return tuple(_empty_outputs(q, v, A))
 
 
 def call(tensors, scale, cu_seqlens, chunk_size, chunk_indices, state_v_first, backend):
