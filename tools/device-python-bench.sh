@@ -20,13 +20,8 @@ cd "$(dirname "$0")/.."
 out=${OUT:?set OUT to the folder for logs}
 # Every step's timeout is cut to what is left before this deadline, so the whole call ends inside
 # the device tool's 10 minutes with every log written.
-deadline=$((SECONDS + ${1:-540}))
-left() {  # left WANT: WANT seconds, or fewer if the deadline is nearer (at least 1)
-  local l=$((deadline - SECONDS))
-  [ "$l" -gt "$1" ] && l=$1
-  [ "$l" -lt 1 ] && l=1
-  echo "$l"
-}
+. tools/deadline.sh
+deadline_in "${1:-540}"
 # step SECONDS LOG COMMAND...: COMMAND under a timeout cut to the deadline, its output and then
 # its exit status ("rc N", 124 when it timed out) in $out/LOG.
 step() {

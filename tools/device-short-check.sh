@@ -15,13 +15,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?set OUT to the folder for logs}
-deadline=$((SECONDS + ${1:-95}))
-left() {  # left WANT: WANT seconds, or fewer if the deadline is nearer (at least 1)
-  local l=$((deadline - SECONDS))
-  [ "$l" -gt "$1" ] && l=$1
-  [ "$l" -lt 1 ] && l=1
-  echo "$l"
-}
+. tools/deadline.sh
+deadline_in "${1:-95}"
 summary="$out/summary.txt"
 : >"$summary"
 row() { printf '%-44s %s  [%ss]\n' "$1" "$2" "$SECONDS" | tee -a "$summary" >/dev/null; }
