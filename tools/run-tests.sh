@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 tools/install-deps.sh
 cmake --workflow --preset default
 
-if ! python3 -c "import numpy, safetensors, pytest, ml_dtypes" 2>/dev/null; then
+if ! python3 -c "import numpy, safetensors, pytest, ml_dtypes, setuptools, wheel" 2>/dev/null; then
   python3 -m pip install -q -r tests/python/requirements-ci.txt
 fi
 KDA_LIBRARY="$PWD/build/src/libkda.so" python3 -m pytest tests/python bench -q -rs
