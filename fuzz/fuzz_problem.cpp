@@ -124,11 +124,15 @@ std::optional<int64_t> span_bytes(const TensorView& t) {
   return bytes;
 }
 
-// The library's rule, restated: extents other than 1 have row-major strides. A rank outside
-// 0..kMaxRank (a garbage enum the judge rejects separately) is not contiguous either; the check
-// must not index past the view's arrays (found by fuzz_problem on 2026-11-30).
+// The library's rule, restated: extents other than 1 have row-major strides, and a view with no
+// elements is contiguous whatever its strides. A rank outside 0..kMaxRank (a garbage enum the
+// judge rejects separately) is not contiguous either; the check must not index past the view's
+// arrays (found by fuzz_problem on 2026-11-30).
 bool harness_contiguous(const TensorView& t) {
   if (t.rank < 0 || t.rank > kda::kMaxRank) return false;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] == 0) return true;
+  }
   int64_t expected = 1;
   for (int d = t.rank - 1; d >= 0; --d) {
     if (t.shape[d] != 1 && t.strides[d] != expected) return false;
@@ -169,7 +173,8 @@ Plan decode_plan(FuzzedDataProvider& fdp) {
       p.scale = fdp.PickValueInArray({0.0, 1.0, -0.5, 0.125, 3.0, 16.0});
       break;
     case 2:
-      p.scale = fdp.PickValueInArray({1e300, -1e-300, 65504.0, 1e-45});
+      // Extreme but valid: float32's largest, subnormal and below-subnormal magnitudes.
+      p.scale = fdp.PickValueInArray({3.4028234663852886e38, -1e-300, 65504.0, 1e-45});
       break;
     default:
       p.scale = fdp.ConsumeFloatingPointInRange(-16.0, 16.0);
@@ -356,9 +361,9 @@ void perturb(FuzzedDataProvider& fdp, Case& c) {
                                 int64_t{64}, int64_t{128}, int64_t{-64}, kI64Min});
       return;
     case 10:
-      c.problem.scale = fdp.PickValueInArray({std::numeric_limits<double>::quiet_NaN(),
-                                              std::numeric_limits<double>::infinity(),
-                                              -std::numeric_limits<double>::infinity()});
+      c.problem.scale = fdp.PickValueInArray(
+          {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+           -std::numeric_limits<double>::infinity(), 1e300, -3.5e38});
       return;
     case 11:
       c.problem.state_v_first = !c.problem.state_v_first;
@@ -497,7 +502,9 @@ void judge(Case& c, const std::array<std::optional<int64_t>, kNumSlots>& spans) 
     if (kSlots[s].is_output && !harness_contiguous(t)) c.reject_because(name + " not contiguous");
   }
   if (c.problem.chunk_size != p.BT) c.reject_because("chunk_size changed");
-  if (c.problem.scale && !std::isfinite(*c.problem.scale)) c.reject_because("scale not finite");
+  if (c.problem.scale && !(std::fabs(*c.problem.scale) <= std::numeric_limits<float>::max())) {
+    c.reject_because("scale not finite in float32");
+  }
   if (c.problem.state_v_first != p.state_v_first && p.K != p.V) {
     c.reject_because("state_v_first flipped with K != V");
   }

@@ -614,6 +614,36 @@ TEST(EmptyProblems, ZeroTokensZeroBatchZeroSequences) {
   }
 }
 
+// Empty outputs carry whatever strides their allocator gives: NumPy gives empty arrays zero
+// strides and PyTorch products of max(extent, 1). Neither is row-major by the letter, but a
+// view without elements addresses nothing, so both are accepted and the run writes nothing.
+TEST(EmptyProblems, EmptyOutputsWithAnyStrides) {
+  for (Backend backend : {Backend::cpu_ref, Backend::cpu}) {
+    SCOPED_TRACE(std::string(kda::backend_name(backend)));
+    for (const auto& [B, T] : {std::pair<int64_t, int64_t>{2, 0}, {0, 20}}) {
+      ProblemConfig c = small_config(T, /*K=*/8, /*V=*/8, /*BT=*/16);
+      c.B = B;
+      HostProblem hp = kda::io::make_random_problem(c);
+      Problem numpy_like = hp.problem();
+      Problem torch_like = hp.problem();
+      for (TensorView* out : {&numpy_like.dq, &numpy_like.dk, &numpy_like.dv_out, &numpy_like.db,
+                              &numpy_like.dg, &numpy_like.dA}) {
+        for (int d = 0; d < out->rank; ++d) out->strides[d] = 0;
+      }
+      for (TensorView* out : {&torch_like.dq, &torch_like.dk, &torch_like.dv_out, &torch_like.db,
+                              &torch_like.dg, &torch_like.dA}) {
+        int64_t stride = 1;
+        for (int d = out->rank - 1; d >= 0; --d) {
+          out->strides[d] = stride;
+          stride *= std::max<int64_t>(out->shape[d], 1);
+        }
+      }
+      run_ok(numpy_like, backend);
+      run_ok(torch_like, backend);
+    }
+  }
+}
+
 // Both backends read their inputs only: every input byte (dv above all) is unchanged.
 TEST(Inputs, UnchangedAfterRun) {
   ProblemConfig c = small_config(/*T=*/0, /*K=*/16, /*V=*/24, /*BT=*/16);

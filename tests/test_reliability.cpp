@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -972,6 +974,30 @@ TEST(Hardening, CountChunksDoesNotOverflow) {
   } else {
     EXPECT_EQ(s, KDA_STATUS_INVALID_ARGUMENT);
   }
+}
+
+// kda_chunk_indices built the whole chunk list before comparing its length with the caller's
+// room: cu_seqlens {0, 2^36} with chunk_size 16 asked for 2^32 entries (std::bad_alloc, or for
+// smaller ones minutes and gigabytes) before answering that one row of room is too little.
+TEST(Hardening, ChunkIndicesCountsBeforeMaterializing) {
+  const int64_t cu[] = {0, int64_t{1} << 36};
+  int64_t out[2] = {-1, -1};
+  const auto start = std::chrono::steady_clock::now();
+  const kda_status s = kda_chunk_indices(cu, 2, 16, out, 1);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  expect_c_error(s, "'num_chunks'", "cu_seqlens {0, 2^36}, room for 1 row");
+  EXPECT_NE(std::string(kda_last_error()).find("has 4294967296 chunks"), std::string::npos)
+      << kda_last_error();
+  EXPECT_LT(seconds, 1.0);
+  EXPECT_EQ(out[0], -1);  // nothing written on error
+  EXPECT_EQ(out[1], -1);
+  // And the normal path still fills (sequence, chunk) rows in order.
+  const int64_t small[] = {0, 20, 20, 53};
+  int64_t rows[2 * 5] = {};
+  ASSERT_EQ(kda_chunk_indices(small, 4, 16, rows, 5), KDA_STATUS_OK) << kda_last_error();
+  const int64_t want[] = {0, 0, 0, 1, 2, 0, 2, 1, 2, 2};  // the empty sequence 1 has no chunk
+  EXPECT_TRUE(std::equal(rows, rows + 10, want)) << "rows differ";
 }
 
 // --- known issues: reproducers of what is still open in src/ -------------------------------

@@ -133,8 +133,20 @@ TEST(Validation, BetaDtype) {
 TEST(Validation, StateDtypes) {
   ProblemConfig c = small_config();
   c.x_dtype = DType::f16;
-  expect_invalid(c, [](Problem& p) { p.h.dtype = DType::bf16; }, {"'h'", "float32 or float16"});
+  expect_invalid(c, [](Problem& p) { p.h.dtype = DType::bf16; },
+                 {"'h'", "float16 (the dtype of q) or float32"});
   expect_invalid(c, [](Problem& p) { p.dh.dtype = DType::f16; }, {"'dh'", "the dtype of h"});
+  // With X = float32 there is one allowed dtype, said once.
+  c.x_dtype = DType::f32;
+  for (auto name : {"h", "beta"}) {
+    HostProblem hp = kda::io::make_random_problem(c);
+    Problem p = hp.problem();
+    (std::string(name) == "h" ? p.h : p.beta).dtype = DType::bf16;
+    const kda::Status s = p.validate();
+    EXPECT_NE(s.message.find("expected dtype float32 (the dtype of q), got bfloat16"),
+              std::string::npos)
+        << s.message;
+  }
 }
 
 TEST(Validation, OutputDtypes) {
@@ -194,6 +206,20 @@ TEST(Validation, ChunkSizeMustMatchA) {
 
 TEST(Validation, ScaleMustBeFinite) {
   expect_invalid(small_config(), [](Problem& p) { p.scale = NAN; }, {"'scale'", "finite"});
+}
+
+// The float32 backends compute with scale in float32: a finite double past float's range would
+// become inf there (and 0 * inf = NaN where cpu-ref gives 0), so it is refused; float's largest
+// value itself is accepted.
+TEST(Validation, ScaleMustFitFloat32) {
+  for (double scale : {1e39, -3.5e38, 1e300}) {
+    expect_invalid(small_config(), [&](Problem& p) { p.scale = scale; },
+                   {"'scale'", "float32", "|scale| <= 3.40282e+38"});
+  }
+  HostProblem hp = kda::io::make_random_problem(small_config());
+  Problem p = hp.problem();
+  p.scale = 3.4028234663852886e38;
+  EXPECT_TRUE(p.validate().ok()) << p.validate().message;
 }
 
 TEST(Validation, StateChunkCountFixedLength) {

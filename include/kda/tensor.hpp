@@ -43,6 +43,7 @@ struct TensorView {
   // True when nothing was passed for an optional argument.
   bool empty_arg() const { return data == nullptr && rank == 0; }
   int64_t numel() const;
+  // Row-major with no gaps (extents of 1 may have any stride); a view with no elements always is.
   bool is_contiguous() const;
   // Byte span [lo, hi) covered by the elements (for overlap checks); {0,0} when numel() == 0.
   std::pair<uintptr_t, uintptr_t> byte_span() const;

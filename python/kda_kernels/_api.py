@@ -59,10 +59,10 @@ def chunk_kda_bwd_wy_dqkg_fused(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale
         None runs CUDA tensors on 'cuda' (on the tensors' device and torch's current stream)
         and CPU data on 'cpu' (float32, threaded). 'cpu-ref' is the float64 reference.
 
-    All arrays are either torch tensors (CPU or CUDA; CUDA ones run through the custom op
-    ``torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused``, which torch.compile and CUDA graphs
-    can capture) or NumPy arrays (CPU backends; bfloat16 as ml_dtypes' dtype). Any element
-    strides are accepted for inputs.
+    All arrays are either torch tensors (CPU or CUDA; both run through the custom op
+    ``torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused``, which torch.compile traces and CUDA
+    graphs capture) or NumPy arrays (CPU backends; bfloat16 as ml_dtypes' dtype). Inputs may
+    have any non-negative element strides (broadcast dimensions included); outputs are new.
 
     Returns
     -------

@@ -103,6 +103,8 @@ def _load():
             return Library(path)
         except OSError as e:  # a broken or foreign-architecture file: say so, try the next
             failures.append(f"{path}: {e}")
+        except AttributeError as e:  # loads, but is not libkda (a kda_* symbol is missing)
+            failures.append(f"{path}: not libkda ({e})")
     detail = ("; could not load: " + "; ".join(failures)) if failures else ""
     raise LibraryError(
         f"kda_kernels: libkda was not found (looked at {_describe_search()}){detail}. "

@@ -84,7 +84,17 @@ def run(arrays, scale, cu_seqlens, chunk_size, chunk_indices, state_v_first, bac
 
 def chunk_indices(cu_seqlens, chunk_size):
     """(sequence id, chunk id) int64 pairs, shape [NT, 2], from a host cu_seqlens."""
-    cu = np.ascontiguousarray(cu_seqlens, dtype=np.int64)
+    values = np.asarray(cu_seqlens)
+    if values.dtype.kind not in "iu" and not (values.size == 0 and values.dtype.kind == "f"):
+        # Integers only: a float entry would be truncated without a word ([] reads as float64).
+        raise TypeError(
+            f"chunk_indices: argument 'cu_seqlens': expected integers, got dtype {values.dtype}"
+        )
+    if values.dtype.kind == "u" and values.size and values.max() > np.iinfo(np.int64).max:
+        raise ValueError(
+            f"chunk_indices: argument 'cu_seqlens': entry {values.max()} does not fit in int64"
+        )
+    cu = np.ascontiguousarray(values, dtype=np.int64)
     if cu.ndim != 1:
         raise ValueError(f"chunk_indices: argument 'cu_seqlens': expected rank 1, got {cu.ndim}")
     _, _, chunk, _ = _problem.scalar_options(None, chunk_size, False)

@@ -54,12 +54,16 @@ def scalar_options(scale, chunk_size, state_v_first):
     if scale is None:
         has_scale, scale_value = 0, 0.0
     else:
+        # float() would also take True and numeric strings: a number, or nothing.
+        bad = isinstance(scale, (bool, str, bytes))
         try:
-            has_scale, scale_value = 1, float(scale)
+            has_scale, scale_value = 1, 0.0 if bad else float(scale)
         except (TypeError, ValueError):
+            bad = True
+        if bad:
             raise TypeError(
                 f"{OP_NAME}: argument 'scale': expected a float or None, got {type(scale).__name__}"
-            ) from None
+            )
     try:
         chunk = operator.index(chunk_size)
     except TypeError:
@@ -68,6 +72,11 @@ def scalar_options(scale, chunk_size, state_v_first):
         ) from None
     if not -_INT64_MAX <= chunk <= _INT64_MAX:  # ctypes would wrap it silently
         raise ValueError(f"{OP_NAME}: argument 'chunk_size': {chunk} does not fit in int64")
+    # bool() would read any non-empty string, 'False' included, as True.
+    if isinstance(state_v_first, (str, bytes)) or state_v_first not in (True, False):
+        raise TypeError(
+            f"{OP_NAME}: argument 'state_v_first': expected a bool, got {state_v_first!r}"
+        )
     return has_scale, scale_value, chunk, int(bool(state_v_first))
 
 

@@ -111,16 +111,29 @@ def _fake(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, cu_seqlens, chunk_si
 
 
 def call(tensors, scale, cu_seqlens, chunk_size, chunk_indices, state_v_first, backend):
-    """The public function's torch path: checks every argument is a tensor (the dispatcher's own
-    message would not name it) and calls the custom op."""
+    """The public function's torch path: checks what the dispatcher would report without naming
+    the argument, or not at all, then calls the custom op. Each of the eleven inputs must be a
+    tensor (cu_seqlens and chunk_indices may be None); `backend` must be a name; and a tensor on
+    the meta device must not be mixed with real ones (the dispatcher would send the call to the
+    fake implementation and hand back uninitialized outputs)."""
+    q = tensors["q"]
+    on_meta = isinstance(q, torch.Tensor) and q.device.type == "meta"
     for name, value in (*tensors.items(), ("cu_seqlens", cu_seqlens),
                         ("chunk_indices", chunk_indices)):
-        if value is not None and not isinstance(value, torch.Tensor):
+        if value is None and name in ("cu_seqlens", "chunk_indices"):
+            continue
+        if not isinstance(value, torch.Tensor):
             raise TypeError(
                 f"{_problem.OP_NAME}: argument '{name}': expected a torch.Tensor like q, "
                 f"got {type(value).__name__}"
             )
+        if (value.device.type == "meta") != on_meta:
+            raise ValueError(
+                f"{_problem.OP_NAME}: argument '{name}': is on {value.device} but q is on "
+                f"{q.device}; tensors on the meta device only go with other meta tensors"
+            )
     has_scale, scale_value, chunk, svf = _problem.scalar_options(scale, chunk_size, state_v_first)
+    _problem.backend_code(backend, on_cuda=False)  # a ValueError naming it, before the dispatcher
     return torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused(
         *tensors.values(),
         scale_value if has_scale else None,
@@ -133,8 +146,14 @@ def call(tensors, scale, cu_seqlens, chunk_size, chunk_indices, state_v_first, b
 
 
 def chunk_indices(cu_seqlens, chunk_size):
-    """chunk_indices for a torch cu_seqlens: computed on the host (a CUDA cu_seqlens is copied
-    there, which synchronizes), returned on cu_seqlens' device in its dtype."""
+    """chunk_indices for a torch cu_seqlens (int32 or int64, as the operator takes it): computed on
+    the host (a CUDA cu_seqlens is copied there, which synchronizes), returned on cu_seqlens'
+    device in its dtype."""
+    if cu_seqlens.dtype not in (torch.int32, torch.int64):
+        raise TypeError(
+            f"chunk_indices: argument 'cu_seqlens': expected dtype int32 or int64, "
+            f"got {cu_seqlens.dtype}"
+        )
     host = cu_seqlens.detach().to("cpu", torch.int64).numpy()
     pairs = _numpy_path.chunk_indices(host, chunk_size)
     return torch.from_numpy(pairs).to(device=cu_seqlens.device, dtype=cu_seqlens.dtype)

@@ -101,6 +101,8 @@ def _make_backend_class(base_class=None):
             for name, t in (("cu_seqlens", cu_seqlens), ("chunk_indices", chunk_indices)):
                 if t is not None and not isinstance(t, torch.Tensor):
                     return False, f"{name} is a {type(t).__name__}, not a torch.Tensor"
+                if t is not None and t.device != q.device:
+                    return False, f"{name} is on {t.device}, q on {q.device}"
             reason = _unsupported_reason(q, k, v, v_new, g, beta, A, h, do, dh, dv, chunk_size)
             return reason is None, reason
 

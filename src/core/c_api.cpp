@@ -2,10 +2,11 @@
 
 #include <exception>
 #include <string>
-#include <vector>
 
 #include "kda/kda.h"
 #include "kda/kda.hpp"
+
+#include "core/index_tensor.hpp"
 
 namespace {
 
@@ -145,27 +146,38 @@ kda_status kda_run(const kda_problem* problem, int32_t backend, void* stream) {
   });
 }
 
-static kda::Status read_cu(const int64_t* cu_seqlens, int64_t n_entries,
-                           std::vector<int64_t>* out) {
+// Checks the caller's cu_seqlens pointer and entry count; the entries themselves are read where
+// they are walked (walk_cu_seqlens), so nothing is copied or allocated for them.
+static kda::Status check_cu(const int64_t* cu_seqlens, int64_t n_entries) {
   if (cu_seqlens == nullptr) return kda::invalid_argument("argument 'cu_seqlens': null pointer");
   if (n_entries < 1) {
     return kda::invalid_argument("argument 'cu_seqlens': expected at least one entry, got " +
                                  std::to_string(n_entries));
   }
-  out->assign(cu_seqlens, cu_seqlens + n_entries);
   return kda::Status::Ok();
+}
+
+// Counts the chunks of cu_seqlens (checking it on the way) without materializing them: a
+// cu_seqlens whose last entry is huge costs a walk over its entries, not memory per chunk.
+static kda::Status count_chunks(const int64_t* cu_seqlens, int64_t n_entries, int64_t chunk_size,
+                                int64_t* total) {
+  *total = 0;
+  return kda::walk_cu_seqlens(
+      n_entries, [&](int64_t i) { return cu_seqlens[i]; }, chunk_size,
+      [&](int64_t, int64_t chunks) {
+        *total += chunks;  // <= the last entry: no overflow
+        return kda::Status::Ok();
+      });
 }
 
 kda_status kda_count_chunks(const int64_t* cu_seqlens, int64_t n_entries, int64_t chunk_size,
                             int64_t* num_chunks) {
   return guarded([&] {
-    std::vector<int64_t> cu, offsets;
-    if (kda::Status s = read_cu(cu_seqlens, n_entries, &cu); !s.ok()) return s;
+    if (kda::Status s = check_cu(cu_seqlens, n_entries); !s.ok()) return s;
     if (num_chunks == nullptr) return kda::invalid_argument("argument 'num_chunks': null pointer");
-    if (kda::Status s = kda::chunk_offsets_from_cu_seqlens(cu, chunk_size, &offsets); !s.ok()) {
-      return s;
-    }
-    *num_chunks = offsets.back();
+    int64_t total = 0;
+    if (kda::Status s = count_chunks(cu_seqlens, n_entries, chunk_size, &total); !s.ok()) return s;
+    *num_chunks = total;
     return kda::Status::Ok();
   });
 }
@@ -173,24 +185,27 @@ kda_status kda_count_chunks(const int64_t* cu_seqlens, int64_t n_entries, int64_
 kda_status kda_chunk_indices(const int64_t* cu_seqlens, int64_t n_entries, int64_t chunk_size,
                              int64_t* out, int64_t num_chunks) {
   return guarded([&] {
-    std::vector<int64_t> cu;
-    std::vector<kda::ChunkIndex> indices;
-    if (kda::Status s = read_cu(cu_seqlens, n_entries, &cu); !s.ok()) return s;
-    if (kda::Status s = kda::chunk_indices_from_cu_seqlens(cu, chunk_size, &indices); !s.ok()) {
-      return s;
-    }
-    if (static_cast<int64_t>(indices.size()) != num_chunks) {
+    if (kda::Status s = check_cu(cu_seqlens, n_entries); !s.ok()) return s;
+    // The count is checked against the caller's room before anything is written.
+    int64_t total = 0;
+    if (kda::Status s = count_chunks(cu_seqlens, n_entries, chunk_size, &total); !s.ok()) return s;
+    if (total != num_chunks) {
       return kda::invalid_argument("argument 'num_chunks': cu_seqlens has " +
-                                   std::to_string(indices.size()) + " chunks, got room for " +
+                                   std::to_string(total) + " chunks, got room for " +
                                    std::to_string(num_chunks));
     }
     if (num_chunks > 0 && out == nullptr)
       return kda::invalid_argument("argument 'out': null pointer");
-    for (int64_t i = 0; i < num_chunks; ++i) {
-      out[2 * i] = indices[i].seq;
-      out[2 * i + 1] = indices[i].chunk;
-    }
-    return kda::Status::Ok();
+    int64_t row = 0;
+    return kda::walk_cu_seqlens(
+        n_entries, [&](int64_t i) { return cu_seqlens[i]; }, chunk_size,
+        [&](int64_t seq, int64_t chunks) {
+          for (int64_t c = 0; c < chunks; ++c, ++row) {
+            out[2 * row] = seq;
+            out[2 * row + 1] = c;
+          }
+          return kda::Status::Ok();
+        });
   });
 }
 

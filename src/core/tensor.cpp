@@ -71,10 +71,17 @@ int64_t TensorView::numel() const {
 }
 
 bool TensorView::is_contiguous() const {
+  // A view without elements addresses nothing, so every stride describes it: NumPy gives empty
+  // arrays zero strides and PyTorch products of max(extent, 1), and both call them contiguous.
+  for (int d = 0; d < rank; ++d) {
+    if (shape[d] == 0) return true;
+  }
   int64_t expected = 1;
   for (int d = rank - 1; d >= 0; --d) {
     if (shape[d] != 1 && strides[d] != expected) return false;
-    expected *= shape[d];
+    // Also called on unvalidated views (describe()): a view of more than 2^63 - 1 elements is
+    // not one the library can address, contiguous or not.
+    if (__builtin_mul_overflow(expected, shape[d], &expected)) return false;
   }
   return true;
 }

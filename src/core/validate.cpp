@@ -2,7 +2,9 @@
 // what was expected.
 
 #include <cmath>
+#include <cstdio>
 #include <initializer_list>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -204,13 +206,14 @@ Status Problem::validate(Dims* out) const {
     if (Status s = check_dtype(name, *view, {d.x_dtype}, same_as_q.c_str()); !s.ok()) return s;
   }
   if (Status s = check_dtype("g", g, {DType::f32}, "float32"); !s.ok()) return s;
-  const std::string x_or_f32 = x_name + " (the dtype of q) or float32";
+  // beta, h and dh take X or float32: one choice, not "float32 or float32", when X is float32.
+  const std::string x_or_f32 =
+      d.x_dtype == DType::f32 ? same_as_q : x_name + " (the dtype of q) or float32";
   if (Status s = check_dtype("beta", beta, {d.x_dtype, DType::f32}, x_or_f32.c_str()); !s.ok()) {
     return s;
   }
   d.beta_dtype = beta.dtype;
-  if (Status s = check_dtype("h", h, {DType::f32, d.x_dtype}, ("float32 or " + same_as_q).c_str());
-      !s.ok()) {
+  if (Status s = check_dtype("h", h, {DType::f32, d.x_dtype}, x_or_f32.c_str()); !s.ok()) {
     return s;
   }
   if (dh.dtype != h.dtype) {
@@ -286,7 +289,16 @@ Status Problem::validate(Dims* out) const {
       return s;
     }
   }
-  if (scale && !std::isfinite(*scale)) return fail("scale", "expected a finite number or None");
+  // Every backend but cpu-ref computes with scale in float32: a finite double past float's range
+  // would become inf there and turn zero products into NaN.
+  if (scale && !(std::fabs(*scale) <= std::numeric_limits<float>::max())) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", *scale);
+    return fail("scale",
+                std::string("expected a finite number with |scale| <= 3.40282e+38 (float32's "
+                            "largest) or None, got ") +
+                    got);
+  }
 
   // --- outputs: contiguous, disjoint from each other and from every input ---------------
   const Named outputs[] = {{"dq", &dq, 4}, {"dk", &dk, 4}, {"dv_out", &dv_out, 4},

@@ -83,6 +83,11 @@ BAD = [
     ("chunk-indices-without-cu-seqlens",
      mutate_options({"chunk_indices": np.zeros((3, 2), np.int64)}), ValueError, "chunk_indices"),
     ("scale-nan", mutate_options({"scale": float("nan")}), ValueError, "scale"),
+    ("scale-past-float32", mutate_options({"scale": 1e39}), ValueError, "scale"),
+    ("scale-bool", mutate_options({"scale": True}), TypeError, "scale"),
+    ("scale-string", mutate_options({"scale": "1.0"}), TypeError, "scale"),
+    ("state-v-first-string", mutate_options({"state_v_first": "False"}), TypeError,
+     "state_v_first"),
     ("negative-strides", mutate_inputs("v", lambda a: a[:, ::-1]), ValueError, "v"),
 ]
 
@@ -124,3 +129,20 @@ def test_cuda_backend_on_host_arrays():
 def test_chunk_indices_rejects_bad_cu_seqlens():
     with pytest.raises(ValueError, match="cu_seqlens"):
         kk.chunk_indices(np.array([0, 9, 3]), 16)
+    with pytest.raises(TypeError, match="'cu_seqlens': expected integers, got dtype float64"):
+        kk.chunk_indices(np.array([0, 5.7, 40]), 16)  # 5.7 must not be read as 5
+    with pytest.raises(ValueError, match="does not fit in int64"):
+        kk.chunk_indices(np.array([0, 2**63], np.uint64), 16)
+    np.testing.assert_array_equal(kk.chunk_indices([0, 20], 16), [[0, 0], [0, 1]])
+    assert kk.chunk_indices([0], 16).shape == (0, 2)
+
+
+@pytest.mark.parametrize("empty", [dict(B=2, T=0), dict(B=0, T=20), dict(T=0, seqlens=[])],
+                         ids=["T0", "B0", "no-sequences"])
+def test_empty_problems_give_empty_outputs(empty):
+    """NumPy gives empty arrays zero strides; the core takes any strides for a view without
+    elements, so an empty problem returns empty outputs."""
+    inputs, options = make_problem(H=2, K=8, V=8, BT=16, **empty)
+    outputs = kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **options)
+    assert outputs[0].shape == inputs["q"].shape[:3] + (8,)
+    assert all(o.size == 0 for o in outputs)

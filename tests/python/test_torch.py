@@ -67,6 +67,12 @@ def test_cpu_strided_tensors():
         assert torch.equal(a, b)
 
 
+def test_chunk_indices_takes_int32_or_int64_only():
+    for dtype in (torch.float32, torch.uint8, torch.bool):
+        with pytest.raises(TypeError, match="'cu_seqlens': expected dtype int32 or int64"):
+            kk.chunk_indices(torch.tensor([0, 5, 40]).to(dtype), 16)
+
+
 def test_chunk_indices_keeps_dtype():
     cu = torch.tensor([0, 1, 17, 17, 50], dtype=torch.int32)
     pairs = kk.chunk_indices(cu, 16)
@@ -118,6 +124,33 @@ def test_errors_name_the_argument():
         op(inputs, {**options, "chunk_size": 32})
     with pytest.raises(ValueError, match="argument 'backend'"):
         op(inputs, options, backend="tpu")
+
+
+def test_torch_path_argument_kinds():
+    """What torch's dispatcher would report without naming the argument (or not at all)."""
+    inputs, options = torch_problem(T=32, K=8, V=8, BT=16)
+    with pytest.raises(TypeError, match="argument 'k': expected a torch.Tensor"):
+        op({**inputs, "k": None}, options)
+    with pytest.raises(ValueError, match="argument 'backend'"):
+        op(inputs, options, backend=1)
+    # One meta tensor among real ones: the dispatcher would pick the fake implementation and
+    # return uninitialized CPU outputs.
+    with pytest.raises(ValueError, match="argument 'k': is on meta"):
+        op({**inputs, "k": inputs["k"].to("meta")}, options)
+    with pytest.raises(ValueError, match="argument 'k': is on cpu but q is on meta"):
+        op({**inputs, "q": inputs["q"].to("meta")}, options)
+    # All on meta is shape inference: outputs on meta with the SPEC shapes.
+    meta = op({n: t.to("meta") for n, t in inputs.items()}, options)
+    assert all(o.device.type == "meta" for o in meta)
+    assert meta[0].shape == inputs["q"].shape and meta[2].dtype == inputs["v"].dtype
+
+
+@pytest.mark.parametrize("empty", [dict(B=2, T=0), dict(B=0, T=20)], ids=["T0", "B0"])
+def test_empty_problems(empty):
+    inputs, options = torch_problem(K=8, V=8, BT=16, **empty)
+    outputs = op(inputs, options)
+    assert [o.shape for o in outputs][0] == inputs["q"].shape
+    assert all(o.numel() == 0 for o in outputs)
 
 
 def test_numpy_arguments_with_torch_q_are_rejected():
