@@ -78,6 +78,7 @@ def test_verifier_reasons(backend):
         "chunk_size=128": dict(chunk_size=128),
         "q is on cpu": {},
         "cu_seqlens is a list": dict(cu_seqlens=[0, 64]),
+        "cu_seqlens is on meta, q on cpu": dict(cu_seqlens=torch.tensor([0, 64], device="meta")),
         "unknown arguments ['future']": dict(future=1),
     }
     for want, change in cases.items():

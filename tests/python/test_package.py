@@ -38,6 +38,22 @@ def test_imports_without_library_and_first_call_says_where_it_looked(tmp_path):
     assert "KDA_LIBRARY" in result.stdout
 
 
+def test_a_shared_library_that_is_not_libkda_is_a_library_error():
+    import _ctypes  # a loadable shared object with no kda_* symbols
+
+    foreign = Path(_ctypes.__file__).resolve()
+    code = (
+        "import numpy as np, kda_kernels as kk\n"
+        "try:\n"
+        "    kk.chunk_indices(np.array([0, 4]), 16)\n"
+        "except kk.LibraryError as e:\n"
+        "    print('ERROR', e)\n"
+    )
+    result = run_python(code, KDA_LIBRARY=str(foreign))
+    assert result.returncode == 0, result.stderr
+    assert "ERROR" in result.stdout and f"{foreign}: not libkda" in result.stdout
+
+
 def test_imports_and_runs_numpy_without_torch():
     # sys.modules["torch"] = None makes `import torch` fail, as on a machine without torch.
     code = (
