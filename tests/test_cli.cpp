@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -145,6 +146,60 @@ TEST(Cli, OutputFileRunsAgainAndCatchesWrongResults) {
   std::filesystem::remove(path);
 }
 
+// A file's out.* tensors: a wrong dtype is an error naming it (not a numeric FAIL), and a file
+// with only some of them has every output checked against cpu-ref too.
+TEST(Cli, OutputTensorsOfTheWrongDtypeOrMissingOnesAreNotPassedOver) {
+  const std::string path = temp_path("outs.safetensors");
+  CliResult r = run_kda(
+      "run --shape 1,40,2,16,8 --chunk-size 16 --dtype fp32 --backend cpu --repeat 1 "
+      "--output '" +
+      path + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  kda::io::SafetensorsFile original;
+  ASSERT_TRUE(kda::io::read_safetensors(path, &original).ok());
+
+  kda::io::SafetensorsFile file = original;
+  file.tensors.erase("out.dA");
+  ASSERT_TRUE(kda::io::write_safetensors(path, file).ok());
+  r = run_kda("run --input '" + path + "' --backend cpu --check");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "5 of 6 outputs in the file")) << r.out;
+  EXPECT_TRUE(contains(r.out, "check against cpu-ref")) << r.out;
+
+  file = original;
+  kda::io::HostTensor& dq = file.tensors.at("out.dq");
+  kda::io::HostTensor as_f16(kda::DType::f16, dq.shape);
+  for (int64_t i = 0; i < dq.numel(); ++i) as_f16.set(i, dq.at(i));
+  dq = as_f16;
+  ASSERT_TRUE(kda::io::write_safetensors(path, file).ok());
+  r = run_kda("run --input '" + path + "' --backend cpu --check");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "tensor \"out.dq\" has dtype F16, but the output is F32")) << r.err;
+  std::filesystem::remove(path);
+}
+
+// SPEC: NaN in an output does not fail where the inputs held NaN. cpu and cpu-ref propagate it to
+// the same elements; the check compares the rest.
+TEST(Cli, NanInAnInputPropagatesAndTheCheckStillPasses) {
+  const std::string path = temp_path("nan.safetensors");
+  CliResult r = run_kda(
+      "run --shape 2,64,2,16,16 --chunk-size 32 --dtype fp32 --backend cpu --repeat 1 "
+      "--output '" +
+      path + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  kda::io::SafetensorsFile file;
+  ASSERT_TRUE(kda::io::read_safetensors(path, &file).ok());
+  for (auto it = file.tensors.begin(); it != file.tensors.end();) {
+    it = it->first.rfind("out.", 0) == 0 ? file.tensors.erase(it) : std::next(it);
+  }
+  file.tensors.at("h").set(5, std::nan(""));
+  ASSERT_TRUE(kda::io::write_safetensors(path, file).ok());
+  r = run_kda("run --input '" + path + "' --backend cpu --check");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "PASS: all 6 outputs")) << r.out;
+  std::filesystem::remove(path);
+}
+
 // tools/run-model-shape.sh passes defaults and appends the user's arguments: the last wins.
 TEST(Cli, LaterOptionOverridesEarlier) {
   const CliResult r = run_kda(
@@ -201,6 +256,9 @@ TEST(Cli, BadInputGivesOneErrorLineAndANonZeroExit) {
       {"run --shape 1,64,3,16,16 --heads-v 4 --backend cpu", 2, "argument 'v'"},
       {"run --shape 1,64,2,300,16 --backend cpu", 2, "argument 'q'"},
       {"run --shape 100000,100000,64,128,128", 2, "host memory"},
+      // Out of range: CLI11 alone would clamp these to 2^64 - 1 and run.
+      {small + "--seed -1", 2, "--seed: expected an integer from 0 to 18446744073709551615"},
+      {small + "--seed 18446744073709551616", 2, "--seed: expected an integer"},
   };
   if (KDA_WITH_CUDA == 0) {
     calls.push_back({small + "--backend cuda", 2, "cuda backend not built"});

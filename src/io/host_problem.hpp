@@ -60,7 +60,9 @@ struct ProblemConfig {
 // stored); g ~ -U(0.05, 2.5) (log2 space); beta ~ U(0.05, 0.95). Outputs allocated and poisoned.
 HostProblem make_random_problem(const ProblemConfig& config);
 
-// rms(x - ref) / rms(ref) over the whole tensor (NaN if x holds a NaN/Inf where ref does not).
+// rms(x - ref) / rms(ref) over the elements where ref is finite. Where ref is NaN or Inf, x must
+// hold the same (both NaN, or the same infinity): those elements are left out. NaN when x and ref
+// disagree on an element's finiteness (or in element count), so that no bar passes.
 double err_ratio(const HostTensor& x, const HostTensor& ref);
 
 // SPEC pass bar against the float64 reference for X and h dtypes, and the golden-file bar.

@@ -576,6 +576,11 @@ Status problem_from_safetensors(const SafetensorsFile& file, HostProblem* proble
       return fail("tensor \"out." + name + "\" has shape " + shape_str(t.shape) +
                   ", but the output is " + shape_str(out.shape));
     }
+    // Compared value by value later: a wrong dtype would read as a numeric mismatch there.
+    if (t.dtype != out.dtype) {
+      return fail("tensor \"out." + name + "\" has dtype " + std::string(name_of(t.dtype)) +
+                  ", but the output is " + std::string(name_of(out.dtype)));
+    }
   }
   *problem = std::move(p);
   if (expected) *expected = std::move(outputs);

@@ -117,8 +117,20 @@ void add_run_options(CLI::App* run, RunOptions* o) {
   shape_only(run->add_flag("--state-v-first", o->state_v_first, "h, dh stored [.., V, K]"));
   shape_only(run->add_flag("--chunk-indices", o->pass_chunk_indices,
                            "with --seqlens: pass chunk_indices too (else derived)"));
-  shape_only(
-      run->add_option("--seed", o->seed, "random seed for the inputs")->capture_default_str());
+  // CLI11 would clamp an out-of-range value (-1, 2^64) to the type's limit: refuse it instead.
+  const CLI::Validator whole_uint64(
+      [](std::string& text) -> std::string {
+        uint64_t value = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (ec != std::errc() || end != text.data() + text.size()) {
+          return "expected an integer from 0 to 18446744073709551615, got '" + text + "'";
+        }
+        return "";
+      },
+      "UINT64");
+  shape_only(run->add_option("--seed", o->seed, "random seed for the inputs")
+                 ->check(whole_uint64)
+                 ->capture_default_str());
 
   run->add_option("-o,--output", o->output, "write inputs and the six outputs (out.*) here");
   run->add_option("-b,--backend", o->backend,
