@@ -2,9 +2,13 @@
 // with a message that says what is wrong, random mutations never crash, and problems in and out.
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -97,6 +101,32 @@ TEST(Safetensors, RoundTripThroughAFile) {
   s = kda::io::read_safetensors(path, &back);
   ASSERT_TRUE(s.ok()) << s.message;
   expect_same(f, back);
+  std::filesystem::remove(path);
+}
+
+// A write that fails part-way (here: the file-size limit, as a full disk would) leaves no
+// part-written file that could be read as a problem. Run in a child process, which alone gets
+// the limit.
+TEST(Safetensors, FailedWriteLeavesNoPartialFile) {
+  SafetensorsFile f;
+  f.tensors["big"] = HostTensor(DType::f32, {1 << 16});  // 256 KiB of data
+  const std::string path =
+      ::testing::TempDir() + "kda_partial_" + std::to_string(::getpid()) + ".safetensors";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);  // the write then fails with EFBIG instead of killing us
+    const rlimit limit{64 * 1024, 64 * 1024};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    const Status s = kda::io::write_safetensors(path, f);
+    const bool refused = !s.ok() && s.message.find("cannot write") != std::string::npos;
+    ::_exit(refused ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the write did not fail with a message";
+  EXPECT_FALSE(std::filesystem::exists(path)) << "a part-written file was left at " << path;
   std::filesystem::remove(path);
 }
 

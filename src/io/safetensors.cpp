@@ -528,9 +528,15 @@ Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
     ok = t->bytes.empty() ||
          std::fwrite(t->bytes.data(), 1, t->bytes.size(), f.get()) == t->bytes.size();
   }
-  if (!ok) return invalid_argument(where + std::strerror(errno));
-  if (std::fclose(f.release()) != 0) return invalid_argument(where + std::strerror(errno));
-  return Status::Ok();
+  const int write_errno = errno;
+  if (ok && std::fclose(f.release()) == 0) return Status::Ok();
+  // A part-written file would look like a problem file: remove it (a regular file only: never a
+  // device such as /dev/full).
+  const int error = ok ? errno : write_errno;
+  f.reset();
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) std::filesystem::remove(path, ec);
+  return invalid_argument(where + std::strerror(error));
 }
 
 Status problem_from_safetensors(const SafetensorsFile& file, HostProblem* problem,
