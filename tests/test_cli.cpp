@@ -66,6 +66,17 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+// Runs `kda run --shape <shape> --backend cpu --repeat 1 --output path` and reads the file back
+// (inputs and out.* tensors), for tests that edit it and run it again.
+kda::io::SafetensorsFile generated_file(const std::string& shape_args, const std::string& path) {
+  const CliResult r =
+      run_kda("run " + shape_args + " --backend cpu --repeat 1 --output '" + path + "'");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  kda::io::SafetensorsFile file;
+  EXPECT_TRUE(kda::io::read_safetensors(path, &file).ok());
+  return file;
+}
+
 const char* const kGoldenCases[] = {
     "fixed_b2_t128_k64_bt64_fp32", "tail_t100_k32_v48_bt16_fp32", "varlen_5seq_k64_bt32_fp32",
     "gva_h2_hv4_k32_bt32_fp32",    "svf_k64_v32_bt64_fp32",       "fixed_t192_k64_bt64_fp16",
@@ -150,18 +161,14 @@ TEST(Cli, OutputFileRunsAgainAndCatchesWrongResults) {
 // with only some of them has every output checked against cpu-ref too.
 TEST(Cli, OutputTensorsOfTheWrongDtypeOrMissingOnesAreNotPassedOver) {
   const std::string path = temp_path("outs.safetensors");
-  CliResult r = run_kda(
-      "run --shape 1,40,2,16,8 --chunk-size 16 --dtype fp32 --backend cpu --repeat 1 "
-      "--output '" +
-      path + "'");
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  kda::io::SafetensorsFile original;
-  ASSERT_TRUE(kda::io::read_safetensors(path, &original).ok());
+  const kda::io::SafetensorsFile original =
+      generated_file("--shape 1,40,2,16,8 --chunk-size 16 --dtype fp32", path);
+  ASSERT_FALSE(::testing::Test::HasFailure());
 
   kda::io::SafetensorsFile file = original;
   file.tensors.erase("out.dA");
   ASSERT_TRUE(kda::io::write_safetensors(path, file).ok());
-  r = run_kda("run --input '" + path + "' --backend cpu --check");
+  CliResult r = run_kda("run --input '" + path + "' --backend cpu --check");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "5 of 6 outputs in the file")) << r.out;
   EXPECT_TRUE(contains(r.out, "check against cpu-ref")) << r.out;
@@ -182,19 +189,15 @@ TEST(Cli, OutputTensorsOfTheWrongDtypeOrMissingOnesAreNotPassedOver) {
 // the same elements; the check compares the rest.
 TEST(Cli, NanInAnInputPropagatesAndTheCheckStillPasses) {
   const std::string path = temp_path("nan.safetensors");
-  CliResult r = run_kda(
-      "run --shape 2,64,2,16,16 --chunk-size 32 --dtype fp32 --backend cpu --repeat 1 "
-      "--output '" +
-      path + "'");
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  kda::io::SafetensorsFile file;
-  ASSERT_TRUE(kda::io::read_safetensors(path, &file).ok());
+  kda::io::SafetensorsFile file =
+      generated_file("--shape 2,64,2,16,16 --chunk-size 32 --dtype fp32", path);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   for (auto it = file.tensors.begin(); it != file.tensors.end();) {
     it = it->first.rfind("out.", 0) == 0 ? file.tensors.erase(it) : std::next(it);
   }
   file.tensors.at("h").set(5, std::nan(""));
   ASSERT_TRUE(kda::io::write_safetensors(path, file).ok());
-  r = run_kda("run --input '" + path + "' --backend cpu --check");
+  const CliResult r = run_kda("run --input '" + path + "' --backend cpu --check");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "PASS: all 6 outputs")) << r.out;
   std::filesystem::remove(path);

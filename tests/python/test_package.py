@@ -23,16 +23,19 @@ def run_python(code, **env):
                           env=environment, timeout=120)
 
 
+# The first call that needs libkda, printing the LibraryError it raises.
+LIBRARY_ERROR_PROBE = (
+    "import numpy as np, kda_kernels as kk\n"
+    "try:\n"
+    "    kk.chunk_indices(np.array([0, 4]), 16)\n"
+    "except kk.LibraryError as e:\n"
+    "    print('ERROR', e)\n"
+)
+
+
 def test_imports_without_library_and_first_call_says_where_it_looked(tmp_path):
     missing = tmp_path / "nowhere" / "libkda.so"
-    code = (
-        "import numpy as np, kda_kernels as kk\n"
-        "try:\n"
-        "    kk.chunk_indices(np.array([0, 4]), 16)\n"
-        "except kk.LibraryError as e:\n"
-        "    print('ERROR', e)\n"
-    )
-    result = run_python(code, KDA_LIBRARY=str(missing))
+    result = run_python(LIBRARY_ERROR_PROBE, KDA_LIBRARY=str(missing))
     assert result.returncode == 0, result.stderr
     assert "ERROR" in result.stdout and str(missing) in result.stdout
     assert "KDA_LIBRARY" in result.stdout
@@ -42,14 +45,7 @@ def test_a_shared_library_that_is_not_libkda_is_a_library_error():
     import _ctypes  # a loadable shared object with no kda_* symbols
 
     foreign = Path(_ctypes.__file__).resolve()
-    code = (
-        "import numpy as np, kda_kernels as kk\n"
-        "try:\n"
-        "    kk.chunk_indices(np.array([0, 4]), 16)\n"
-        "except kk.LibraryError as e:\n"
-        "    print('ERROR', e)\n"
-    )
-    result = run_python(code, KDA_LIBRARY=str(foreign))
+    result = run_python(LIBRARY_ERROR_PROBE, KDA_LIBRARY=str(foreign))
     assert result.returncode == 0, result.stderr
     assert "ERROR" in result.stdout and f"{foreign}: not libkda" in result.stdout
 
