@@ -237,6 +237,14 @@ TEST(Cli, BadInputGivesOneErrorLineAndANonZeroExit) {
     std::ofstream(garbage, std::ios::binary) << bytes;
   }
   const std::string small = "run --shape 1,64,2,16,16 --chunk-size 16 --dtype fp32 ";
+  // Four times this machine's memory, but sparse: no disk used, refused before reading (and
+  // too large for even an overcommitting allocator, were the check ever lost).
+  const std::string sparse = temp_path("sparse.safetensors");
+  {
+    std::ofstream(sparse, std::ios::binary).put('\0');
+    std::filesystem::resize_file(sparse, 4 * static_cast<uintmax_t>(sysconf(_SC_PHYS_PAGES)) *
+                                             static_cast<uintmax_t>(sysconf(_SC_PAGE_SIZE)));
+  }
   std::vector<BadCall> calls = {
       {"run --input '" + garbage + "'", 2,
        "safetensors: " + garbage + ": header is not valid JSON"},
@@ -262,6 +270,7 @@ TEST(Cli, BadInputGivesOneErrorLineAndANonZeroExit) {
       // Out of range: CLI11 alone would clamp these to 2^64 - 1 and run.
       {small + "--seed -1", 2, "--seed: expected an integer from 0 to 18446744073709551615"},
       {small + "--seed 18446744073709551616", 2, "--seed: expected an integer"},
+      {"run --input '" + sparse + "'", 2, "--input: reading it needs about"},
   };
   if (KDA_WITH_CUDA == 0) {
     calls.push_back({small + "--backend cuda", 2, "cuda backend not built"});
@@ -275,6 +284,7 @@ TEST(Cli, BadInputGivesOneErrorLineAndANonZeroExit) {
     EXPECT_TRUE(contains(errors[0], c.message)) << errors[0];
   }
   std::filesystem::remove(garbage);
+  std::filesystem::remove(sparse);
 }
 
 }  // namespace

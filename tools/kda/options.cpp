@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <string_view>
 #include <vector>
 
@@ -220,6 +221,22 @@ Status make_problem_config(const RunOptions& o, io::ProblemConfig* c) {
     std::snprintf(text, sizeof text,
                   "--shape: the problem needs %.1f GB of host memory, this machine has %.1f GB",
                   need * 1e-9, have * 1e-9);
+    return usage(text);
+  }
+  return Status::Ok();
+}
+
+Status check_input_fits(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) return Status::Ok();  // not a readable regular file: the reader says why
+  const double need = 3.0 * static_cast<double>(size), have = physical_memory_bytes();
+  if (have > 0 && need > 0.8 * have) {
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "--input: reading it needs about %.1f GB of host memory (three times the "
+                  "file's %.1f GB), this machine has %.1f GB",
+                  need * 1e-9, static_cast<double>(size) * 1e-9, have * 1e-9);
     return usage(text);
   }
   return Status::Ok();

@@ -42,5 +42,8 @@ Status resolve_backend(const RunOptions& options, Backend* backend);
 int default_repeat(Backend backend);
 // Parses --shape and the options that shape a generated problem.
 Status make_problem_config(const RunOptions& options, io::ProblemConfig* config);
+// Refuses an --input file whose problem cannot fit in host memory (the file is read whole, its
+// tensors copied out and the outputs allocated: about three times its size), before reading it.
+Status check_input_fits(const std::string& path);
 
 }  // namespace kda::cli

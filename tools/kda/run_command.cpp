@@ -47,6 +47,7 @@ std::string non_finite_outputs(const io::HostProblem& problem) {
 Status load_problem(const RunOptions& o, io::HostProblem* problem,
                     std::map<std::string, io::HostTensor>* expected, std::string* source) {
   if (!o.input.empty()) {
+    if (Status s = check_input_fits(o.input); !s.ok()) return s;
     progress("reading " + o.input);
     io::SafetensorsFile file;
     if (Status s = io::read_safetensors(o.input, &file); !s.ok()) return s;
