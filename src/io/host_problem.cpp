@@ -113,7 +113,11 @@ Problem HostProblem::problem() const {
   return p;
 }
 
-HostProblem make_random_problem(const ProblemConfig& c) {
+namespace {
+
+// Every tensor of a generated problem at its size: inputs zero, cu_seqlens / chunk_indices set,
+// outputs allocated and poisoned. Throws std::invalid_argument for bad seqlens.
+HostProblem allocate_problem(const ProblemConfig& c) {
   HostProblem hp;
   const int64_t HV = c.HV ? c.HV : c.H;
   int64_t B = c.B, T = c.T, NT = 0;
@@ -143,32 +147,58 @@ HostProblem make_random_problem(const ProblemConfig& c) {
   } else {
     NT = (T + c.BT - 1) / c.BT;
   }
-  std::mt19937_64 rng(c.seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::uniform_real_distribution<double> uniform(0.0, 1.0);
-  auto fill = [&](const std::string& name, DType dtype, std::vector<int64_t> shape, auto draw) {
-    HostTensor t(dtype, std::move(shape));
-    for (int64_t i = 0; i < t.numel(); ++i) t.set(i, draw());
-    hp.tensors[name] = std::move(t);
-  };
-  auto unit_normal = [&] { return normal(rng); };
-  fill("q", c.x_dtype, {B, T, c.H, c.K}, unit_normal);
-  fill("k", c.x_dtype, {B, T, c.H, c.K}, unit_normal);
+  for (const char* name : {"q", "k"}) hp.tensors[name] = HostTensor(c.x_dtype, {B, T, c.H, c.K});
   for (const char* name : {"v", "v_new", "do", "dv"})
-    fill(name, c.x_dtype, {B, T, HV, c.V}, unit_normal);
-  fill("g", DType::f32, {B, T, HV, c.K}, [&] { return -(0.05 + 2.45 * uniform(rng)); });
-  fill("beta", c.beta_dtype, {B, T, HV}, [&] { return 0.05 + 0.9 * uniform(rng); });
-  fill("A", c.x_dtype, {B, T, HV, c.BT}, [&] { return 0.1 * normal(rng); });
+    hp.tensors[name] = HostTensor(c.x_dtype, {B, T, HV, c.V});
+  hp.tensors["g"] = HostTensor(DType::f32, {B, T, HV, c.K});
+  hp.tensors["beta"] = HostTensor(c.beta_dtype, {B, T, HV});
+  hp.tensors["A"] = HostTensor(c.x_dtype, {B, T, HV, c.BT});
   const int64_t hB = c.seqlens.empty() ? B : 1;
   const std::vector<int64_t> h_shape = c.state_v_first ? std::vector<int64_t>{hB, NT, HV, c.V, c.K}
                                                        : std::vector<int64_t>{hB, NT, HV, c.K, c.V};
-  fill("h", c.h_dtype, h_shape, unit_normal);
-  fill("dh", c.h_dtype, h_shape, unit_normal);
+  hp.tensors["h"] = HostTensor(c.h_dtype, h_shape);
+  hp.tensors["dh"] = HostTensor(c.h_dtype, h_shape);
   hp.scale = c.scale;
   hp.chunk_size = c.BT;
   hp.state_v_first = c.state_v_first;
   hp.allocate_outputs();
   return hp;
+}
+
+// The inputs' random values, drawn in a fixed order from one generator seeded with c.seed.
+void fill_random(const ProblemConfig& c, HostProblem* hp) {
+  std::mt19937_64 rng(c.seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  auto fill = [&](const char* name, auto draw) {
+    HostTensor& t = hp->get(name);
+    for (int64_t i = 0; i < t.numel(); ++i) t.set(i, draw());
+  };
+  auto unit_normal = [&] { return normal(rng); };
+  for (const char* name : {"q", "k", "v", "v_new", "do", "dv"}) fill(name, unit_normal);
+  fill("g", [&] { return -(0.05 + 2.45 * uniform(rng)); });
+  fill("beta", [&] { return 0.05 + 0.9 * uniform(rng); });
+  fill("A", [&] { return 0.1 * normal(rng); });
+  fill("h", unit_normal);
+  fill("dh", unit_normal);
+}
+
+}  // namespace
+
+HostProblem make_random_problem(const ProblemConfig& c) {
+  HostProblem hp = allocate_problem(c);
+  fill_random(c, &hp);
+  return hp;
+}
+
+Status make_random_problem(const ProblemConfig& c,
+                           const std::function<Status(const Problem&)>& check_before_filling,
+                           HostProblem* out) {
+  HostProblem hp = allocate_problem(c);
+  if (Status s = check_before_filling(hp.problem()); !s.ok()) return s;
+  fill_random(c, &hp);
+  *out = std::move(hp);
+  return Status::Ok();
 }
 
 double err_ratio(const HostTensor& x, const HostTensor& ref) {

@@ -3,6 +3,7 @@
 // like SPEC.md's examples. Used by the `kda` tool and the tests; not part of libkda's API.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -59,6 +60,11 @@ struct ProblemConfig {
 // Inputs drawn like the golden files: q k v v_new do dv h dh ~ N(0, 1); A ~ N(0, 0.1) (full, as
 // stored); g ~ -U(0.05, 2.5) (log2 space); beta ~ U(0.05, 0.95). Outputs allocated and poisoned.
 HostProblem make_random_problem(const ProblemConfig& config);
+// The same, with a check of the allocated problem (inputs still zero) before the values are
+// drawn: a problem the library will refuse is refused in a moment, not after filling gigabytes.
+Status make_random_problem(const ProblemConfig& config,
+                           const std::function<Status(const Problem&)>& check_before_filling,
+                           HostProblem* out);
 
 // rms(x - ref) / rms(ref) over the elements where ref is finite. Where ref is NaN or Inf, x must
 // hold the same (both NaN, or the same infinity): those elements are left out. NaN when x and ref

@@ -65,7 +65,9 @@ Status load_problem(const RunOptions& o, io::HostProblem* problem,
   if (Status s = make_problem_config(o, &config); !s.ok()) return s;
   progress("generating inputs for --shape " + o.shape + " (seed " + std::to_string(o.seed) + ")");
   try {
-    *problem = io::make_random_problem(config);
+    // Validated once allocated, before the values are drawn (minutes for the largest shapes).
+    const auto validate = [](const Problem& p) { return p.validate(); };
+    if (Status s = io::make_random_problem(config, validate, problem); !s.ok()) return s;
   } catch (const std::invalid_argument& e) {
     return invalid_argument(std::string("--seqlens: ") + e.what());
   }
