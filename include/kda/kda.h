@@ -76,7 +76,8 @@ KDA_API int32_t kda_abi_version(void);
 /* The message of the last failed call on this thread ("" if none). */
 KDA_API const char* kda_last_error(void);
 KDA_API const char* kda_status_name(kda_status status);
-/* 1 when the backend is compiled in and usable on this machine. */
+/* 1 when the backend is compiled in and usable on this machine (cuda: a visible device of
+ * compute capability 9.0, which the sm_90a kernels need). */
 KDA_API int32_t kda_backend_available(int32_t backend);
 /* Checks `problem` against the SPEC contract without running anything. */
 KDA_API kda_status kda_validate(const kda_problem* problem);

@@ -18,7 +18,8 @@ enum class Backend : int32_t {
 std::string_view backend_name(Backend backend);
 // Parses "cpu-ref", "cpu" or "cuda".
 Status parse_backend(std::string_view name, Backend* out);
-// Built in and usable here (for cuda: compiled in and a device is visible).
+// Built in and usable here (for cuda: compiled in and a visible device of compute capability
+// 9.0, the one the sm_90a kernels run on).
 bool backend_available(Backend backend);
 
 // Validates, then runs. For Backend::cuda every tensor must live on one CUDA device; the work is

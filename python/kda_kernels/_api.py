@@ -129,7 +129,8 @@ def chunk_indices(cu_seqlens, chunk_size=64):
 
 def backend_available(name):
     """Whether backend `name` ('cpu-ref', 'cpu' or 'cuda') is compiled into the loaded libkda and
-    usable on this machine (for 'cuda': a CUDA device is present)."""
+    usable on this machine (for 'cuda': a CUDA device of compute capability 9.0, Hopper, which
+    the library's sm_90a kernels need)."""
     if name not in _abi.BACKENDS:
         names = ", ".join(repr(n) for n in _abi.BACKENDS)
         raise ValueError(f"backend_available: expected one of {names}, got {name!r}")

@@ -11,7 +11,9 @@ Status run_cpu(const Problem& problem, const Dims& dims);
 
 #if KDA_WITH_CUDA
 Status run_cuda(const Problem& problem, const Dims& dims, void* stream);
+// A CUDA device is visible / one this build has kernels for (compute capability 9.0) is.
 bool cuda_device_present();
+bool cuda_device_supported();
 #endif
 
 }  // namespace kda::detail

@@ -53,7 +53,7 @@ bool backend_available(Backend backend) {
       return cpu_backend_supported();
     case Backend::cuda:
 #if KDA_WITH_CUDA
-      return detail::cuda_device_present();
+      return detail::cuda_device_supported();
 #else
       return false;
 #endif

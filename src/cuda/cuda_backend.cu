@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "core/backends.hpp"
 #include "cuda/cuda_status.hpp"
@@ -112,24 +113,69 @@ Status check_stream_device(cudaStream_t stream, int device) {
 
 }  // namespace
 
-// kda::run asks this on every cuda call; the visible devices are fixed for the life of a process
-// (the driver reads CUDA_VISIBLE_DEVICES once), so the answer is computed once.
-bool cuda_device_present() {
-  static const bool present = [] {
+namespace {
+
+// The visible devices and their compute capabilities (10 * major + minor; -1 where the query
+// failed), read once: the driver reads CUDA_VISIBLE_DEVICES once per process, so they are fixed.
+// Read together with the device count, so that later calls only look them up.
+struct VisibleDevices {
+  std::vector<int> capability;
+};
+
+const VisibleDevices& visible_devices() {
+  static const VisibleDevices devices = [] {
+    VisibleDevices v;
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess) {
       (void)cudaGetLastError();  // clear our own error so a later launch check does not see it
-      return false;
+      return v;
     }
-    return count > 0;
+    for (int d = 0; d < count; ++d) {
+      int major = 0, minor = 0;
+      if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess ||
+          cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d) != cudaSuccess) {
+        (void)cudaGetLastError();
+        v.capability.push_back(-1);
+        continue;
+      }
+      v.capability.push_back(10 * major + minor);
+    }
+    return v;
   }();
-  return present;
+  return devices;
+}
+
+// The build holds sm_90a code only (CMakeLists.txt), which runs on compute capability 9.0
+// (Hopper: H100, H200) and nowhere else.
+constexpr int kBuiltCapability = 90;
+
+}  // namespace
+
+bool cuda_device_present() {
+  return !visible_devices().capability.empty();
+}
+
+bool cuda_device_supported() {
+  for (int c : visible_devices().capability) {
+    if (c == kBuiltCapability) return true;
+  }
+  return false;
 }
 
 Status run_cuda(const Problem& problem, const Dims& dims, void* stream) {
+  const int device = problem.q.device.index;
+  const std::vector<int>& capability = visible_devices().capability;
+  if (device >= 0 && device < static_cast<int>(capability.size()) &&
+      capability[device] != kBuiltCapability) {
+    return {StatusCode::unsupported,
+            "backend: cuda:" + std::to_string(device) + " has compute capability " +
+                std::to_string(capability[device] / 10) + "." +
+                std::to_string(capability[device] % 10) +
+                "; this build of libkda has kernels for sm_90a (compute capability 9.0, Hopper) "
+                "only"};
+  }
   if (dims.T == 0 || dims.B == 0 || dims.NT == 0) return Status::Ok();
   const WyDqkgParams params = cuda::make_wy_dqkg_params(problem, dims);
-  const int device = problem.q.device.index;
 
   int caller_device = 0;
   if (Status s = cuda::cuda_status(cudaGetDevice(&caller_device), "cudaGetDevice"); !s.ok()) {
