@@ -271,6 +271,8 @@ TEST(Cli, BadInputGivesOneErrorLineAndANonZeroExit) {
       {small + "--seed -1", 2, "--seed: expected an integer from 0 to 18446744073709551615"},
       {small + "--seed 18446744073709551616", 2, "--seed: expected an integer"},
       {"run --input '" + sparse + "'", 2, "--input: reading it needs about"},
+      {small + "--heads-v 0", 2, "--heads-v: expected a positive number of value heads, got '0'"},
+      {small + "--heads-v -2", 2, "--heads-v: expected a positive number"},
   };
   if (KDA_WITH_CUDA == 0) {
     calls.push_back({small + "--backend cuda", 2, "cuda backend not built"});

@@ -103,7 +103,19 @@ void add_run_options(CLI::App* run, RunOptions* o) {
   input->excludes(shape);
   // Options that only describe a generated problem.
   const auto shape_only = [&](CLI::Option* opt) { opt->excludes(input); };
-  shape_only(run->add_option("--heads-v", o->heads_v, "value heads HV (default: H)"));
+  // 0 stands for "not given" (HV = H) in RunOptions, so a given value must be positive.
+  const CLI::Validator positive(
+      [](std::string& text) -> std::string {
+        int64_t value = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (ec != std::errc() || end != text.data() + text.size() || value < 1) {
+          return "expected a positive number of value heads, got '" + text + "'";
+        }
+        return "";
+      },
+      "POSITIVE");
+  shape_only(
+      run->add_option("--heads-v", o->heads_v, "value heads HV (default: H)")->check(positive));
   shape_only(run->add_option("--chunk-size", o->chunk_size, "chunk size BT: 16, 32 or 64")
                  ->capture_default_str());
   shape_only(run->add_option("--dtype", o->dtype, "X: bf16, fp16 or fp32")->capture_default_str());
