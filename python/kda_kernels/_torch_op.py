@@ -117,7 +117,7 @@ def call(tensors, scale, cu_seqlens, chunk_size, chunk_indices, state_v_first, b
     the meta device must not be mixed with real ones (the dispatcher would send the call to the
     fake implementation and hand back uninitialized outputs)."""
     q = tensors["q"]
-    on_meta = isinstance(q, torch.Tensor) and q.device.type == "meta"
+    on_meta = isinstance(q, torch.Tensor) and q.is_meta
     for name, value in (*tensors.items(), ("cu_seqlens", cu_seqlens),
                         ("chunk_indices", chunk_indices)):
         if value is None and name in ("cu_seqlens", "chunk_indices"):
@@ -127,7 +127,7 @@ def call(tensors, scale, cu_seqlens, chunk_size, chunk_indices, state_v_first, b
                 f"{_problem.OP_NAME}: argument '{name}': expected a torch.Tensor like q, "
                 f"got {type(value).__name__}"
             )
-        if (value.device.type == "meta") != on_meta:
+        if value.is_meta != on_meta:
             raise ValueError(
                 f"{_problem.OP_NAME}: argument '{name}': is on {value.device} but q is on "
                 f"{q.device}; tensors on the meta device only go with other meta tensors"
