@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "c_abi_view.hpp"
 #include "core/element.hpp"
 #include "fuzz_common.hpp"
 #include "kda/kda.h"
@@ -46,30 +47,29 @@ constexpr int64_t kMaxSpanBytes = int64_t{1} << 22;
 struct Slot {
   const char* name;
   TensorView Problem::*member;
-  kda_tensor kda_problem::*c_member;
   bool is_output;
   bool is_index;
 };
 constexpr Slot kSlots[] = {
-    {"q", &Problem::q, &kda_problem::q, false, false},
-    {"k", &Problem::k, &kda_problem::k, false, false},
-    {"v", &Problem::v, &kda_problem::v, false, false},
-    {"v_new", &Problem::v_new, &kda_problem::v_new, false, false},
-    {"g", &Problem::g, &kda_problem::g, false, false},
-    {"beta", &Problem::beta, &kda_problem::beta, false, false},
-    {"A", &Problem::A, &kda_problem::A, false, false},
-    {"h", &Problem::h, &kda_problem::h, false, false},
-    {"do", &Problem::do_, &kda_problem::do_, false, false},
-    {"dh", &Problem::dh, &kda_problem::dh, false, false},
-    {"dv", &Problem::dv, &kda_problem::dv, false, false},
-    {"cu_seqlens", &Problem::cu_seqlens, &kda_problem::cu_seqlens, false, true},
-    {"chunk_indices", &Problem::chunk_indices, &kda_problem::chunk_indices, false, true},
-    {"dq", &Problem::dq, &kda_problem::dq, true, false},
-    {"dk", &Problem::dk, &kda_problem::dk, true, false},
-    {"dv_out", &Problem::dv_out, &kda_problem::dv_out, true, false},
-    {"db", &Problem::db, &kda_problem::db, true, false},
-    {"dg", &Problem::dg, &kda_problem::dg, true, false},
-    {"dA", &Problem::dA, &kda_problem::dA, true, false},
+    {"q", &Problem::q, false, false},
+    {"k", &Problem::k, false, false},
+    {"v", &Problem::v, false, false},
+    {"v_new", &Problem::v_new, false, false},
+    {"g", &Problem::g, false, false},
+    {"beta", &Problem::beta, false, false},
+    {"A", &Problem::A, false, false},
+    {"h", &Problem::h, false, false},
+    {"do", &Problem::do_, false, false},
+    {"dh", &Problem::dh, false, false},
+    {"dv", &Problem::dv, false, false},
+    {"cu_seqlens", &Problem::cu_seqlens, false, true},
+    {"chunk_indices", &Problem::chunk_indices, false, true},
+    {"dq", &Problem::dq, true, false},
+    {"dk", &Problem::dk, true, false},
+    {"dv_out", &Problem::dv_out, true, false},
+    {"db", &Problem::db, true, false},
+    {"dg", &Problem::dg, true, false},
+    {"dA", &Problem::dA, true, false},
 };
 constexpr int kNumSlots = static_cast<int>(sizeof(kSlots) / sizeof(kSlots[0]));
 enum SlotId : int { kQ = 0, kG = 4, kBeta = 5, kA = 6, kCu = 11, kCi = 12 };
@@ -665,29 +665,6 @@ void fill_inputs(const Case& c, Memory& mem) {
 
 // --- checks -------------------------------------------------------------------------------
 
-kda_problem to_c(const Problem& p) {
-  kda_problem c{};
-  c.abi_version = KDA_ABI_VERSION;
-  c.state_v_first = p.state_v_first ? 1 : 0;
-  c.chunk_size = p.chunk_size;
-  c.has_scale = p.scale.has_value() ? 1 : 0;
-  c.scale = p.scale.value_or(0.0);
-  for (const Slot& slot : kSlots) {
-    const TensorView& t = p.*(slot.member);
-    kda_tensor& out = c.*(slot.c_member);
-    out.data = t.data;
-    out.dtype = static_cast<int32_t>(t.dtype);
-    out.rank = t.rank;
-    out.device_type = static_cast<int32_t>(t.device.type);
-    out.device_index = t.device.index;
-    for (int d = 0; d < kda::kMaxRank; ++d) {
-      out.shape[d] = t.shape[d];
-      out.strides[d] = t.strides[d];
-    }
-  }
-  return c;
-}
-
 // With KDA_FUZZ_VERBOSE set (when replaying one input), what the harness built, field by field
 // and without calling into the library, which may be what crashes.
 void print_case(const Case& c, const Memory& mem) {
@@ -844,7 +821,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool must_accept = !c.perturbed && c.must_reject.empty();
 
   // The C face first: it guards enum values, so it must answer even where the C++ face may not.
-  const kda_problem c_problem = to_c(c.problem);
+  const kda_problem c_problem = kda::testing::to_c(c.problem);
   const kda_status c_status = kda_validate(&c_problem);
   const std::string c_message = kda_last_error();
 
