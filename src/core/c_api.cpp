@@ -157,26 +157,17 @@ static kda::Status check_cu(const int64_t* cu_seqlens, int64_t n_entries) {
   return kda::Status::Ok();
 }
 
-// Counts the chunks of cu_seqlens (checking it on the way) without materializing them: a
-// cu_seqlens whose last entry is huge costs a walk over its entries, not memory per chunk.
-static kda::Status count_chunks(const int64_t* cu_seqlens, int64_t n_entries, int64_t chunk_size,
-                                int64_t* total) {
-  *total = 0;
-  return kda::walk_cu_seqlens(
-      n_entries, [&](int64_t i) { return cu_seqlens[i]; }, chunk_size,
-      [&](int64_t, int64_t chunks) {
-        *total += chunks;  // <= the last entry: no overflow
-        return kda::Status::Ok();
-      });
-}
-
 kda_status kda_count_chunks(const int64_t* cu_seqlens, int64_t n_entries, int64_t chunk_size,
                             int64_t* num_chunks) {
   return guarded([&] {
     if (kda::Status s = check_cu(cu_seqlens, n_entries); !s.ok()) return s;
     if (num_chunks == nullptr) return kda::invalid_argument("argument 'num_chunks': null pointer");
     int64_t total = 0;
-    if (kda::Status s = count_chunks(cu_seqlens, n_entries, chunk_size, &total); !s.ok()) return s;
+    const auto entry_at = [&](int64_t i) { return cu_seqlens[i]; };
+    if (kda::Status s = kda::count_cu_seqlens_chunks(n_entries, entry_at, chunk_size, &total);
+        !s.ok()) {
+      return s;
+    }
     *num_chunks = total;
     return kda::Status::Ok();
   });
@@ -187,8 +178,12 @@ kda_status kda_chunk_indices(const int64_t* cu_seqlens, int64_t n_entries, int64
   return guarded([&] {
     if (kda::Status s = check_cu(cu_seqlens, n_entries); !s.ok()) return s;
     // The count is checked against the caller's room before anything is written.
+    const auto entry_at = [&](int64_t i) { return cu_seqlens[i]; };
     int64_t total = 0;
-    if (kda::Status s = count_chunks(cu_seqlens, n_entries, chunk_size, &total); !s.ok()) return s;
+    if (kda::Status s = kda::count_cu_seqlens_chunks(n_entries, entry_at, chunk_size, &total);
+        !s.ok()) {
+      return s;
+    }
     if (total != num_chunks) {
       return kda::invalid_argument("argument 'num_chunks': cu_seqlens has " +
                                    std::to_string(total) + " chunks, got room for " +
@@ -197,15 +192,13 @@ kda_status kda_chunk_indices(const int64_t* cu_seqlens, int64_t n_entries, int64
     if (num_chunks > 0 && out == nullptr)
       return kda::invalid_argument("argument 'out': null pointer");
     int64_t row = 0;
-    return kda::walk_cu_seqlens(
-        n_entries, [&](int64_t i) { return cu_seqlens[i]; }, chunk_size,
-        [&](int64_t seq, int64_t chunks) {
-          for (int64_t c = 0; c < chunks; ++c, ++row) {
-            out[2 * row] = seq;
-            out[2 * row + 1] = c;
-          }
-          return kda::Status::Ok();
-        });
+    return kda::walk_cu_seqlens(n_entries, entry_at, chunk_size, [&](int64_t seq, int64_t chunks) {
+      for (int64_t c = 0; c < chunks; ++c, ++row) {
+        out[2 * row] = seq;
+        out[2 * row + 1] = c;
+      }
+      return kda::Status::Ok();
+    });
   });
 }
 

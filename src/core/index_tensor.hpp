@@ -54,4 +54,17 @@ Status walk_cu_seqlens(int64_t entries, EntryAt entry_at, int64_t chunk_size,
   return Status::Ok();
 }
 
+// The total chunk count of cu_seqlens (checked as walk_cu_seqlens does), without materializing a
+// chunk list: a huge last entry costs a walk over the entries, not memory per chunk. The total
+// is at most the last entry, so it cannot overflow.
+template <typename EntryAt>
+Status count_cu_seqlens_chunks(int64_t entries, EntryAt entry_at, int64_t chunk_size,
+                               int64_t* total) {
+  *total = 0;
+  return walk_cu_seqlens(entries, entry_at, chunk_size, [&](int64_t, int64_t chunks) {
+    *total += chunks;
+    return Status::Ok();
+  });
+}
+
 }  // namespace kda

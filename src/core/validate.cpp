@@ -348,12 +348,8 @@ Status Problem::validate(Dims* out) const {
       // Entry by entry: nothing allocated, whatever size the descriptor claims.
       const int64_t entries = cu_seqlens.shape[0];
       int64_t chunks_total = 0;
-      if (Status s = walk_cu_seqlens(
-              entries, [&](int64_t i) { return index_at(cu_seqlens, i); }, d.BT,
-              [&](int64_t, int64_t chunks) {
-                chunks_total += chunks;
-                return Status::Ok();
-              });
+      if (Status s = count_cu_seqlens_chunks(
+              entries, [&](int64_t i) { return index_at(cu_seqlens, i); }, d.BT, &chunks_total);
           !s.ok()) {
         return s;
       }
