@@ -111,38 +111,30 @@ Status check_stream_device(cudaStream_t stream, int device) {
   return Status::Ok();
 }
 
-}  // namespace
-
-namespace {
-
-// The visible devices and their compute capabilities (10 * major + minor; -1 where the query
-// failed), read once: the driver reads CUDA_VISIBLE_DEVICES once per process, so they are fixed.
-// Read together with the device count, so that later calls only look them up.
-struct VisibleDevices {
-  std::vector<int> capability;
-};
-
-const VisibleDevices& visible_devices() {
-  static const VisibleDevices devices = [] {
-    VisibleDevices v;
+// The visible devices' compute capabilities (10 * major + minor; -1 where the query failed), read
+// once: the driver reads CUDA_VISIBLE_DEVICES once per process, so they are fixed. Read together
+// with the device count, so that later calls only look them up.
+const std::vector<int>& device_capabilities() {
+  static const std::vector<int> capabilities = [] {
+    std::vector<int> found;
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess) {
       (void)cudaGetLastError();  // clear our own error so a later launch check does not see it
-      return v;
+      return found;
     }
     for (int d = 0; d < count; ++d) {
       int major = 0, minor = 0;
       if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess ||
           cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d) != cudaSuccess) {
         (void)cudaGetLastError();
-        v.capability.push_back(-1);
+        found.push_back(-1);
         continue;
       }
-      v.capability.push_back(10 * major + minor);
+      found.push_back(10 * major + minor);
     }
-    return v;
+    return found;
   }();
-  return devices;
+  return capabilities;
 }
 
 // The build holds sm_90a code only (CMakeLists.txt), which runs on compute capability 9.0
@@ -152,11 +144,11 @@ constexpr int kBuiltCapability = 90;
 }  // namespace
 
 bool cuda_device_present() {
-  return !visible_devices().capability.empty();
+  return !device_capabilities().empty();
 }
 
 bool cuda_device_supported() {
-  for (int c : visible_devices().capability) {
+  for (int c : device_capabilities()) {
     if (c == kBuiltCapability) return true;
   }
   return false;
@@ -164,7 +156,7 @@ bool cuda_device_supported() {
 
 Status run_cuda(const Problem& problem, const Dims& dims, void* stream) {
   const int device = problem.q.device.index;
-  const std::vector<int>& capability = visible_devices().capability;
+  const std::vector<int>& capability = device_capabilities();
   if (device >= 0 && device < static_cast<int>(capability.size()) &&
       capability[device] != kBuiltCapability) {
     return {StatusCode::unsupported,
