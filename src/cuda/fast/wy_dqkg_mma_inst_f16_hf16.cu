@@ -1,28 +1,9 @@
-// Explicit instantiations of the mma kernel: X = __half, h/dh = __half; every (BT, V, layout), and
-// the L2-prefetch variants of the k-first layout.
+// Explicit instantiations of the mma kernel for X = __half, h/dh = __half (the set is
+// KDA_INSTANTIATE_WY_DQKG_MMA's, in wy_dqkg_mma_launch_template.cuh).
 #include "cuda/fast/wy_dqkg_mma_launch_template.cuh"
 
 namespace kda::cuda {
 
-// clang-format off
-template Status launch_wy_dqkg_mma<__half, __half, 16, 64, false>(const WyDqkgParams&, int, cudaStream_t);
-template Status launch_wy_dqkg_mma<__half, __half, 16, 64, true>(const WyDqkgParams&, int, cudaStream_t);
-template Status launch_wy_dqkg_mma<__half, __half, 16, 128, false>(const WyDqkgParams&, int, cudaStream_t);
-template Status launch_wy_dqkg_mma<__half, __half, 16, 128, true>(const WyDqkgParams&, int, cudaStream_t);
-template Status launch_wy_dqkg_mma<__half, __half, 32, 64, false>(const WyDqkgParams&, int, cudaStream_t);
-template Status launch_wy_dqkg_mma<__half, __half, 32, 64, true>(const WyDqkgParams&, int, cudaStream_t);
-template Status launch_wy_dqkg_mma<__half, __half, 32, 128, false>(const WyDqkgParams&, int, cudaStream_t);
-template Status launch_wy_dqkg_mma<__half, __half, 32, 128, true>(const WyDqkgParams&, int, cudaStream_t);
-template Status launch_wy_dqkg_mma<__half, __half, 64, 64, false>(const WyDqkgParams&, int, cudaStream_t);
-template Status launch_wy_dqkg_mma<__half, __half, 64, 64, true>(const WyDqkgParams&, int, cudaStream_t);
-template Status launch_wy_dqkg_mma<__half, __half, 64, 128, false>(const WyDqkgParams&, int, cudaStream_t);
-template Status launch_wy_dqkg_mma<__half, __half, 64, 128, true>(const WyDqkgParams&, int, cudaStream_t);
-template Status launch_wy_dqkg_mma<__half, __half, 16, 64, false, true>(const WyDqkgParams&, int, cudaStream_t);
-template Status launch_wy_dqkg_mma<__half, __half, 16, 128, false, true>(const WyDqkgParams&, int, cudaStream_t);
-template Status launch_wy_dqkg_mma<__half, __half, 32, 64, false, true>(const WyDqkgParams&, int, cudaStream_t);
-template Status launch_wy_dqkg_mma<__half, __half, 32, 128, false, true>(const WyDqkgParams&, int, cudaStream_t);
-template Status launch_wy_dqkg_mma<__half, __half, 64, 64, false, true>(const WyDqkgParams&, int, cudaStream_t);
-template Status launch_wy_dqkg_mma<__half, __half, 64, 128, false, true>(const WyDqkgParams&, int, cudaStream_t);
-// clang-format on
+KDA_INSTANTIATE_WY_DQKG_MMA(__half, __half)
 
 }  // namespace kda::cuda

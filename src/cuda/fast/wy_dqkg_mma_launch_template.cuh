@@ -57,3 +57,20 @@ Status launch_wy_dqkg_mma(const WyDqkgParams& params, int device, cudaStream_t s
 }
 
 }  // namespace kda::cuda
+
+// The explicit instantiations for one (X dtype, h dtype) pair: every (BT, V) in both layouts, and
+// the L2-prefetch variant of the k-first layout; the set fast_path.cu dispatches to. Each pair
+// has its own wy_dqkg_mma_inst_*.cu file, so that the pairs compile in parallel.
+#define KDA_INSTANTIATE_WY_DQKG_MMA_BT_V(XT, HT, BT, V)                                            \
+  template Status launch_wy_dqkg_mma<XT, HT, BT, V, false>(const WyDqkgParams&, int,               \
+                                                           cudaStream_t);                          \
+  template Status launch_wy_dqkg_mma<XT, HT, BT, V, true>(const WyDqkgParams&, int, cudaStream_t); \
+  template Status launch_wy_dqkg_mma<XT, HT, BT, V, false, true>(const WyDqkgParams&, int,         \
+                                                                 cudaStream_t);
+#define KDA_INSTANTIATE_WY_DQKG_MMA(XT, HT)         \
+  KDA_INSTANTIATE_WY_DQKG_MMA_BT_V(XT, HT, 16, 64)  \
+  KDA_INSTANTIATE_WY_DQKG_MMA_BT_V(XT, HT, 16, 128) \
+  KDA_INSTANTIATE_WY_DQKG_MMA_BT_V(XT, HT, 32, 64)  \
+  KDA_INSTANTIATE_WY_DQKG_MMA_BT_V(XT, HT, 32, 128) \
+  KDA_INSTANTIATE_WY_DQKG_MMA_BT_V(XT, HT, 64, 64)  \
+  KDA_INSTANTIATE_WY_DQKG_MMA_BT_V(XT, HT, 64, 128)
