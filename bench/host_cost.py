@@ -64,10 +64,7 @@ def packed_call(inputs, BT, device):
     fields = [_torch_op.describe(name, t) for name, t in inputs.items()]
     fields += [_problem.OMITTED, _problem.OMITTED]
     fields += [_torch_op.describe(name, t) for name, t in zip(_abi.OUTPUT_FIELDS, outputs)]
-    values = [_abi.ABI_VERSION, 0, BT, 0, 0, 0.0]
-    for tensor in fields:
-        values.extend(tensor)
-    problem = _abi.KdaProblem.from_buffer_copy(_abi.PROBLEM_STRUCT.pack(*values))
+    problem = _problem.pack(fields, _problem.scalar_options(None, BT, False))
     dll = _library.library().dll
     backend = _abi.BACKENDS["cuda" if device == "cuda" else "cpu"]
     stream = torch.cuda.current_stream().cuda_stream if device == "cuda" else None

@@ -97,8 +97,8 @@ def tensor_fields(data, dtype, shape, strides, device_type, device_index):
             *strides[: _abi.MAX_RANK])
 
 
-def run(fields, options, backend, stream=None):
-    """Run the operator once.
+def pack(fields, options):
+    """The kda_problem of one call.
 
     Parameters
     ----------
@@ -107,20 +107,29 @@ def run(fields, options, backend, stream=None):
         eleven inputs (q .. dv), cu_seqlens, chunk_indices, then the six outputs (dq .. dA).
     options : tuple
         ``scalar_options(...)``'s result.
+    """
+    has_scale, scale, chunk_size, state_v_first = options
+    values = [_abi.ABI_VERSION, state_v_first, chunk_size, has_scale, 0, scale]
+    for tensor in fields:
+        values.extend(tensor)
+    return _abi.KdaProblem.from_buffer_copy(_abi.PROBLEM_STRUCT.pack(*values))
+
+
+def run(fields, options, backend, stream=None):
+    """Run the operator once on ``pack(fields, options)``.
+
+    Parameters
+    ----------
+    fields, options
+        As for ``pack``.
     backend : int
         ``backend_code(...)``'s result.
     stream : int or None
         A cudaStream_t as an integer, for the cuda backend; None is the default stream.
     """
     lib = _library.library()
-    has_scale, scale, chunk_size, state_v_first = options
-    values = [_abi.ABI_VERSION, state_v_first, chunk_size, has_scale, 0, scale]
-    for tensor in fields:
-        values.extend(tensor)
-    problem = _abi.KdaProblem.from_buffer_copy(_abi.PROBLEM_STRUCT.pack(*values))
-    status = lib.dll.kda_run(ctypes.byref(problem), backend, stream)
-    if status != _abi.STATUS_OK:
-        _errors.check(status, lib, OP_NAME)
+    status = lib.dll.kda_run(ctypes.byref(pack(fields, options)), backend, stream)
+    _errors.check(status, lib, OP_NAME)
 
 
 def count_chunks(cu_seqlens_ptr, n_entries, chunk_size):
