@@ -26,20 +26,12 @@ if str(REPO / "python") not in sys.path:
 import cases as cm  # noqa: E402
 import report  # noqa: E402
 import run  # noqa: E402
-from kda_testing import PASS_BAR, make_problem  # noqa: E402
+from kda_testing import PASS_BAR, library_loads, make_problem  # noqa: E402
 
 kk = pytest.importorskip("kda_kernels")
 
 
-def have_library():
-    try:
-        kk.library_path()
-        return True
-    except Exception:
-        return False
-
-
-needs_library = pytest.mark.skipif(not have_library(), reason="libkda not found (KDA_LIBRARY)")
+needs_library = pytest.mark.skipif(not library_loads(), reason="libkda not found (KDA_LIBRARY)")
 try:
     import torch
 except ImportError:

@@ -25,6 +25,17 @@ PASS_BAR = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 8e-3}
 GOLDEN_BAR = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
 
 
+def library_loads():
+    """Whether kda_kernels finds and loads libkda ($KDA_LIBRARY, the bundled copy or a build)."""
+    import kda_kernels
+
+    try:
+        kda_kernels.library_path()
+        return True
+    except kda_kernels.LibraryError:
+        return False
+
+
 def golden_dir():
     """$KDA_GOLDEN_DIR, else ../shared/golden beside the repository."""
     env = os.environ.get("KDA_GOLDEN_DIR")

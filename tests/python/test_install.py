@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import kda_kernels as kk
-from kda_testing import REPO_ROOT, make_problem
+from kda_testing import REPO_ROOT, library_loads, make_problem
 
 PACKAGE_DIR = REPO_ROOT / "python"
 
@@ -35,16 +35,8 @@ print(json.dumps({"package": kda_kernels.__file__, "library": str(kda_kernels.li
 """
 
 
-def have_library():
-    try:
-        kk.library_path()
-        return True
-    except kk.LibraryError:
-        return False
-
-
 needs_build_tools = pytest.mark.skipif(
-    not have_library()
+    not library_loads()
     or subprocess.run([sys.executable, "-c", "import setuptools, wheel"],
                       capture_output=True).returncode != 0,
     reason="needs a built libkda, setuptools and wheel (tools/run-tests.sh installs them)",
