@@ -17,6 +17,14 @@ Status usage(const std::string& message) {
   return invalid_argument(message);
 }
 
+// The whole of `text` as a T: no leading space or '+', nothing after the number, in T's range (so
+// no sign for an unsigned T).
+template <typename T>
+bool parse_whole(std::string_view text, T* value) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *value);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
 // "a,b,c" -> integers; every entry must be an integer >= min_value.
 Status parse_int_list(const std::string& option, const std::string& text, int64_t min_value,
                       std::vector<int64_t>* out) {
@@ -26,9 +34,7 @@ Status parse_int_list(const std::string& option, const std::string& text, int64_
     const size_t comma = rest.find(',');
     const std::string_view item = rest.substr(0, comma);
     int64_t value = 0;
-    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
-    if (item.empty() || ec != std::errc() || end != item.data() + item.size() ||
-        value < min_value) {
+    if (!parse_whole(item, &value) || value < min_value) {
       return usage(option + ": expected comma-separated integers >= " + std::to_string(min_value) +
                    ", got '" + text + "'");
     }
@@ -107,8 +113,7 @@ void add_run_options(CLI::App* run, RunOptions* o) {
   const CLI::Validator positive(
       [](std::string& text) -> std::string {
         int64_t value = 0;
-        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-        if (ec != std::errc() || end != text.data() + text.size() || value < 1) {
+        if (!parse_whole(text, &value) || value < 1) {
           return "expected a positive number of value heads, got '" + text + "'";
         }
         return "";
@@ -134,8 +139,7 @@ void add_run_options(CLI::App* run, RunOptions* o) {
   const CLI::Validator whole_uint64(
       [](std::string& text) -> std::string {
         uint64_t value = 0;
-        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-        if (ec != std::errc() || end != text.data() + text.size()) {
+        if (!parse_whole(text, &value)) {
           return "expected an integer from 0 to 18446744073709551615, got '" + text + "'";
         }
         return "";
@@ -219,8 +223,7 @@ Status make_problem_config(const RunOptions& o, io::ProblemConfig* c) {
   c->state_v_first = o.state_v_first;
   if (!o.scale.empty()) {
     double value = 0.0;
-    const auto [end, ec] = std::from_chars(o.scale.data(), o.scale.data() + o.scale.size(), value);
-    if (ec != std::errc() || end != o.scale.data() + o.scale.size() || !std::isfinite(value)) {
+    if (!parse_whole(o.scale, &value) || !std::isfinite(value)) {
       return usage("--scale: expected a finite number, got '" + o.scale + "'");
     }
     c->scale = value;
