@@ -36,7 +36,12 @@ sys.path.append(str(REPO / "python"))  # kda_kernels, unless PYTHONPATH or an in
 
 import cases as cases_mod  # noqa: E402
 import report  # noqa: E402
+from fla_tuning import find_pin, load_pins, pin  # noqa: E402
 from kda_testing import PASS_BAR, err_ratio  # noqa: E402
+
+# fla's WY kernel: the winners of a full autotune on an H200, per autotune key.
+DEFAULT_FLA_CONFIGS = REPO.parent / "shared" / "fla_best_configs_h200.json"
+FLA_WY_KERNEL = "chunk_kda_bwd_kernel_wy_dqkg_fused"
 
 T_START = time.perf_counter()
 
@@ -72,6 +77,10 @@ def parse_args(argv=None):
     p.add_argument("--reps", type=int, default=None, help="timed runs per implementation")
     p.add_argument("--warmup", type=int, default=None, help="warm-up runs per implementation")
     p.add_argument("--no-fla", action="store_true", help="skip fla's Triton kernel")
+    p.add_argument("--fla-configs", default=str(DEFAULT_FLA_CONFIGS),
+                   help="JSON of fla's tuned winners per autotune key (default "
+                        "../shared/fla_best_configs_h200.json): a case whose key is there runs "
+                        "that config without autotuning; other cases autotune; '' autotunes all")
     p.add_argument("--fla-autotune-off", action="store_true",
                    help="run fla's kernel with its first autotune config only (no autotuning: "
                         "for correctness-only runs; its times are then not fla's best)")
@@ -200,6 +209,7 @@ class Bench:
         self.measured_bandwidth = None
         self.fla = None
         self.fla_note = ""
+        self.fla_pins = None  # fla's tuned configs per autotune key (--fla-configs)
         if args.cpu_dry_run:
             self.device = torch.device("cpu")
             self.timer = WallTimer()
@@ -219,6 +229,12 @@ class Bench:
                     config = self.fla.autotune_off()
                     self.fla_note = f"fla autotune off: one config ({config}), times untuned"
                     log(self.fla_note)
+                elif args.fla_configs and Path(args.fla_configs).is_file():
+                    self.fla_pins = load_pins(args.fla_configs)
+                    self.env_lines.append(f"fla pinned to the tuned configs of {args.fla_configs}")
+                else:
+                    log(f"fla: no tuned configs ({args.fla_configs or 'none given'}): every key "
+                        "autotunes (minutes each on a fresh machine)")
 
     def _init_cuda(self):
         torch, kda_kernels, measure, args = self.torch, self.kk, self.measure, self.args
@@ -384,8 +400,22 @@ class Bench:
         def theirs(inputs):
             return fla.call(inputs, scale, case.BT, cu, ci)
 
-        log("  fla: first call (Triton compiles and, unless --fla-autotune-off, autotunes "
-            "each new key: minutes on a fresh machine)")
+        note = self.fla_note
+        if self.fla_pins is not None:
+            config = find_pin(self.fla_pins, FLA_WY_KERNEL, BT=case.BT, HV=case.hv, X=case.x,
+                              beta=case.x, h=case.x if case.h == "x" else "float32",
+                              varlen=case.varlen, state_v_first=False)
+            tuner = fla.autotuner()
+            if config is not None:
+                log(f"  fla: pinned to its tuned config {pin(tuner, config)}")
+            else:
+                tuner.configs = getattr(tuner, "all_configs", tuner.configs)
+                tuner.cache.clear()
+                note = "fla autotuned here (no tuned config recorded for this key)"
+                log("  " + note)
+
+        log("  fla: first call (Triton compiles; an unpinned key also autotunes: minutes on a "
+            "fresh machine)")
         t0 = time.perf_counter()
         outputs = theirs(sets[0][0])
         self.sync()
@@ -396,7 +426,7 @@ class Bench:
         timing = self.time_calls([lambda i=i: theirs(i) for i, _ in sets], len(sets))
         log(f"  fla: {timing['median_us']:.1f} µs median, loop {timing['loop_us']:.1f} µs/call"
             + _err_text(errs))
-        return self.row(case, "fla", nbytes, timing, errs, sample, self.fla_note)
+        return self.row(case, "fla", nbytes, timing, errs, sample, note)
 
     def run_eager(self, case, sets, scale, nbytes, check):
         from eager import chunk_kda_bwd_wy_dqkg_eager

@@ -2,6 +2,7 @@
 KDA layer's forward + backward through fla's chunk_kda with and without our backend. Skipped
 without torch or fla; the layer tests also need a CUDA device and the cuda backend."""
 
+import contextlib
 import itertools
 import time
 
@@ -15,9 +16,13 @@ from fla.ops.kda import chunk_kda  # noqa: E402
 from fla.ops.kda.backends import kda_registry  # noqa: E402
 
 import kda_kernels as kk  # noqa: E402
-import kda_kernels._api as api  # noqa: E402
 import kda_kernels.fla as kfla  # noqa: E402
+from fla_tuning import trim_fla_autotuners  # noqa: E402
 from kda_testing import PASS_BAR, err_ratio, torch_problem  # noqa: E402
+
+# Correctness does not depend on fla's tuning: one config per kernel, no autotuning (which took
+# minutes per layer test on a fresh machine).
+trim_fla_autotuners()
 
 needs_cuda = pytest.mark.skipif(
     not (torch.cuda.is_available() and kk.backend_available("cuda")),
@@ -120,25 +125,39 @@ def _median_backward_ms(leaves, grads, cu, repeat=10):
     return 1e3 * times[len(times) // 2]
 
 
+@contextlib.contextmanager
+def backend_calls():
+    """Counts the calls fla's dispatch makes to our backend's chunk_kda_bwd_wy_dqkg_fused: the
+    counter wraps the method on the backend class that enable() registers, which is what fla's
+    dispatch looks up (getattr on the registered instance). Yields a list that gets one entry
+    per call."""
+    kfla.enable()  # makes sure the class exists; the caller decides whether it stays registered
+    backend_class = type(kfla._registry()._backends[kfla.BACKEND_TYPE])
+    original = backend_class.chunk_kda_bwd_wy_dqkg_fused
+    calls = []
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    backend_class.chunk_kda_bwd_wy_dqkg_fused = counted
+    try:
+        yield calls
+    finally:
+        backend_class.chunk_kda_bwd_wy_dqkg_fused = original
+
+
 @needs_cuda
 @pytest.mark.parametrize("seqlens", [None, [300, 1, 1000, 747]], ids=["fixed", "varlen"])
-def test_chunk_kda_gradients_with_and_without_backend(seqlens, monkeypatch, capsys):
+def test_chunk_kda_gradients_with_and_without_backend(seqlens, capsys):
     leaves, grads, cu = _kda_layer(T=1024, H=4, K=128, V=128, seqlens=seqlens)
     kfla.disable()
     fla_grads, _ = _forward_backward(leaves, grads, cu)
     fla_ms = _median_backward_ms(leaves, grads, cu)
 
-    calls = []
-    ours = api.chunk_kda_bwd_wy_dqkg_fused
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return ours(*args, **kwargs)
-
-    monkeypatch.setattr(api, "chunk_kda_bwd_wy_dqkg_fused", counted)
-    kfla.enable()
     try:
-        our_grads, _ = _forward_backward(leaves, grads, cu)
+        with backend_calls() as calls:
+            our_grads, _ = _forward_backward(leaves, grads, cu)
         assert calls, "fla's backward did not call kda_kernels"
         our_ms = _median_backward_ms(leaves, grads, cu)
     finally:
@@ -154,3 +173,23 @@ def test_chunk_kda_gradients_with_and_without_backend(seqlens, monkeypatch, caps
               f"with kda_kernels {our_ms:.3f} ms")
     for name, ratio in ratios.items():
         assert ratio <= PASS_BAR["bfloat16"], f"d{name}: err_ratio {ratio:.2e}"
+
+
+@needs_cuda
+def test_call_counter_stays_at_zero_without_the_backend():
+    """The counter of the layer test above observes the path that really runs: with our backend
+    not registered, a whole layer backward leaves it at zero (so that test's `assert calls`
+    fails), and the gradients are fla's own, bit for bit."""
+    leaves, grads, cu = _kda_layer(T=256, H=2, K=64, V=64, seqlens=None)
+    kfla.disable()
+    fla_grads, _ = _forward_backward(leaves, grads, cu)
+    with backend_calls() as calls:
+        kfla.disable()  # registered by backend_calls(); taken away again before the run
+        unregistered_grads, _ = _forward_backward(leaves, grads, cu)
+    assert calls == []
+    for name in leaves:
+        assert torch.equal(unregistered_grads[name], fla_grads[name]), name
+    with backend_calls() as calls:
+        _forward_backward(leaves, grads, cu)
+    kfla.disable()
+    assert calls, "registered, the backend must be called (or the counter counts nothing)"
