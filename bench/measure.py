@@ -249,8 +249,7 @@ def describe_env(device, kda_module):
     except ImportError:
         pass
     lines.append(f"libkda {kda_module.__version__} at {kda_module.library_path()}")
-    lines.append("KDA_CUDA_KERNEL=" + os.environ.get("KDA_CUDA_KERNEL", "(unset: auto)")
-                 + ", KDA_CUDA_L2_PREFETCH=" + os.environ.get("KDA_CUDA_L2_PREFETCH", "(unset: 0)"))
+    lines.append("KDA_CUDA_KERNEL=" + os.environ.get("KDA_CUDA_KERNEL", "(unset: auto)"))
     return lines
 
 

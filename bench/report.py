@@ -24,7 +24,7 @@ DERIVED_FIELDS = (
 )
 FIELDS = RAW_FIELDS[:9] + DERIVED_FIELDS[:1] + RAW_FIELDS[9:] + DERIVED_FIELDS[1:]
 IMPL_ORDER = {"kda": 0, "fla": 1, "torch-eager": 2}
-KERNEL_ORDER = {"general": 0, "auto": 1, "prefetch": 2}
+KERNEL_ORDER = {"general": 0, "auto": 1}
 NUMERIC = {"bytes_read", "bytes_written", "bytes", "sets", "reps", "median_us", "min_us",
            "loop_us", "host_us", *ERR_FIELDS, "floor_us", "share_of_floor", "speedup_vs_fla",
            "err_max", "err_bar", "err_vs_fla"}

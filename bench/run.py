@@ -68,10 +68,9 @@ def parse_args(argv=None):
                    help="drop the rows already in --out/bench.csv instead of merging into them")
     p.add_argument("--kernels", default="general,auto",
                    help="kernel choices to measure, one child process each, comma-separated: "
-                        "general, auto (the default dispatch), prefetch (auto with the L2 "
-                        "prefetch experiment, KDA_CUDA_L2_PREFETCH=1) (default general,auto; fla "
+                        "general, auto (the default dispatch) (default general,auto; fla "
                         "and the eager baseline run in the first only); 'env' runs in this "
-                        "process with the environment's KDA_CUDA_KERNEL and KDA_CUDA_L2_PREFETCH")
+                        "process with the environment's KDA_CUDA_KERNEL")
     p.add_argument("--quick", action="store_true",
                    help="a smoke run: 20 timed runs after 3 warm-ups (default 200 after 10)")
     p.add_argument("--reps", type=int, default=None, help="timed runs per implementation")
@@ -125,7 +124,7 @@ def parse_args(argv=None):
     args.kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
     bad = [k for k in args.kernels if k not in (*KERNEL_ENV, "env")]
     if not args.kernels or bad or ("env" in args.kernels and len(args.kernels) > 1):
-        p.error(f"--kernels: expected some of general, auto, prefetch, or env alone; "
+        p.error(f"--kernels: expected some of general, auto, or env alone; "
                 f"got {args.kernels}")
     if args.cpu_dry_run and os.environ.get("TRITON_INTERPRET") != "1":
         args.no_fla = True  # fla's kernels run on a CPU only under Triton's interpreter
@@ -136,21 +135,17 @@ def parse_args(argv=None):
     return args
 
 
-# The environment of each --kernels choice; the library reads both variables once per process.
+# The environment of each --kernels choice; the library reads it once per process.
 KERNEL_ENV = {
-    "general": {"KDA_CUDA_KERNEL": "general", "KDA_CUDA_L2_PREFETCH": "0"},
-    "auto": {"KDA_CUDA_KERNEL": "auto", "KDA_CUDA_L2_PREFETCH": "0"},
-    "prefetch": {"KDA_CUDA_KERNEL": "auto", "KDA_CUDA_L2_PREFETCH": "1"},
+    "general": {"KDA_CUDA_KERNEL": "general"},
+    "auto": {"KDA_CUDA_KERNEL": "auto"},
 }
 
 
 def kernel_label():
     """What the library will run in this process: the default dispatch (tensor-core path where it
-    applies) unless KDA_CUDA_KERNEL=general (src/cuda/cuda_backend.cu), with the L2 prefetch
-    experiment when KDA_CUDA_L2_PREFETCH=1 (src/cuda/fast/fast_path.cu)."""
-    if os.environ.get("KDA_CUDA_KERNEL") == "general":
-        return "general"
-    return "prefetch" if os.environ.get("KDA_CUDA_L2_PREFETCH") == "1" else "auto"
+    applies) unless KDA_CUDA_KERNEL=general (src/cuda/cuda_backend.cu)."""
+    return "general" if os.environ.get("KDA_CUDA_KERNEL") == "general" else "auto"
 
 
 def list_cases(selected, bandwidth):

@@ -5,8 +5,6 @@
 # LIST is a comma list of the parts below (default: all but sanitizer-matrix). Every step runs
 # under a timeout cut to one deadline (default 470 s), so the call ends inside the device tool's
 # limit with its logs written; a step cut short says so in its row.
-#   l2ab              the tensor-core path's L2-prefetch experiment against the default, alternated
-#                     three times at three shapes, with the GPU to itself (runs first)
 #   python            (in the background, beside the C++ parts) `pip install ./python` offline
 #                     into a fresh folder, one op call through that install from outside the
 #                     checkout, then the whole Python suite against it, fla's tests included
@@ -27,7 +25,7 @@ cd "$(dirname "$0")/.."
 
 carry=.carry
 out=${OUT:-gpu-check-out}
-parts=l2ab,python,tests,golden,sanitizer,reliability,bench
+parts=python,tests,golden,sanitizer,reliability,bench
 budget=470
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -71,38 +69,9 @@ reliability=$build/tests/test_cuda_reliability
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 } >"$logs/env.txt" 2>&1
 
-# The environment of a kernel choice: general, auto (the default dispatch) or prefetch (auto with
-# the tensor-core path's L2-prefetch experiment), as words for `env` (expanded unquoted).
-kernel_env() {
-  case "$1" in
-    general) echo "KDA_CUDA_KERNEL=general KDA_CUDA_L2_PREFETCH=0" ;;
-    auto) echo "KDA_CUDA_KERNEL=auto KDA_CUDA_L2_PREFETCH=0" ;;
-    prefetch) echo "KDA_CUDA_KERNEL=auto KDA_CUDA_L2_PREFETCH=1" ;;
-  esac
-}
-kernels="general auto prefetch"
-
-# --- l2ab: the GPU to itself, before anything else starts ----------------------------------
-# bench/run.py times both kernel choices on GPU-resident inputs (one child process each); the
-# second round runs them in the other order, so drift and noise show as auto-vs-auto spread.
-if want l2ab; then
-  for order in auto,prefetch prefetch,auto; do
-    bounded 150 env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH=python python3 bench/run.py \
-      --kernels "$order" --no-fla --no-eager --no-reference --fresh --out "$logs/l2ab-$order" \
-      --cases model-bf16,model-bf16-hx,long-bf16,varlen-bf16 >"$logs/l2ab-$order.log" 2>&1
-    rc=$?
-    for kernel in auto prefetch; do
-      for case in model-bf16 model-bf16-hx long-bf16 varlen-bf16; do
-        median=$(python3 -c "
-import csv, sys
-for r in csv.DictReader(open('$logs/l2ab-$order/bench.csv')):
-    if r['case'] == '$case' and r['kernel'] == '$kernel' and r.get('median_us'):
-        print(f\"{float(r['median_us']):.1f} us\")" 2>/dev/null)
-        row "l2ab $case $kernel (order $order)" "${median:-FAIL (rc $rc): no median}"
-      done
-    done
-  done
-fi
+# The environment of a kernel choice: general or auto (the default dispatch), as words for `env`.
+kernel_env() { echo "KDA_CUDA_KERNEL=$1"; }
+kernels="general auto"
 
 # --- python: in the background ----------------------------------------------------------------
 python_pid=
@@ -134,7 +103,7 @@ print("outputs", [tuple(o.shape) for o in outs], "finite on", outs[0].device)
 ') >>"$logs/pip.log" 2>&1
     irc=$?
     row "installed package runs the op on cuda" "$([ $irc -eq 0 ] && echo PASS || echo "FAIL (rc $irc)")"
-    bounded 430 env -u KDA_LIBRARY PYTHONPATH="$carry:$site" python3 -m pytest -q -rs \
+    bounded 430 env -u KDA_LIBRARY PYTHONPATH="$carry:$site" python3 -m pytest -q -rsP \
       -p no:cacheprovider -n 6 --durations=15 tests/python >"$logs/pytest.log" 2>&1
     trc=$?
     row "pytest tests/python (installed, fla trimmed)" \
@@ -164,18 +133,21 @@ run_shards() {
   shift 2
   local limit
   limit=$(left "$want")
+  local pids=()
   for ((i = 0; i < shards; i++)); do
     GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$limit" "$@" \
       >"$log.shard$i" 2>&1 &
+    pids+=($!)
   done
+  : >"$log"
   for ((i = 0; i < shards; i++)); do
-    wait -n
+    wait "${pids[$i]}"
     src=$?
     [ $src -eq 124 ] && rc=124
     [ $src -ne 0 ] && [ $rc -eq 0 ] && rc=1
+    { cat "$log.shard$i"; echo "== shard $i of $shards: exit status $src"; } >>"$log"
+    rm -f "$log.shard$i"
   done
-  cat "$log".shard* >"$log"
-  rm -f "$log".shard*
   return $rc
 }
 
@@ -217,7 +189,7 @@ sanitize() {
   bounded 120 env $(kernel_env "$2") compute-sanitizer --tool "$3" --error-exitcode 99 "$4" \
     --gtest_color=no --gtest_filter="$5" >>"$log" 2>&1
   local src=$? errors
-  errors=$(grep -E 'ERROR SUMMARY' "$log" | tail -1 | sed 's/.*ERROR SUMMARY: //')
+  errors=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1 | sed 's/.*SUMMARY: //')
   row "$1" "$([ $src -eq 0 ] && echo PASS || echo "FAIL (rc $src)"): ${errors:-no summary}"
 }
 if want sanitizer; then
@@ -243,7 +215,7 @@ fi
 # --- sanitizer over the whole matrix ---------------------------------------------------------
 if want sanitizer-matrix; then
   for run in "auto memcheck" "auto racecheck" "auto synccheck" "auto initcheck" \
-    "general memcheck" "prefetch memcheck"; do
+    "general memcheck"; do
     set -- $run
     if [ "$(left 1000)" -lt 30 ]; then
       row "sanitizer $2, whole matrix ($1)" "NOT RUN: no time left before the deadline"
@@ -253,7 +225,9 @@ if want sanitizer-matrix; then
     run_shards 400 "$log" env $(kernel_env "$1") compute-sanitizer --tool "$2" \
       --error-exitcode 99 "$test_cuda" --gtest_color=no
     rc=$?
-    clean=$(grep -c 'ERROR SUMMARY: 0 errors' "$log")
+    # memcheck, synccheck, initcheck end with "ERROR SUMMARY: 0 errors", racecheck with
+    # "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)".
+    clean=$(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards displayed \(0 errors' "$log")
     verdict=PASS
     [ $rc -ne 0 ] || [ "$clean" -ne "$shards" ] && verdict=FAIL
     [ $rc -eq 124 ] && verdict="CUT (deadline)"

@@ -499,11 +499,17 @@ void make_device_problem(const HostProblem& hp, const std::set<std::string>& pad
   }
 }
 
+// NaN in every output byte, finished before returning: the kernel runs on a non-blocking stream,
+// which does not wait for the legacy stream's memsets (once, under load on a shared GPU, a
+// kernel ran before them and its outputs were overwritten with the poison).
 void poison_outputs(const DeviceRun& run) {
   for (const kda::TensorView* out : {&run.problem.dq, &run.problem.dk, &run.problem.dv_out,
                                      &run.problem.db, &run.problem.dg, &run.problem.dA}) {
-    cudaMemset(out->data, 0xff, static_cast<size_t>(out->numel()) * kda::dtype_size(out->dtype));
+    ASSERT_EQ(cudaMemset(out->data, 0xff,
+                         static_cast<size_t>(out->numel()) * kda::dtype_size(out->dtype)),
+              cudaSuccess);
   }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 HostTensor download(const kda::TensorView& view, const HostTensor& like) {

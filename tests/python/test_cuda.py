@@ -205,7 +205,7 @@ def test_second_device():
 
 
 @pytest.mark.parametrize("x", ["bfloat16", "float16"])
-def test_against_fla_triton(x, capsys):
+def test_against_fla_triton(x):
     """fla's Triton kernel and ours on the same inputs in one process: ours within SPEC's pass
     bar of the float64 reference, and within the golden bar of fla's outputs."""
     pytest.importorskip("fla", reason="flash-linear-attention (fla) is not installed")
@@ -223,8 +223,8 @@ def test_against_fla_triton(x, capsys):
     theirs = to_float64(fla_op(**inputs, **{**options, "scale": 128**-0.5}))
     ratios_ours = assert_close_all(ours, expected, PASS_BAR[x], "kda_kernels")
     ratios_fla = {n: err_ratio(t, e) for n, t, e in zip(OUTPUT_NAMES, theirs, expected)}
-    with capsys.disabled():
-        print(f"\n[{x}] err_ratio vs float64 reference, per output {OUTPUT_NAMES}")
-        print("  kda_kernels: " + " ".join(f"{ratios_ours[n]:.2e}" for n in OUTPUT_NAMES))
-        print("  fla Triton:  " + " ".join(f"{ratios_fla[n]:.2e}" for n in OUTPUT_NAMES))
+    # Shown by `pytest -rP` (and under -n, where workers' output is otherwise lost).
+    print(f"\n[{x}] err_ratio vs float64 reference, per output {OUTPUT_NAMES}")
+    print("  kda_kernels: " + " ".join(f"{ratios_ours[n]:.2e}" for n in OUTPUT_NAMES))
+    print("  fla Triton:  " + " ".join(f"{ratios_fla[n]:.2e}" for n in OUTPUT_NAMES))
     assert_close_all(ours, theirs, GOLDEN_BAR[x], "kda_kernels vs fla")

@@ -149,7 +149,7 @@ def backend_calls():
 
 @needs_cuda
 @pytest.mark.parametrize("seqlens", [None, [300, 1, 1000, 747]], ids=["fixed", "varlen"])
-def test_chunk_kda_gradients_with_and_without_backend(seqlens, capsys):
+def test_chunk_kda_gradients_with_and_without_backend(seqlens):
     leaves, grads, cu = _kda_layer(T=1024, H=4, K=128, V=128, seqlens=seqlens)
     kfla.disable()
     fla_grads, _ = _forward_backward(leaves, grads, cu)
@@ -165,12 +165,12 @@ def test_chunk_kda_gradients_with_and_without_backend(seqlens, capsys):
 
     ratios = {n: err_ratio(our_grads[n].double().cpu().numpy(),
                            fla_grads[n].double().cpu().numpy()) for n in leaves}
-    with capsys.disabled():
-        label = "varlen" if seqlens else "fixed"
-        print(f"\n[chunk_kda bf16 {label}] gradient err_ratio, ours vs fla: "
-              + " ".join(f"d{n}={r:.2e}" for n, r in ratios.items()))
-        print(f"[chunk_kda bf16 {label}] whole backward, median of 10: fla {fla_ms:.3f} ms, "
-              f"with kda_kernels {our_ms:.3f} ms")
+    # Shown by `pytest -rP` (and under -n, where workers' output is otherwise lost).
+    label = "varlen" if seqlens else "fixed"
+    print(f"\n[chunk_kda bf16 {label}] gradient err_ratio, ours vs fla: "
+          + " ".join(f"d{n}={r:.2e}" for n, r in ratios.items()))
+    print(f"[chunk_kda bf16 {label}] whole backward, median of 10: fla {fla_ms:.3f} ms, "
+          f"with kda_kernels {our_ms:.3f} ms")
     for name, ratio in ratios.items():
         assert ratio <= PASS_BAR["bfloat16"], f"d{name}: err_ratio {ratio:.2e}"
 

@@ -6,8 +6,10 @@ checkout's package computes. Needs pip, setuptools >= 64 and wheel (or setuptool
 
 import json
 import os
+import site
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -90,11 +92,17 @@ def test_pip_install_offline_bundles_the_library(tmp_path):
 
 @needs_build_tools
 def test_pip_install_editable_uses_the_checkout(tmp_path):
-    # A virtual environment that sees this interpreter's packages (numpy, setuptools, wheel), so
-    # that nothing needs the network.
+    # A virtual environment that sees this interpreter's packages (numpy, setuptools, wheel, pip),
+    # so that nothing needs the network. system_site_packages alone is not enough where this
+    # interpreter is itself a virtual environment (the GPU machine's python3 is): it exposes the
+    # base installation's packages, not this one's, so a .pth file adds this one's.
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
     python = env_dir / "bin" / "python"
+    venv_site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    ours = [*site.getsitepackages(), sysconfig.get_paths()["purelib"]]
+    Path(venv_site, "kda_test_parent_site.pth").write_text("\n".join(dict.fromkeys(ours)) + "\n")
     _pip(python, "-e", str(PACKAGE_DIR), env=_clean_env())
     found = _probe(python, tmp_path, _clean_env())
     # The checkout's sources and, with no KDA_LIBRARY and nothing bundled, a build in the checkout.

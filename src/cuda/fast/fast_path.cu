@@ -7,7 +7,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "cuda/fast/fast_path.hpp"
@@ -22,17 +21,6 @@ namespace {
 using cuda::WyDqkgParams;
 
 constexpr uintptr_t kAlign = 16;  // cp.async copies 16-byte chunks
-
-// The L2 prefetch experiment (WyDqkgMmaTraits::kL2Prefetch, k-first h layout only) is off unless
-// KDA_CUDA_L2_PREFETCH=1, read once per process, until a device run shows it pays
-// (docs/performance.md).
-bool l2_prefetch_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("KDA_CUDA_L2_PREFETCH");
-    return value != nullptr && std::string(value) == "1";
-  }();
-  return enabled;
-}
 
 bool aligned(const void* data) {
   return reinterpret_cast<uintptr_t>(data) % kAlign == 0;
@@ -58,9 +46,6 @@ template <typename XT, typename HT, int kBT, int kV>
 Status dispatch_layout(const WyDqkgParams& params, bool state_v_first, int device,
                        cudaStream_t stream) {
   if (state_v_first) return cuda::launch_wy_dqkg_mma<XT, HT, kBT, kV, true>(params, device, stream);
-  if (l2_prefetch_enabled()) {
-    return cuda::launch_wy_dqkg_mma<XT, HT, kBT, kV, false, true>(params, device, stream);
-  }
   return cuda::launch_wy_dqkg_mma<XT, HT, kBT, kV, false>(params, device, stream);
 }
 

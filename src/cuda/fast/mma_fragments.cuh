@@ -34,12 +34,6 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_
                : "memory");
 }
 
-// Asks L2 to fetch [src, src + bytes) from global memory; no data reaches the SM and nothing
-// waits for it. sm_90: src 16-byte aligned, bytes a multiple of 16.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
-
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

@@ -58,53 +58,6 @@ __device__ __forceinline__ void copy_tile_async(T* dst, int dst_ld, const T* src
   }
 }
 
-// Experimental (Tr::kL2Prefetch, docs/performance.md): L2 prefetches ahead of the copies, so that
-// more DRAM requests are in flight per SM (ncu on v2: DRAM at 46% of peak, latency-bound).
-// A bulk prefetch only asks L2 to fetch a row; nothing reaches the SM and nothing waits for it.
-// Every row lies inside its tensor (tokens t < L of a validated unit; rows of the unit's h block).
-//
-// The unit's q, k and g rows (all K columns), which the K loop reads slab by slab at fragment
-// positions: L rows of each, spread over the CTA's threads.
-template <typename Tr>
-__device__ __forceinline__ void prefetch_tokens_l2(const WyDqkgParams& p, const UnitOrigins& o,
-                                                   int L, int tid) {
-  using XT = typename Tr::XT;
-  const auto x_row_bytes = static_cast<uint32_t>(p.K * sizeof(XT));
-  const auto g_row_bytes = static_cast<uint32_t>(p.K * sizeof(float));
-  for (int r = tid; r < 3 * L; r += Tr::kThreads) {
-    const int t = r % L;
-    const int which = r / L;  // 0 q, 1 k, 2 g
-    if (which == 0) {
-      mma::prefetch_l2_bulk(static_cast<const XT*>(p.q.data) + o.q + t * p.q.stride_token,
-                            x_row_bytes);
-    } else if (which == 1) {
-      mma::prefetch_l2_bulk(static_cast<const XT*>(p.k.data) + o.k + t * p.k.stride_token,
-                            x_row_bytes);
-    } else {
-      mma::prefetch_l2_bulk(static_cast<const float*>(p.g.data) + o.g + t * p.g.stride_token,
-                            g_row_bytes);
-    }
-  }
-}
-
-// Slab k0 .. k0+15 of h and dh, as issue_slab will copy it: kSlabRows rows of kSlabCols elements
-// each for both matrices (16 rows of V, or V rows of 16 k for state_v_first).
-template <typename Tr>
-__device__ __forceinline__ void prefetch_slab_l2(const WyDqkgParams& p, const UnitOrigins& o,
-                                                 int k0, int tid) {
-  using HT = typename Tr::HT;
-  constexpr auto kRowBytes = static_cast<uint32_t>(Tr::kSlabCols * sizeof(HT));
-  static_assert(kRowBytes % 16 == 0, "bulk prefetch sizes are multiples of 16 bytes");
-  for (int r = tid; r < 2 * Tr::kSlabRows; r += Tr::kThreads) {
-    const bool is_dh = r >= Tr::kSlabRows;
-    const int row = is_dh ? r - Tr::kSlabRows : r;
-    const StateView& view = is_dh ? p.dh : p.h;
-    const int64_t offset = Tr::kStateVFirst ? row * view.stride_v + k0 : (k0 + row) * view.stride_k;
-    mma::prefetch_l2_bulk(static_cast<const HT*>(view.data) + (is_dh ? o.dh : o.h) + offset,
-                          kRowBytes);
-  }
-}
-
 // Queues the copies of slab k0 .. k0+15 of h and dh: as stored ([16 k][V], or [V][16 k] for
 // state_v_first), into dst_S / dst_dS with row pitch kDstLd (elements of HT). The same thread
 // copies the same chunk positions of S and dS, so slab_prepare can read both back without a
@@ -305,17 +258,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   const int num_slabs = static_cast<int>(p.K / Tr::kSlabK);
   auto out_row = [&](int i) { return o.out_row0 + static_cast<int64_t>(i) * p.HV; };
 
-  // Slabs 0 and 1 are copied right away; with the L2 prefetch, slabs 2 .. 2 + kL2AheadSlabs - 1
-  // are asked of L2 now and the K loop keeps kL2AheadSlabs slabs ahead of its copies. At a
-  // unit's start that is ~128 KB a CTA (q, k, g and four slabs of float32 h, dh): 264 resident
-  // CTAs ask for ~34 MB, inside the H200's 60 MB L2.
-  if constexpr (Tr::kL2Prefetch) {
-    prefetch_tokens_l2<Tr>(p, o, L, tid);
-    for (int kb = 2; kb < 2 + Tr::kL2AheadSlabs && kb < num_slabs; ++kb) {
-      prefetch_slab_l2<Tr>(p, o, kb * Tr::kSlabK, tid);
-    }
-  }
-
   // --- copies: group 1 = Ā, dV, Vv (phase 0); group 2 = dO, Vn, slab 0; [group 3 = slab 1] --
   // Ā columns >= L are zero-filled too: they are not part of the chunk, and a NaN there would
   // reach valid rows through X·Āᵀ (0 · NaN).
@@ -395,11 +337,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   for (int kb = 0; kb < num_slabs; ++kb) {
     const int ring = kb & 1;
     const int k0 = kb * Tr::kSlabK;
-    if constexpr (Tr::kL2Prefetch) {
-      if (kb + 2 + Tr::kL2AheadSlabs < num_slabs) {
-        prefetch_slab_l2<Tr>(p, o, k0 + (2 + Tr::kL2AheadSlabs) * Tr::kSlabK, tid);
-      }
-    }
     float* const sds = sSds + ring * Tr::kSdsParts * Tr::kSlabK;  // this slab's Σ S⊙dS parts
     // Epilogue inputs at this thread's C-fragment positions: rows i_h = m0 + grp + 8h,
     // columns kc, kc + 1. Loaded first, so that the slab preparation, the barrier and the

@@ -14,8 +14,8 @@ namespace kda::cuda {
 // XT: __half or __nv_bfloat16; HT: float or XT; kBT: 16, 32 or 64; kV: 64 or 128. `params.K` must
 // be a multiple of 16 and the strides must satisfy fast_path_supports. `device` must be current.
 // Queues one launch on `stream`; returns a cuda_error status if the attribute setup or the
-// launch fails. kL2Prefetch: the L2-prefetch experiment (instantiated for !kStateVFirst only).
-template <typename XT, typename HT, int kBT, int kV, bool kStateVFirst, bool kL2Prefetch = false>
+// launch fails.
+template <typename XT, typename HT, int kBT, int kV, bool kStateVFirst>
 Status launch_wy_dqkg_mma(const WyDqkgParams& params, int device, cudaStream_t stream);
 
 }  // namespace kda::cuda

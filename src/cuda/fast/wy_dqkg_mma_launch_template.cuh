@@ -28,14 +28,13 @@ constexpr const char* mma_dtype_name() {
   }
 }
 
-template <typename XT, typename HT, int kBT, int kV, bool kStateVFirst, bool kL2Prefetch>
+template <typename XT, typename HT, int kBT, int kV, bool kStateVFirst>
 Status launch_wy_dqkg_mma(const WyDqkgParams& params, int device, cudaStream_t stream) {
-  using Traits = WyDqkgMmaTraits<XT, HT, kBT, kV, kStateVFirst, kL2Prefetch>;
+  using Traits = WyDqkgMmaTraits<XT, HT, kBT, kV, kStateVFirst>;
   const auto kernel_fn = &wy_dqkg_mma_kernel<Traits>;
   const std::string name = std::string("wy_dqkg_mma_kernel<X=") + mma_dtype_name<XT>() +
                            ", h=" + mma_dtype_name<HT>() + ", BT=" + std::to_string(kBT) +
-                           ", V=" + std::to_string(kV) + (kStateVFirst ? ", state_v_first" : "") +
-                           (kL2Prefetch ? ", l2 prefetch>" : ">");
+                           ", V=" + std::to_string(kV) + (kStateVFirst ? ", state_v_first>" : ">");
   const void* kernel = reinterpret_cast<const void*>(kernel_fn);
   if (Status s = ensure_max_dynamic_smem(kernel, device, Traits::kSmemBytes, name.c_str());
       !s.ok()) {
@@ -58,15 +57,13 @@ Status launch_wy_dqkg_mma(const WyDqkgParams& params, int device, cudaStream_t s
 
 }  // namespace kda::cuda
 
-// The explicit instantiations for one (X dtype, h dtype) pair: every (BT, V) in both layouts, and
-// the L2-prefetch variant of the k-first layout; the set fast_path.cu dispatches to. Each pair
+// The explicit instantiations for one (X dtype, h dtype) pair: every (BT, V) in both layouts, the
+// set fast_path.cu dispatches to. Each pair
 // has its own wy_dqkg_mma_inst_*.cu file, so that the pairs compile in parallel.
-#define KDA_INSTANTIATE_WY_DQKG_MMA_BT_V(XT, HT, BT, V)                                            \
-  template Status launch_wy_dqkg_mma<XT, HT, BT, V, false>(const WyDqkgParams&, int,               \
-                                                           cudaStream_t);                          \
-  template Status launch_wy_dqkg_mma<XT, HT, BT, V, true>(const WyDqkgParams&, int, cudaStream_t); \
-  template Status launch_wy_dqkg_mma<XT, HT, BT, V, false, true>(const WyDqkgParams&, int,         \
-                                                                 cudaStream_t);
+#define KDA_INSTANTIATE_WY_DQKG_MMA_BT_V(XT, HT, BT, V)                              \
+  template Status launch_wy_dqkg_mma<XT, HT, BT, V, false>(const WyDqkgParams&, int, \
+                                                           cudaStream_t);            \
+  template Status launch_wy_dqkg_mma<XT, HT, BT, V, true>(const WyDqkgParams&, int, cudaStream_t);
 #define KDA_INSTANTIATE_WY_DQKG_MMA(XT, HT)         \
   KDA_INSTANTIATE_WY_DQKG_MMA_BT_V(XT, HT, 16, 64)  \
   KDA_INSTANTIATE_WY_DQKG_MMA_BT_V(XT, HT, 16, 128) \

@@ -18,8 +18,7 @@
 
 namespace kda::cuda {
 
-template <typename XT_, typename HT_, int kBT_, int kV_, bool kStateVFirst_,
-          bool kL2Prefetch_ = false>
+template <typename XT_, typename HT_, int kBT_, int kV_, bool kStateVFirst_>
 struct WyDqkgMmaTraits {
   using XT = XT_;  // X: __half or __nv_bfloat16
   using HT = HT_;  // h, dh: float or XT
@@ -28,11 +27,6 @@ struct WyDqkgMmaTraits {
   // h stored [.., V, K] (k contiguous): slabs are copied as V rows x 16 k.
   static constexpr bool kStateVFirst = kStateVFirst_;
   static constexpr bool kStateF32 = std::is_same_v<HT, float>;
-  // Experimental (KDA_CUDA_L2_PREFETCH=1, docs/performance.md): L2 bulk prefetches of the unit's
-  // q, k, g rows at its start and of h, dh kL2AheadSlabs slabs ahead of the slab copies. A
-  // template switch, so that the default kernels are exactly the ones validated without it.
-  static constexpr bool kL2Prefetch = kL2Prefetch_;
-  static constexpr int kL2AheadSlabs = 4;
 
   static_assert(std::is_same_v<XT, __half> || std::is_same_v<XT, __nv_bfloat16>,
                 "the mma kernel takes 16-bit X");
