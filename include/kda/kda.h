@@ -1,11 +1,17 @@
 /* kda-kernels C ABI: a stable, C-callable face over the C++ core, for Python (ctypes) and other
  * languages. Every function returns a kda_status; on failure kda_last_error() holds a one-line
  * message (thread-local) naming the bad argument. Nothing here allocates device memory or
- * synchronizes a device. */
+ * synchronizes a device.
+ *
+ * The shared pieces are here (tensors, status codes, backends, kernels, versions, chunk helpers,
+ * the operators' argument tables); each operator has its own header under kda/ops/ with its
+ * problem struct and its kda_<op>_validate / kda_<op>_run entries, all included below. */
 #ifndef KDA_KDA_H_
 #define KDA_KDA_H_
 
 #include <stdint.h>
+
+#include "kda/args.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -17,8 +23,10 @@ extern "C" {
 #define KDA_API __attribute__((visibility("default")))
 #endif
 
-/* Bumped when a struct below changes layout; kda_problem.abi_version must equal it. */
-#define KDA_ABI_VERSION 1
+/* Bumped when a struct below changes layout; every problem struct's abi_version must equal it.
+ * 2: one problem struct and entry points per operator (was kda_problem / kda_run), kernel
+ * choice, argument tables. */
+#define KDA_ABI_VERSION 2
 #define KDA_MAX_RANK 6
 
 typedef int32_t kda_status;
@@ -43,6 +51,19 @@ typedef int32_t kda_status;
 #define KDA_BACKEND_CPU 1
 #define KDA_BACKEND_CUDA 2
 
+/* Which CUDA kernel runs (kda_kernel_name gives the names). AUTO: the fastest kernel that takes
+ * the problem, or the one the environment variable KDA_CUDA_KERNEL names. A kernel the operator
+ * does not have, or one that cannot take the problem, is refused (KDA_STATUS_UNSUPPORTED); CPU
+ * backends take AUTO only. */
+#define KDA_KERNEL_AUTO 0
+#define KDA_KERNEL_SIMT 1     /* float32 FFMA on the SIMT cores: every option, every dtype */
+#define KDA_KERNEL_SM80_MMA 2 /* mma.sync tensor-core kernels (built for sm_90a) */
+
+/* The operators (kda_op_name gives their names). */
+#define KDA_OP_CHUNK_BWD_WY_DQKG 0
+#define KDA_OP_CHUNK_BWD_INTRA 1
+#define KDA_NUM_OPS 2
+
 /* A strided view; data == NULL and rank == 0 mean "argument omitted". Strides in elements. */
 typedef struct kda_tensor {
   void* data;
@@ -54,21 +75,16 @@ typedef struct kda_tensor {
   int64_t strides[KDA_MAX_RANK];
 } kda_tensor;
 
-typedef struct kda_problem {
-  int32_t abi_version; /* = KDA_ABI_VERSION */
-  int32_t state_v_first;
-  int64_t chunk_size;
-  int32_t has_scale; /* 0: scale = K ** -0.5 */
-  int32_t reserved0;
-  double scale;
-  /* inputs */
-  kda_tensor q, k, v, v_new, g, beta, A, h, do_, dh, dv;
-  kda_tensor cu_seqlens, chunk_indices; /* optional */
-  /* outputs */
-  kda_tensor dq, dk, dv_out, db, dg, dA;
-} kda_problem;
+/* One entry of an operator's argument table (see kda/args.h). */
+typedef struct kda_arg_info {
+  const char* name;  /* "q", ..., "out.dq" */
+  const char* doc;   /* shape and dtype */
+  int32_t role;      /* KDA_ARG_INPUT, KDA_ARG_OPTIONAL or KDA_ARG_OUTPUT */
+  int32_t rank;
+  int64_t offset;    /* byte offset of its kda_tensor in the operator's problem struct */
+} kda_arg_info;
 
-/* "0.1.0" */
+/* "0.2.0" */
 KDA_API const char* kda_version(void);
 /* major * 10000 + minor * 100 + patch */
 KDA_API int32_t kda_version_number(void);
@@ -79,11 +95,18 @@ KDA_API const char* kda_status_name(kda_status status);
 /* 1 when the backend is compiled in and usable on this machine (cuda: a visible device of
  * compute capability 9.0, which the sm_90a kernels need). */
 KDA_API int32_t kda_backend_available(int32_t backend);
-/* Checks `problem` against the SPEC contract without running anything. */
-KDA_API kda_status kda_validate(const kda_problem* problem);
-/* Validates and runs on `backend`; `stream` is a cudaStream_t for KDA_BACKEND_CUDA (NULL: default
- * stream) and ignored otherwise. */
-KDA_API kda_status kda_run(const kda_problem* problem, int32_t backend, void* stream);
+/* "auto", "simt", "sm80_mma"; NULL for an unknown code. */
+KDA_API const char* kda_kernel_name(int32_t kernel);
+
+/* The operators and their argument tables: what a binding needs to lay out a problem struct.
+ * kda_op_name: "chunk_bwd_wy_dqkg", "chunk_bwd_intra" (NULL for an unknown op).
+ * kda_op_num_args: entries in its table (-1 for an unknown op).
+ * kda_op_problem_size: sizeof its problem struct (-1 for an unknown op). */
+KDA_API const char* kda_op_name(int32_t op);
+KDA_API int32_t kda_op_num_args(int32_t op);
+KDA_API int64_t kda_op_problem_size(int32_t op);
+KDA_API kda_status kda_op_arg(int32_t op, int32_t index, kda_arg_info* out);
+
 /* Number of chunks for cu_seqlens (int64, n_entries = N+1) at chunk_size. */
 KDA_API kda_status kda_count_chunks(const int64_t* cu_seqlens, int64_t n_entries,
                                     int64_t chunk_size, int64_t* num_chunks);
@@ -94,5 +117,8 @@ KDA_API kda_status kda_chunk_indices(const int64_t* cu_seqlens, int64_t n_entrie
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
+
+#include "kda/ops/chunk_bwd_intra.h"
+#include "kda/ops/chunk_bwd_wy_dqkg.h"
 
 #endif /* KDA_KDA_H_ */

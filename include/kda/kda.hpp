@@ -1,8 +1,9 @@
 #pragma once
-// kda-kernels: the KDA chunk-backward operator chunk_kda_bwd_wy_dqkg_fused.
+// kda-kernels: KDA chunk-backward operators. One header per operator under kda/ops/.
 
-#include "kda/problem.hpp"
-#include "kda/run.hpp"
+#include "kda/backend.hpp"
+#include "kda/ops/chunk_bwd_intra.hpp"
+#include "kda/ops/chunk_bwd_wy_dqkg.hpp"
 #include "kda/status.hpp"
 #include "kda/tensor.hpp"
 #include "kda/varlen.hpp"

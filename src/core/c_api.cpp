@@ -1,101 +1,97 @@
-// The C ABI: converts kda_* structs to the C++ types, runs, and keeps the last error per thread.
+// The C ABI's shared part: versions, errors, backends, kernels, the operators' argument tables
+// and the chunk helpers. Each operator's own entries live in its folder (ops/<op>/c_api.cpp).
 
-#include <exception>
 #include <string>
 
+#include "core/c_api_support.hpp"
+#include "core/index_tensor.hpp"
 #include "kda/kda.h"
 #include "kda/kda.hpp"
 
-#include "core/index_tensor.hpp"
+namespace kda::c_api {
 
 namespace {
 
 thread_local std::string g_last_error;
 
-kda_status finish(const kda::Status& status) {
+}  // namespace
+
+// The operators' C tables, defined in their folders: registration list, in KDA_OP_* order.
+extern const COpInfo kChunkBwdWyDqkgC;
+
+namespace {
+
+const COpInfo* op_info(int32_t op) {
+  static const COpInfo* const ops[] = {&kChunkBwdWyDqkgC};
+  static_assert(sizeof(ops) / sizeof(ops[0]) <= KDA_NUM_OPS, "more operators than KDA_NUM_OPS");
+  if (op < 0 || op >= static_cast<int32_t>(sizeof(ops) / sizeof(ops[0]))) return nullptr;
+  return ops[op];
+}
+
+}  // namespace
+
+kda_status finish(const Status& status) {
   g_last_error = status.ok() ? std::string() : status.message;
   return static_cast<kda_status>(status.code);
 }
 
-kda::Status to_view(const char* name, const kda_tensor& in, kda::TensorView* out) {
+Status to_view(const char* name, const kda_tensor& in, TensorView* out) {
   if (in.dtype < KDA_DTYPE_F16 || in.dtype > KDA_DTYPE_F64) {
-    return kda::invalid_argument(std::string("argument '") + name + "': unknown dtype code " +
-                                 std::to_string(in.dtype));
+    return invalid_argument(std::string("argument '") + name + "': unknown dtype code " +
+                            std::to_string(in.dtype));
   }
   if (in.device_type != KDA_DEVICE_CPU && in.device_type != KDA_DEVICE_CUDA) {
-    return kda::invalid_argument(std::string("argument '") + name + "': unknown device type " +
-                                 std::to_string(in.device_type));
+    return invalid_argument(std::string("argument '") + name + "': unknown device type " +
+                            std::to_string(in.device_type));
   }
   if (in.rank < 0 || in.rank > KDA_MAX_RANK) {
-    return kda::invalid_argument(std::string("argument '") + name + "': rank " +
-                                 std::to_string(in.rank) + " is outside 0.." +
-                                 std::to_string(KDA_MAX_RANK));
+    return invalid_argument(std::string("argument '") + name + "': rank " +
+                            std::to_string(in.rank) + " is outside 0.." +
+                            std::to_string(KDA_MAX_RANK));
   }
   out->data = in.data;
-  out->dtype = static_cast<kda::DType>(in.dtype);
+  out->dtype = static_cast<DType>(in.dtype);
   out->rank = in.rank;
-  out->device = {static_cast<kda::DeviceType>(in.device_type), in.device_index};
+  out->device = {static_cast<DeviceType>(in.device_type), in.device_index};
   for (int d = 0; d < KDA_MAX_RANK; ++d) {
     out->shape[d] = d < in.rank ? in.shape[d] : 0;
     out->strides[d] = d < in.rank ? in.strides[d] : 0;
   }
-  return kda::Status::Ok();
+  return Status::Ok();
 }
 
-kda::Status to_problem(const kda_problem* in, kda::Problem* p) {
-  if (in == nullptr) return kda::invalid_argument("argument 'problem': null pointer");
-  if (in->abi_version != KDA_ABI_VERSION) {
-    return kda::invalid_argument("argument 'problem': abi_version " +
-                                 std::to_string(in->abi_version) + " does not match this libkda (" +
-                                 std::to_string(KDA_ABI_VERSION) + ")");
+Status check_abi_version(const char* what, const void* problem, int32_t abi_version) {
+  if (problem == nullptr) return invalid_argument(std::string("argument '") + what + "': null pointer");
+  if (abi_version != KDA_ABI_VERSION) {
+    return invalid_argument(std::string("argument '") + what + "': abi_version " +
+                            std::to_string(abi_version) + " does not match this libkda (" +
+                            std::to_string(KDA_ABI_VERSION) + ")");
   }
-  struct Field {
-    const char* name;
-    const kda_tensor* from;
-    kda::TensorView* to;
-  };
-  const Field fields[] = {
-      {"q", &in->q, &p->q},
-      {"k", &in->k, &p->k},
-      {"v", &in->v, &p->v},
-      {"v_new", &in->v_new, &p->v_new},
-      {"g", &in->g, &p->g},
-      {"beta", &in->beta, &p->beta},
-      {"A", &in->A, &p->A},
-      {"h", &in->h, &p->h},
-      {"do", &in->do_, &p->do_},
-      {"dh", &in->dh, &p->dh},
-      {"dv", &in->dv, &p->dv},
-      {"cu_seqlens", &in->cu_seqlens, &p->cu_seqlens},
-      {"chunk_indices", &in->chunk_indices, &p->chunk_indices},
-      {"dq", &in->dq, &p->dq},
-      {"dk", &in->dk, &p->dk},
-      {"dv_out", &in->dv_out, &p->dv_out},
-      {"db", &in->db, &p->db},
-      {"dg", &in->dg, &p->dg},
-      {"dA", &in->dA, &p->dA},
-  };
-  for (const Field& f : fields) {
-    if (kda::Status s = to_view(f.name, *f.from, f.to); !s.ok()) return s;
-  }
-  if (in->has_scale) p->scale = in->scale;
-  p->chunk_size = in->chunk_size;
-  p->state_v_first = in->state_v_first != 0;
-  return kda::Status::Ok();
+  return Status::Ok();
 }
 
-template <typename Fn>
-kda_status guarded(Fn&& fn) {
-  try {
-    return finish(fn());
-  } catch (const std::exception& e) {
-    return finish({kda::StatusCode::internal, std::string("internal error: ") + e.what()});
-  } catch (...) {
-    return finish({kda::StatusCode::internal, "internal error: unknown exception"});
+Status to_backend(int32_t backend, Backend* out) {
+  if (backend < KDA_BACKEND_CPU_REF || backend > KDA_BACKEND_CUDA) {
+    return invalid_argument("argument 'backend': expected 0 (cpu-ref), 1 (cpu) or 2 (cuda), got " +
+                            std::to_string(backend));
   }
+  *out = static_cast<Backend>(backend);
+  return Status::Ok();
 }
 
-}  // namespace
+Status to_kernel(int32_t kernel, Kernel* out) {
+  if (kernel < KDA_KERNEL_AUTO || kernel > KDA_KERNEL_SM80_MMA) {
+    return invalid_argument(
+        "argument 'kernel': expected 0 (auto), 1 (simt) or 2 (sm80_mma), got " +
+        std::to_string(kernel));
+  }
+  *out = static_cast<Kernel>(kernel);
+  return Status::Ok();
+}
+
+}  // namespace kda::c_api
+
+using kda::c_api::guarded;
 
 extern "C" {
 
@@ -112,7 +108,7 @@ int32_t kda_abi_version(void) {
 }
 
 const char* kda_last_error(void) {
-  return g_last_error.c_str();
+  return kda::c_api::g_last_error.c_str();
 }
 
 const char* kda_status_name(kda_status status) {
@@ -125,24 +121,41 @@ int32_t kda_backend_available(int32_t backend) {
   return kda::backend_available(static_cast<kda::Backend>(backend)) ? 1 : 0;
 }
 
-kda_status kda_validate(const kda_problem* problem) {
-  return guarded([&] {
-    kda::Problem p;
-    if (kda::Status s = to_problem(problem, &p); !s.ok()) return s;
-    return p.validate();
-  });
+const char* kda_kernel_name(int32_t kernel) {
+  if (kernel < KDA_KERNEL_AUTO || kernel > KDA_KERNEL_SM80_MMA) return nullptr;
+  return kda::kernel_name(static_cast<kda::Kernel>(kernel)).data();
 }
 
-kda_status kda_run(const kda_problem* problem, int32_t backend, void* stream) {
+const char* kda_op_name(int32_t op) {
+  const kda::c_api::COpInfo* info = kda::c_api::op_info(op);
+  return info ? info->name : nullptr;
+}
+
+int32_t kda_op_num_args(int32_t op) {
+  const kda::c_api::COpInfo* info = kda::c_api::op_info(op);
+  return info ? static_cast<int32_t>(info->args.size()) : -1;
+}
+
+int64_t kda_op_problem_size(int32_t op) {
+  const kda::c_api::COpInfo* info = kda::c_api::op_info(op);
+  return info ? static_cast<int64_t>(info->problem_size) : -1;
+}
+
+kda_status kda_op_arg(int32_t op, int32_t index, kda_arg_info* out) {
   return guarded([&] {
-    if (backend < KDA_BACKEND_CPU_REF || backend > KDA_BACKEND_CUDA) {
-      return kda::invalid_argument(
-          "argument 'backend': expected 0 (cpu-ref), 1 (cpu) or 2 (cuda), got " +
-          std::to_string(backend));
+    const kda::c_api::COpInfo* info = kda::c_api::op_info(op);
+    if (info == nullptr) {
+      return kda::invalid_argument("argument 'op': unknown operator " + std::to_string(op));
     }
-    kda::Problem p;
-    if (kda::Status s = to_problem(problem, &p); !s.ok()) return s;
-    return kda::run(p, static_cast<kda::Backend>(backend), stream);
+    if (index < 0 || index >= static_cast<int32_t>(info->args.size())) {
+      return kda::invalid_argument("argument 'index': expected 0.." +
+                                   std::to_string(info->args.size() - 1) + ", got " +
+                                   std::to_string(index));
+    }
+    if (out == nullptr) return kda::invalid_argument("argument 'out': null pointer");
+    const kda::c_api::CArg& a = info->args[static_cast<size_t>(index)];
+    *out = {a.name, a.doc, a.role, a.rank, static_cast<int64_t>(a.offset)};
+    return kda::Status::Ok();
   });
 }
 

@@ -1,15 +1,19 @@
 #pragma once
-// Host-owned tensors for a whole problem: built from a safetensors file or generated at random
-// like SPEC.md's examples. Used by the `kda` tool and the tests; not part of libkda's API.
+// Host-owned tensors for a whole problem of any operator, named by its argument table: built from
+// a safetensors file or generated at random like the SPECs' examples. Used by the `kda` tool and
+// the tests; not part of libkda's API. Each operator's own part (its outputs, options, file
+// checks, random problems) lives in its folder (ops/<op>/host.cpp) and registers an OpIo.
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "kda/problem.hpp"
+#include "kda/kda.hpp"
 
 namespace kda::io {
 
@@ -26,26 +30,105 @@ struct HostTensor {
   void set(int64_t i, double value);          // rounds to dtype
 };
 
-// Names follow SPEC.md: q k v v_new g beta A h do dh dv [cu_seqlens chunk_indices] and outputs
-// dq dk dv_out db dg dA.
+// A NaN-filled ("poisoned") tensor: every element an output must write.
+HostTensor poisoned(DType dtype, std::vector<int64_t> shape);
+
 struct HostProblem {
-  std::map<std::string, HostTensor> tensors;
+  std::string op = ChunkBwdWyDqkgProblem::kName;  // whose argument table the names follow
+  std::map<std::string, HostTensor> tensors;      // by table name: "q", ..., "out.dq"
+  // Scalar options; each operator reads its own (chunk_size: every one; scale and state_v_first:
+  // chunk_bwd_wy_dqkg; safe_gate: chunk_bwd_intra).
   std::optional<double> scale;
   int64_t chunk_size = 64;
   bool state_v_first = false;
+  bool safe_gate = false;
 
-  // Allocates the six outputs (shapes and dtypes per SPEC) and fills them with NaN (poison).
+  // Allocates the operator's outputs (shapes and dtypes from its inputs) filled with NaN.
   void allocate_outputs();
-  // Views over every tensor present (outputs must be allocated).
-  Problem problem() const;
+  // The operator's output names, in table order ("out.dq", ...).
+  std::vector<std::string> output_names() const;
+  // Views over every tensor present (outputs must be allocated) and the options, as operator
+  // P's problem (P::kName must be `op`).
+  template <typename P>
+  P as() const;
+  // Contiguous views of every tensor, by name.
+  std::map<std::string, TensorView> views(Device device = {}) const;
   bool has(const std::string& name) const { return tensors.count(name) != 0; }
   const HostTensor& get(const std::string& name) const;
   HostTensor& get(const std::string& name);
 };
 
-inline const char* const kOutputNames[] = {"dq", "dk", "dv_out", "db", "dg", "dA"};
+// The options of `hp` into P's problem (one overload per operator, in its host.cpp).
+void set_options(const HostProblem& hp, ChunkBwdWyDqkgProblem* p);
+void set_options(const HostProblem& hp, ChunkBwdIntraProblem* p);
 
-struct ProblemConfig {
+// Operator P's problem over `views` (by argument-table name; absent names stay omitted) with
+// the options of `options`: how a problem whose tensors live elsewhere (a GPU) is built.
+template <typename P>
+P problem_from_views(const std::map<std::string, TensorView>& views, const HostProblem& options) {
+  P p;
+  for (const Arg<P>& a : P::args()) {
+    auto it = views.find(a.info.name);
+    a.of(p) = it == views.end() ? TensorView{} : it->second;
+  }
+  set_options(options, &p);
+  return p;
+}
+
+template <typename P>
+P HostProblem::as() const {
+  return problem_from_views<P>(views(), *this);
+}
+
+// What each operator registers for the generic file and command-line code.
+struct OpIo {
+  const char* name;      // "chunk_bwd_wy_dqkg"
+  const char* fla_name;  // "chunk_kda_bwd_wy_dqkg_fused"
+  const char* spec;      // "SPEC.md"
+  std::vector<std::string> (*input_names)();   // required and optional inputs, table order
+  std::vector<std::string> (*output_names)();  // "out.dq", ...
+  std::vector<std::string> (*required_inputs)();
+  void (*allocate_outputs)(HostProblem* hp);
+  // Before outputs are allocated from a file's inputs: the inputs they take their sizes from
+  // agree, so a hostile file cannot make us allocate far more than it holds.
+  Status (*check_output_sizes)(const HostProblem& hp);
+  Status (*options_from_metadata)(const std::map<std::string, std::string>& metadata,
+                                  HostProblem* hp);
+  void (*options_to_metadata)(const HostProblem& hp, std::map<std::string, std::string>* out);
+  Status (*validate)(const HostProblem& hp);
+  // Runs on `views` (by name, wherever they live) with the options of `options`.
+  Status (*run)(const std::map<std::string, TensorView>& views, const HostProblem& options,
+                Backend backend, void* stream, Kernel kernel);
+  // Bytes read and written at the operator's dtypes (the SPEC's floor formula).
+  std::pair<int64_t, int64_t> (*bytes)(const HostProblem& hp);
+  // SPEC's pass bar against the float64 reference, and the golden-file bar, for X.
+  double (*pass_bar)(DType x_dtype);
+  double (*golden_bar)(DType x_dtype);
+};
+
+// The operators, in KDA_OP_* order; find_op returns nullptr for an unknown name.
+std::span<const OpIo* const> ops();
+const OpIo* find_op(std::string_view name);
+const OpIo& op_of(const HostProblem& hp);  // throws std::invalid_argument for an unknown op
+
+// Table names of P's arguments by role.
+template <typename P>
+std::vector<std::string> arg_names(ArgRole role) {
+  std::vector<std::string> names;
+  for (const Arg<P>& a : P::args()) {
+    if (a.info.role == role) names.emplace_back(a.info.name);
+  }
+  return names;
+}
+
+// rms(x - ref) / rms(ref) over the elements where ref is finite. Where ref is NaN or Inf, x must
+// hold the same (both NaN, or the same infinity): those elements are left out. NaN when x and ref
+// disagree on an element's finiteness (or in element count), so that no bar passes.
+double err_ratio(const HostTensor& x, const HostTensor& ref);
+
+// ---- chunk_bwd_wy_dqkg's random problems (ops/chunk_bwd_wy_dqkg/host.cpp) ---------------------
+
+struct WyDqkgConfig {
   int64_t B = 1, T = 2048, H = 32, HV = 0 /* 0: = H */, K = 128, V = 128, BT = 64;
   DType x_dtype = DType::bf16;
   DType h_dtype = DType::f32;
@@ -59,20 +142,42 @@ struct ProblemConfig {
 
 // Inputs drawn like the golden files: q k v v_new do dv h dh ~ N(0, 1); A ~ N(0, 0.1) (full, as
 // stored); g ~ -U(0.05, 2.5) (log2 space); beta ~ U(0.05, 0.95). Outputs allocated and poisoned.
-HostProblem make_random_problem(const ProblemConfig& config);
+HostProblem make_random_problem(const WyDqkgConfig& config);
 // The same, with a check of the allocated problem (inputs still zero) before the values are
 // drawn: a problem the library will refuse is refused in a moment, not after filling gigabytes.
-Status make_random_problem(const ProblemConfig& config,
-                           const std::function<Status(const Problem&)>& check_before_filling,
+Status make_random_problem(const WyDqkgConfig& config,
+                           const std::function<Status(const HostProblem&)>& check_before_filling,
                            HostProblem* out);
 
-// rms(x - ref) / rms(ref) over the elements where ref is finite. Where ref is NaN or Inf, x must
-// hold the same (both NaN, or the same infinity): those elements are left out. NaN when x and ref
-// disagree on an element's finiteness (or in element count), so that no bar passes.
-double err_ratio(const HostTensor& x, const HostTensor& ref);
-
-// SPEC pass bar against the float64 reference for X and h dtypes, and the golden-file bar.
+// chunk_bwd_wy_dqkg's SPEC pass bar against the float64 reference, and its golden-file bar.
 double pass_bar(DType x_dtype);
 double golden_bar(DType x_dtype);
+
+// ---- chunk_bwd_intra's random problems (ops/chunk_bwd_intra/host.cpp) ------------------------
+
+struct IntraConfig {
+  int64_t B = 1, T = 2048, H = 32, HV = 0 /* 0: = H */, K = 128, BT = 64;
+  DType x_dtype = DType::bf16;
+  DType beta_dtype = DType::bf16;  // x_dtype or f32
+  std::vector<int64_t> seqlens;    // non-empty: varlen, B must be 1 and T = sum
+  bool pass_chunk_indices = false;
+  bool safe_gate = false;
+  // Per-token log2 decays: most channels ~ -U(0, 1.5); `strong_channels` of them near -7.2
+  // (e^-5 per token, within-chunk log2 cumsums down to about -460 at BT = 64).
+  int64_t strong_channels = 1;
+  uint64_t seed = 0;
+};
+
+// Inputs as SPEC-chunk-bwd-intra.md's measurements: q, k with unit-norm rows; g the chunk-local
+// cumsum of the decays above; dAqk, dAkk ~ N(0, 1) where read (lower-inclusive) and garbage
+// (100.0) where not; incoming dq, dk, db ~ 0.1 rms and dg ~ 0.02 rms; beta ~ U(0.05, 0.95).
+HostProblem make_random_problem(const IntraConfig& config);
+Status make_random_problem(const IntraConfig& config,
+                           const std::function<Status(const HostProblem&)>& check_before_filling,
+                           HostProblem* out);
+
+// chunk_bwd_intra's bars (SPEC-chunk-bwd-intra.md).
+double intra_pass_bar(DType x_dtype);
+double intra_golden_bar(DType x_dtype);
 
 }  // namespace kda::io

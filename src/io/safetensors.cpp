@@ -347,114 +347,6 @@ void length_bytes(uint64_t n, uint8_t out[kLengthBytes]) {
   for (size_t i = 0; i < kLengthBytes; ++i) out[i] = static_cast<uint8_t>(n >> (8 * i));
 }
 
-// --- problems -----------------------------------------------------------------------------
-
-constexpr const char* kRequiredInputs[] = {"q", "k", "v",  "v_new", "g", "beta",
-                                           "A", "h", "do", "dh",    "dv"};
-constexpr const char* kOptionalInputs[] = {"cu_seqlens", "chunk_indices"};
-constexpr std::string_view kOutputPrefix = "out.";
-
-template <size_t N>
-bool is_one_of(const std::string& name, const char* const (&names)[N]) {
-  return std::find(std::begin(names), std::end(names), name) != std::end(names);
-}
-
-bool is_output(const std::string& name) {
-  return is_one_of(name, kOutputNames);
-}
-
-Status parse_scale(const std::map<std::string, std::string>& metadata,
-                   std::optional<double>* scale) {
-  const auto it = metadata.find("scale");
-  if (it == metadata.end() || it->second == "None" || it->second == "none") {
-    scale->reset();
-    return Status::Ok();
-  }
-  const std::string& text = it->second;
-  double value = 0.0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) {
-    return fail("metadata \"scale\": expected a finite number or None, got " + quoted(text));
-  }
-  *scale = value;
-  return Status::Ok();
-}
-
-Status parse_chunk_size(const std::map<std::string, std::string>& metadata, const HostTensor& A,
-                        int64_t* chunk_size) {
-  const auto it = metadata.find("chunk_size");
-  if (it == metadata.end()) {
-    if (A.shape.empty()) return fail("input \"A\" is a scalar; expected [B, T, HV, BT]");
-    *chunk_size = A.shape.back();
-    return Status::Ok();
-  }
-  const std::string& text = it->second;
-  int64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size()) {
-    return fail("metadata \"chunk_size\": expected an integer, got " + quoted(text));
-  }
-  *chunk_size = value;
-  return Status::Ok();
-}
-
-Status parse_state_v_first(const std::map<std::string, std::string>& metadata, bool* out) {
-  const auto it = metadata.find("state_v_first");
-  if (it == metadata.end()) {
-    *out = false;
-    return Status::Ok();
-  }
-  const std::string& v = it->second;
-  if (v == "true" || v == "True" || v == "1") {
-    *out = true;
-  } else if (v == "false" || v == "False" || v == "0") {
-    *out = false;
-  } else {
-    return fail("metadata \"state_v_first\": expected true, false, 1 or 0, got " + quoted(v));
-  }
-  return Status::Ok();
-}
-
-Status expect_rank4(const HostProblem& p, const char* name, const char* symbolic) {
-  const HostTensor& t = p.get(name);
-  if (t.shape.size() != 4) {
-    return fail(std::string("input \"") + name + "\": expected rank 4 " + symbolic + ", got " +
-                shape_str(t.shape));
-  }
-  return Status::Ok();
-}
-
-// The outputs take their sizes from q, v, A; checking q, v, g, A agree first bounds every output
-// by a tensor the file already holds (a hostile file cannot make us allocate far more than it).
-Status check_output_sizes(const HostProblem& p) {
-  if (Status s = expect_rank4(p, "q", "[B, T, H, K]"); !s.ok()) return s;
-  if (Status s = expect_rank4(p, "v", "[B, T, HV, V]"); !s.ok()) return s;
-  if (Status s = expect_rank4(p, "g", "[B, T, HV, K]"); !s.ok()) return s;
-  if (Status s = expect_rank4(p, "A", "[B, T, HV, BT]"); !s.ok()) return s;
-  const HostTensor& q = p.get("q");
-  if (q.dtype != DType::f16 && q.dtype != DType::bf16 && q.dtype != DType::f32) {
-    return fail("input \"q\": expected dtype F16, BF16 or F32, got " +
-                std::string(name_of(q.dtype)));
-  }
-  const auto& v = p.get("v").shape;
-  const auto& g = p.get("g").shape;
-  const auto& A = p.get("A").shape;
-  const int64_t B = q.shape[0], T = q.shape[1], K = q.shape[3], HV = v[2];
-  if (v[0] != B || v[1] != T) {
-    return fail("input \"v\": expected [B, T, HV, V] with B, T = " + std::to_string(B) + ", " +
-                std::to_string(T) + " from q, got " + shape_str(v));
-  }
-  if (g != std::vector<int64_t>{B, T, HV, K}) {
-    return fail("input \"g\": expected [B, T, HV, K] = " + shape_str({B, T, HV, K}) +
-                " (from q and v), got " + shape_str(g));
-  }
-  if (A[0] != B || A[1] != T || A[2] != HV) {
-    return fail("input \"A\": expected [B, T, HV, BT] with B, T, HV = " + shape_str({B, T, HV}) +
-                " (from q and v), got " + shape_str(A));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status parse_safetensors(const uint8_t* data, size_t size, SafetensorsFile* out) {
@@ -539,52 +431,50 @@ Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
   return invalid_argument(where + std::strerror(error));
 }
 
-Status problem_from_safetensors(const SafetensorsFile& file, HostProblem* problem,
+Status problem_from_safetensors(const SafetensorsFile& file, const OpIo& op, HostProblem* problem,
                                 std::map<std::string, HostTensor>* expected) {
   HostProblem p;
+  p.op = op.name;
+  const std::vector<std::string> inputs = op.input_names();
+  const std::vector<std::string> outputs_named = op.output_names();
+  auto listed = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  auto joined = [](const std::vector<std::string>& names) {
+    std::string text;
+    for (const std::string& n : names) text += (text.empty() ? "" : " ") + n;
+    return text;
+  };
   std::map<std::string, HostTensor> outputs;
   for (const auto& [name, t] : file.tensors) {
-    if (name.starts_with(kOutputPrefix)) {
-      const std::string output = name.substr(kOutputPrefix.size());
-      if (!is_output(output)) {
-        return fail("unexpected tensor " + quoted(name) +
-                    " (outputs are out.dq out.dk out.dv_out out.db out.dg out.dA)");
-      }
-      outputs[output] = t;
-    } else if (is_one_of(name, kRequiredInputs) || is_one_of(name, kOptionalInputs)) {
+    if (listed(outputs_named, name)) {
+      outputs[name] = t;
+    } else if (listed(inputs, name)) {
       p.tensors[name] = t;
     } else {
-      return fail("unexpected tensor " + quoted(name) +
-                  " (inputs are q k v v_new g beta A h do dh dv, optionally cu_seqlens "
-                  "chunk_indices; outputs out.<name>)");
+      return fail("unexpected tensor " + quoted(name) + " for " + op.name + " (inputs are " +
+                  joined(inputs) + "; outputs " + joined(outputs_named) + ")");
     }
   }
-  for (const char* name : kRequiredInputs) {
-    if (!p.has(name)) return fail(std::string("missing input tensor \"") + name + "\"");
+  for (const std::string& name : op.required_inputs()) {
+    if (!p.has(name)) return fail("missing input tensor " + quoted(name) + " of " + op.name);
   }
-  if (const auto gate = file.metadata.find("gate");
-      gate != file.metadata.end() && gate->second != "log2") {
-    return fail("metadata \"gate\" is " + quoted(gate->second) +
-                "; this operator takes g in log2 space (\"log2\")");
-  }
-  if (Status s = parse_scale(file.metadata, &p.scale); !s.ok()) return s;
-  if (Status s = parse_chunk_size(file.metadata, p.get("A"), &p.chunk_size); !s.ok()) return s;
-  if (Status s = parse_state_v_first(file.metadata, &p.state_v_first); !s.ok()) return s;
-  if (Status s = check_output_sizes(p); !s.ok()) return s;
+  if (Status s = op.options_from_metadata(file.metadata, &p); !s.ok()) return s;
+  if (Status s = op.check_output_sizes(p); !s.ok()) return s;
 
   p.allocate_outputs();
-  if (Status s = p.problem().validate(); !s.ok()) {
+  if (Status s = op.validate(p); !s.ok()) {
     return fail("the tensors do not form a valid problem: " + s.message);
   }
   for (const auto& [name, t] : outputs) {
     const HostTensor& out = p.get(name);
     if (t.shape != out.shape) {
-      return fail("tensor \"out." + name + "\" has shape " + shape_str(t.shape) +
+      return fail("tensor " + quoted(name) + " has shape " + shape_str(t.shape) +
                   ", but the output is " + shape_str(out.shape));
     }
     // Compared value by value later: a wrong dtype would read as a numeric mismatch there.
     if (t.dtype != out.dtype) {
-      return fail("tensor \"out." + name + "\" has dtype " + std::string(name_of(t.dtype)) +
+      return fail("tensor " + quoted(name) + " has dtype " + std::string(name_of(t.dtype)) +
                   ", but the output is " + std::string(name_of(out.dtype)));
     }
   }
@@ -595,17 +485,8 @@ Status problem_from_safetensors(const SafetensorsFile& file, HostProblem* proble
 
 SafetensorsFile problem_to_safetensors(const HostProblem& problem) {
   SafetensorsFile file;
-  for (const auto& [name, t] : problem.tensors) {
-    file.tensors[is_output(name) ? std::string(kOutputPrefix) + name : name] = t;
-  }
-  if (problem.scale) {
-    char buf[64];
-    const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, *problem.scale);  // round-trips
-    file.metadata["scale"] = ec == std::errc() ? std::string(buf, end) : std::string("None");
-  }
-  file.metadata["chunk_size"] = std::to_string(problem.chunk_size);
-  file.metadata["state_v_first"] = problem.state_v_first ? "true" : "false";
-  file.metadata["gate"] = "log2";
+  file.tensors = problem.tensors;
+  op_of(problem).options_to_metadata(problem, &file.metadata);
   return file;
 }
 

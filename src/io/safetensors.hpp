@@ -34,15 +34,15 @@ Status read_safetensors(const std::string& path, SafetensorsFile* out);
 Status serialize_safetensors(const SafetensorsFile& file, std::vector<uint8_t>* out);
 Status write_safetensors(const std::string& path, const SafetensorsFile& file);
 
-// Builds a problem from a file laid out like shared/golden: inputs by SPEC name, metadata
-// `scale`, `chunk_size`, `state_v_first`. Tensors named `out.<name>` go to *expected (dv_out as
-// `out.dv_out`), keyed by output name. Outputs are allocated and poisoned. Metadata defaults:
-// scale absent or "None" -> None, chunk_size absent -> A.shape[-1], state_v_first absent ->
-// false. The result is checked with Problem::validate(), so a file that loads also runs.
-Status problem_from_safetensors(const SafetensorsFile& file, HostProblem* problem,
+// Builds a problem of operator `op` from a file laid out like ../shared/golden*/: inputs and
+// expected outputs under their argument-table names ("q", ..., "out.dq"), options in the
+// metadata (each operator's defaults: see its host.cpp). Tensors named like outputs go to
+// *expected. Outputs are allocated and poisoned. The result is checked with the operator's
+// validate(), so a file that loads also runs.
+Status problem_from_safetensors(const SafetensorsFile& file, const OpIo& op, HostProblem* problem,
                                 std::map<std::string, HostTensor>* expected);
 
-// The six outputs of `problem` as `out.<name>` tensors, plus its inputs and metadata.
+// Every tensor of `problem` (inputs and outputs) under its name, and its options as metadata.
 SafetensorsFile problem_to_safetensors(const HostProblem& problem);
 
 }  // namespace kda::io

@@ -3,8 +3,12 @@
 // matrices Aqk and Akk back to q, k, beta and g (contract: SPEC-chunk-bwd-intra.md).
 
 #include <cstdint>
+#include <span>
 #include <string>
 
+#include "kda/args.hpp"
+#include "kda/backend.hpp"
+#include "kda/ops/chunk_bwd_intra_args.h"
 #include "kda/status.hpp"
 #include "kda/tensor.hpp"
 
@@ -27,33 +31,28 @@ struct ChunkBwdIntraDims {
 };
 
 struct ChunkBwdIntraProblem {
-  // Inputs (read only). Shapes as in SPEC-chunk-bwd-intra.md.
-  TensorView q;     // [B, T, H, K]   X
-  TensorView k;     // [B, T, H, K]   X
-  TensorView g;     // [B, T, HV, K]  f32, chunk-local cumulative gate in log2 space
-  TensorView beta;  // [B, T, HV]     X or f32
-  TensorView dAqk;  // [B, T, HV, BT] f32, lower-inclusive (scale already inside)
-  TensorView dAkk;  // [B, T, HV, BT] f32, lower-inclusive (the diagonal is read)
-  TensorView dq;    // [B, T, HV, K]  f32, incoming
-  TensorView dk;    // [B, T, HV, K]  f32, incoming
-  TensorView db;    // [B, T, HV]     f32, incoming
-  TensorView dg;    // [B, T, HV, K]  f32, incoming
-  // Optional inputs: leave default-constructed to omit.
-  TensorView cu_seqlens;     // [N+1] i32/i64; then B == 1
-  TensorView chunk_indices;  // [NT, 2] i32/i64 (sequence id, chunk id within sequence)
-
-  // Outputs: incoming + intra-chunk terms (written in full; contiguous, not overlapping anything).
-  TensorView dq_out;  // [B, T, HV, K]  f32
-  TensorView dk_out;  // [B, T, HV, K]  f32
-  TensorView db_out;  // [B, T, HV]     f32
-  TensorView dg_out;  // [B, T, HV, K]  f32
+  // The tensors, one member per row of KDA_CHUNK_BWD_INTRA_ARGS (shapes and dtypes there):
+  //   inputs    q k g beta dAqk dAkk, and the incoming gradients dq dk db dg (read only)
+  //   optional  cu_seqlens chunk_indices (leave default-constructed to omit)
+  //   outputs   dq_out dk_out db_out dg_out: incoming + intra-chunk terms (written in full;
+  //             contiguous, overlapping nothing)
+  KDA_CHUNK_BWD_INTRA_ARGS(KDA_DECLARE_TENSOR_VIEW)
 
   int64_t chunk_size = 64;
   // fla's algorithm switch; changes nothing mathematically (SPEC), so backends may ignore it.
   bool safe_gate = false;
 
+  static constexpr const char* kName = "chunk_bwd_intra";
+  static constexpr const char* kFlaName = "chunk_kda_bwd_intra";
+  // Every tensor argument, in signature order.
+  static std::span<const Arg<ChunkBwdIntraProblem>> args();
+
   Status validate(ChunkBwdIntraDims* dims = nullptr) const;
   std::string describe() const;
 };
+
+// Validates, then runs (same conventions as the other operators' run()).
+Status run(const ChunkBwdIntraProblem& problem, Backend backend, void* stream = nullptr,
+           Kernel kernel = Kernel::auto_);
 
 }  // namespace kda

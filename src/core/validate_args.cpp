@@ -1,0 +1,210 @@
+// The shared validation rules (validate_args.hpp).
+
+#include "core/validate_args.hpp"
+
+#include <sstream>
+
+#include "core/index_tensor.hpp"
+
+namespace kda::validation {
+
+namespace {
+
+// Element count and highest element offset fit comfortably in 64 bits (with room for the byte
+// size), so no later product over the view can overflow.
+constexpr int64_t kMaxSpan = int64_t{1} << 56;
+
+bool known_dtype(DType d) {
+  const auto code = static_cast<int32_t>(d);
+  return code >= static_cast<int32_t>(DType::f16) && code <= static_cast<int32_t>(DType::f64);
+}
+
+// chunk_indices (host, shape [NT, 2] already checked) must list, for every sequence in order,
+// its chunks 0, 1, ...: the rows fla's prepare_chunk_indices builds from cu_seqlens.
+Status check_chunk_indices(const TensorView& cu_seqlens, const TensorView& chunk_indices,
+                           int64_t chunk_size) {
+  int64_t row = 0;
+  return walk_cu_seqlens(
+      cu_seqlens.shape[0], [&](int64_t i) { return index_at(cu_seqlens, i); }, chunk_size,
+      [&](int64_t seq, int64_t chunks) {
+        for (int64_t c = 0; c < chunks; ++c, ++row) {
+          const int64_t given_seq = index_at(chunk_indices, row, 0);
+          const int64_t given_chunk = index_at(chunk_indices, row, 1);
+          if (given_seq != seq || given_chunk != c) {
+            return fail("chunk_indices",
+                        "disagrees with cu_seqlens at row " + std::to_string(row) + ": expected (" +
+                            std::to_string(seq) + ", " + std::to_string(c) + "), got (" +
+                            std::to_string(given_seq) + ", " + std::to_string(given_chunk) + ")");
+          }
+        }
+        return Status::Ok();
+      });
+}
+
+}  // namespace
+
+Status fail(const char* name, const std::string& what) {
+  return invalid_argument(std::string("argument '") + name + "': " + what);
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << "]";
+  return os.str();
+}
+
+std::string shape_str(const TensorView& t) {
+  return shape_str(std::vector<int64_t>(t.shape.begin(), t.shape.begin() + t.rank));
+}
+
+// Checked in this order so that nothing reads shape[] past the rank or divides by an unknown
+// element size.
+Status check_view(const char* name, const TensorView& t, int rank) {
+  if (t.empty_arg()) return fail(name, "is required but was not given (null data, rank 0)");
+  if (t.rank < 0 || t.rank > kMaxRank) {
+    return fail(name,
+                "expected rank " + std::to_string(rank) + ", got rank " + std::to_string(t.rank));
+  }
+  if (t.rank != rank) {
+    return fail(name, "expected rank " + std::to_string(rank) + ", got rank " +
+                          std::to_string(t.rank) + " (shape " + shape_str(t) + ")");
+  }
+  if (!known_dtype(t.dtype)) {
+    return fail(name, "unknown dtype code " + std::to_string(static_cast<int32_t>(t.dtype)));
+  }
+  if (t.device.type != DeviceType::cpu && t.device.type != DeviceType::cuda) {
+    return fail(name, "unknown device type " + std::to_string(static_cast<int>(t.device.type)));
+  }
+  int64_t numel = 1;
+  int64_t last_offset = 0;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] < 0) return fail(name, "negative extent in shape " + shape_str(t));
+    if (t.strides[d] < 0) return fail(name, "negative stride in dimension " + std::to_string(d));
+  }
+  for (int d = 0; d < t.rank; ++d) {
+    int64_t step = 0;
+    if (__builtin_mul_overflow(numel, t.shape[d], &numel) || numel > kMaxSpan ||
+        (t.shape[d] > 0 &&
+         (__builtin_mul_overflow(t.shape[d] - 1, t.strides[d], &step) ||
+          __builtin_add_overflow(last_offset, step, &last_offset) || last_offset > kMaxSpan))) {
+      return fail(name, "shape " + shape_str(t) +
+                            " with its strides spans more elements than any memory (over 2^56)");
+    }
+  }
+  if (numel > 0 && t.data == nullptr) return fail(name, "data pointer is null");
+  const auto addr = reinterpret_cast<uintptr_t>(t.data);
+  if (addr % dtype_size(t.dtype) != 0) {
+    return fail(name, "data pointer is not aligned to its element size (" +
+                          std::to_string(dtype_size(t.dtype)) + " bytes)");
+  }
+  return Status::Ok();
+}
+
+Status check_shape(const char* name, const TensorView& t, const std::vector<int64_t>& expected,
+                   const char* symbolic) {
+  for (size_t d = 0; d < expected.size(); ++d) {
+    if (t.shape[d] != expected[d]) {
+      return fail(name, std::string("expected shape ") + symbolic + " = " + shape_str(expected) +
+                            ", got " + shape_str(t));
+    }
+  }
+  return Status::Ok();
+}
+
+Status check_dtype(const char* name, const TensorView& t, std::initializer_list<DType> allowed,
+                   const char* why) {
+  for (DType d : allowed) {
+    if (t.dtype == d) return Status::Ok();
+  }
+  return fail(name,
+              std::string("expected dtype ") + why + ", got " + std::string(dtype_name(t.dtype)));
+}
+
+bool is_x_dtype(DType d) {
+  return d == DType::f16 || d == DType::bf16 || d == DType::f32;
+}
+
+// "is on cuda:1 but q is on cuda:0", or for two host views that differ only in their index
+// (garbage from a caller), "is on cpu (device index 3) but q is on cpu (device index 0)".
+std::string device_mismatch(Device got, Device anchor) {
+  auto name = [&](Device d) {
+    return d.type == DeviceType::cpu && got.type == anchor.type
+               ? device_name(d) + " (device index " + std::to_string(d.index) + ")"
+               : device_name(d);
+  };
+  return "is on " + name(got) + " but q is on " + name(anchor) +
+         "; all tensors must share one device";
+}
+
+bool views_overlap(const TensorView& a, const TensorView& b) {
+  auto [alo, ahi] = a.byte_span();
+  auto [blo, bhi] = b.byte_span();
+  return alo < ahi && blo < bhi && alo < bhi && blo < ahi;
+}
+
+Status check_chunk_size(int64_t chunk_size) {
+  if (chunk_size != 16 && chunk_size != 32 && chunk_size != 64) {
+    return fail("chunk_size", "expected 16, 32 or 64, got " + std::to_string(chunk_size));
+  }
+  return Status::Ok();
+}
+
+Status check_chunks(const TensorView& cu_seqlens, const TensorView& chunk_indices, int64_t B,
+                    int64_t T, int64_t chunk_size, int64_t device_nt_bound, ChunkCount* out) {
+  const bool varlen = !cu_seqlens.empty_arg();
+  for (auto [name, view] :
+       {std::pair{"cu_seqlens", &cu_seqlens}, {"chunk_indices", &chunk_indices}}) {
+    if (view->empty_arg()) continue;
+    if (Status s = check_dtype(name, *view, {DType::i32, DType::i64}, "int32 or int64"); !s.ok()) {
+      return s;
+    }
+  }
+  if (!varlen) {
+    out->num_seqs = B;
+    out->NT = T / chunk_size + (T % chunk_size != 0);
+    return Status::Ok();
+  }
+  if (B != 1) {
+    return fail("cu_seqlens",
+                "given, so the batch size must be 1 (sequences are packed along T), got B = " +
+                    std::to_string(B));
+  }
+  out->num_seqs = cu_seqlens.shape[0] - 1;
+  if (out->num_seqs < 0) return fail("cu_seqlens", "expected at least one entry (0)");
+  if (!chunk_indices.empty_arg() && chunk_indices.shape[1] != 2) {
+    return fail("chunk_indices", "expected shape [NT, 2], got " + shape_str(chunk_indices));
+  }
+  if (cu_seqlens.device.type != DeviceType::cpu) {
+    // Device-resident indices: the contents are checked by the kernels (docs/design.md).
+    out->NT = chunk_indices.empty_arg() ? device_nt_bound : chunk_indices.shape[0];
+    return Status::Ok();
+  }
+  // Entry by entry: nothing allocated, whatever size the descriptor claims.
+  const int64_t entries = cu_seqlens.shape[0];
+  int64_t chunks_total = 0;
+  if (Status s = count_cu_seqlens_chunks(
+          entries, [&](int64_t i) { return index_at(cu_seqlens, i); }, chunk_size, &chunks_total);
+      !s.ok()) {
+    return s;
+  }
+  if (const int64_t last = index_at(cu_seqlens, entries - 1); last != T) {
+    return fail("cu_seqlens", "expected the last entry to equal T = " + std::to_string(T) +
+                                  ", got " + std::to_string(last));
+  }
+  out->NT = chunks_total;
+  if (!chunk_indices.empty_arg()) {
+    if (chunk_indices.shape[0] != out->NT) {
+      return fail("chunk_indices", "expected shape [NT, 2] = [" + std::to_string(out->NT) +
+                                       ", 2] (NT from cu_seqlens), got " +
+                                       shape_str(chunk_indices));
+    }
+    if (chunk_indices.device.type == DeviceType::cpu) {
+      return check_chunk_indices(cu_seqlens, chunk_indices, chunk_size);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace kda::validation

@@ -1,0 +1,63 @@
+#pragma once
+// The validation rules every operator shares, written once: each check returns a Status whose
+// message names the argument ("argument 'q': expected ...") and never reads past what the
+// descriptor proves exists. Operators' validate() functions compose them with their own rules.
+
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kda/args.hpp"
+#include "kda/status.hpp"
+#include "kda/tensor.hpp"
+
+namespace kda::validation {
+
+Status fail(const char* name, const std::string& what);
+std::string shape_str(const std::vector<int64_t>& shape);
+std::string shape_str(const TensorView& t);
+
+// Present, rank as expected, known dtype and device, extents and strides >= 0 with a span that
+// fits in 64 bits, data non-null unless empty, aligned to the element size.
+Status check_view(const char* name, const TensorView& t, int rank);
+// The first expected.size() extents equal `expected` (`symbolic` names them, e.g. "[B, T, H, K]").
+Status check_shape(const char* name, const TensorView& t, const std::vector<int64_t>& expected,
+                   const char* symbolic);
+Status check_dtype(const char* name, const TensorView& t, std::initializer_list<DType> allowed,
+                   const char* why);
+bool is_x_dtype(DType d);  // float16, bfloat16 or float32
+
+// Every argument of a table: required ones present with their ranks, optional ones (when given)
+// with theirs, chunk_indices only with cu_seqlens, and all of them on `anchor`'s device.
+template <typename P>
+Status check_args_present_on_one_device(const P& problem, std::span<const Arg<P>> args,
+                                        const TensorView& anchor);
+// Outputs contiguous, disjoint from each other and from every other argument.
+template <typename P>
+Status check_outputs(const P& problem, std::span<const Arg<P>> args);
+
+// cu_seqlens / chunk_indices (already checked by check_view): int32 or int64, B == 1 with
+// cu_seqlens, [NT, 2] chunk_indices. With host-resident cu_seqlens its entries are walked (first
+// 0, non-decreasing, last == T) and NT counted; host-resident chunk_indices must equal the
+// indices derived from cu_seqlens. With device-resident cu_seqlens only the shapes are checked:
+// NT is chunk_indices' row count when given, else `device_nt_bound` (contents are the kernels'
+// to check, see docs/design.md).
+struct ChunkCount {
+  int64_t NT = 0;        // chunks: per batch row (fixed length) or in total (varlen)
+  int64_t num_seqs = 0;  // B when fixed length, len(cu_seqlens) - 1 when varlen
+};
+Status check_chunks(const TensorView& cu_seqlens, const TensorView& chunk_indices, int64_t B,
+                    int64_t T, int64_t chunk_size, int64_t device_nt_bound, ChunkCount* out);
+
+// chunk_size in {16, 32, 64}.
+Status check_chunk_size(int64_t chunk_size);
+
+// One line per argument and option, for describe().
+template <typename P>
+std::string describe_args(const P& problem, std::span<const Arg<P>> args);
+
+}  // namespace kda::validation
+
+#include "core/validate_args_impl.hpp"

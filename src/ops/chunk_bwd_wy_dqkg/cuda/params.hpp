@@ -1,0 +1,45 @@
+#pragma once
+// The chunk_bwd_wy_dqkg kernels' parameter block: raw pointers, 64-bit element strides and sizes,
+// passed by value to the kernel. Plain C++ so the host code that fills it needs no CUDA headers.
+
+#include <cstdint>
+
+#include "cuda/common/views.hpp"
+
+namespace kda::cuda {
+
+// h or dh [B, NT, HV, K, V] viewed as S[k][v] whatever the storage order: for state_v_first the
+// host swaps the last two strides, so the kernel never branches on the layout.
+struct StateView {
+  const void* data = nullptr;
+  int64_t stride_batch = 0;
+  int64_t stride_chunk = 0;
+  int64_t stride_head = 0;
+  int64_t stride_k = 0;
+  int64_t stride_v = 0;
+};
+
+struct WyDqkgParams {
+  TokenView q, k;               // [B, T, H, K]  X
+  TokenView v, v_new, do_, dv;  // [B, T, HV, V] X
+  TokenView g;                  // [B, T, HV, K] f32
+  TokenView A;                  // [B, T, HV, BT] X
+  BetaView beta;                // [B, T, HV]
+  StateView h, dh;              // [B, NT, HV, K, V] (strides as S[k][v])
+  ChunkLayout chunks;           // fixed length or varlen, and the index tensors
+
+  // Outputs, contiguous row-major.
+  float* dq = nullptr;     // [B, T, HV, K]
+  float* dk = nullptr;     // [B, T, HV, K]
+  float* dg = nullptr;     // [B, T, HV, K]
+  void* dv_out = nullptr;  // [B, T, HV, V] X
+  float* db = nullptr;     // [B, T, HV]
+  float* dA = nullptr;     // [B, T, HV, BT]
+
+  int64_t B = 0, T = 0, H = 0, HV = 0, K = 0, V = 0;
+  int64_t heads_per_group = 1;  // HV / H: value head hv reads query/key head hv / heads_per_group
+  int64_t num_units = 0;        // work units = chunks * HV, one CTA each
+  float scale = 1.0f;
+};
+
+}  // namespace kda::cuda

@@ -1,0 +1,102 @@
+// chunk_bwd_wy_dqkg's sm80_mma kernel: which problems it takes (sm80_mma_supports) and the
+// dispatch of runtime options (X dtype, h dtype, chunk size, V, state_v_first) to one compiled
+// kernel (launch_sm80_mma).
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/common/dispatch.hpp"
+#include "ops/chunk_bwd_wy_dqkg/cuda/make_params.hpp"
+#include "ops/chunk_bwd_wy_dqkg/cuda/params.hpp"
+#include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/dispatch.hpp"
+#include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/launch.hpp"
+
+namespace kda::detail {
+
+namespace {
+
+constexpr uintptr_t kAlign = 16;  // cp.async copies 16-byte chunks
+
+bool aligned(const void* data) {
+  return reinterpret_cast<uintptr_t>(data) % kAlign == 0;
+}
+
+// Rows of 16-byte chunks: the last dimension contiguous, the data pointer and every other stride
+// (in bytes) a multiple of 16. A dimension of extent 1 is only ever indexed at 0, so its stride
+// does not matter.
+bool rows_of_chunks(const TensorView& t) {
+  if (!aligned(t.data)) return false;
+  const int last = t.rank - 1;
+  if (t.shape[last] > 1 && t.strides[last] != 1) return false;
+  const auto element_bytes = static_cast<int64_t>(dtype_size(t.dtype));
+  for (int d = 0; d < last; ++d) {
+    if (t.shape[d] > 1 && (t.strides[d] * element_bytes) % static_cast<int64_t>(kAlign) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool refuse(std::string* why_not, std::string reason) {
+  if (why_not != nullptr) *why_not = std::move(reason);
+  return false;
+}
+
+}  // namespace
+
+bool sm80_mma_supports(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d,
+                       std::string* why_not) {
+  if (d.x_dtype != DType::f16 && d.x_dtype != DType::bf16) {
+    return refuse(why_not, "X is " + std::string(dtype_name(d.x_dtype)) +
+                               " (it takes float16 and bfloat16)");
+  }
+  if (d.h_dtype != DType::f32 && d.h_dtype != d.x_dtype) {
+    return refuse(why_not, "h is " + std::string(dtype_name(d.h_dtype)) + " (float32 or X)");
+  }
+  if (d.K != 64 && d.K != 128) {
+    return refuse(why_not, "K = " + std::to_string(d.K) + " (it takes 64 and 128)");
+  }
+  if (d.V != 64 && d.V != 128) {
+    return refuse(why_not, "V = " + std::to_string(d.V) + " (it takes 64 and 128)");
+  }
+  for (const auto& a : ChunkBwdWyDqkgProblem::args()) {
+    const TensorView& t = a.of(p);
+    if (a.info.role == ArgRole::input && !rows_of_chunks(t)) {
+      return refuse(why_not, std::string(a.info.name) +
+                                 " is not in rows of 16-byte chunks (last dimension contiguous, "
+                                 "pointer and other strides 16-byte aligned)");
+    }
+    // Outputs are contiguous (validated) with rows of K, V or BT >= 16 elements: their rows are
+    // 16-byte aligned when the data pointers are.
+    if (a.info.role == ArgRole::output && !aligned(t.data)) {
+      return refuse(why_not, std::string(a.info.name) + " is not 16-byte aligned");
+    }
+  }
+  return true;
+}
+
+Status launch_sm80_mma(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d,
+                       cudaStream_t stream) {
+  if (!sm80_mma_supports(p, d)) {
+    return {StatusCode::internal, "cuda sm80_mma: launched for a problem it does not support"};
+  }
+  const cuda::WyDqkgParams params = cuda::make_wy_dqkg_params(p, d);
+  const int device = p.q.device.index;
+  return cuda::dispatch_x_dtype</*kWithFloat32=*/false>(d.x_dtype, [&](auto x) {
+    using XT = typename decltype(x)::type;
+    return cuda::dispatch_f32_or_x<XT>("h", d.h_dtype, d.x_dtype, [&](auto h) {
+      using HT = typename decltype(h)::type;
+      return cuda::dispatch_int<16, 32, 64>("chunk_size", d.BT, [&](auto bt) {
+        return cuda::dispatch_int<64, 128>("V", d.V, [&](auto v) {
+          return cuda::dispatch_bool(p.state_v_first, [&](auto svf) {
+            return cuda::launch_wy_dqkg_mma<XT, HT, decltype(bt)::value, decltype(v)::value, decltype(svf)::value>(params, device, stream);
+          });
+        });
+      });
+    });
+  });
+}
+
+}  // namespace kda::detail

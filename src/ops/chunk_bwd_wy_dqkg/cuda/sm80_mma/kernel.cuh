@@ -1,0 +1,573 @@
+#pragma once
+// The tensor-core kernel of chunk_kda_bwd_wy_dqkg_fused for 16-bit X (SPEC.md steps 1..12 per
+// chunk). Every product runs on mma.sync m16n8k16 (16-bit inputs, float32 accumulation); the
+// elementwise math (exp2 of gates, β scaling, the dk/dg/db combinations, Σ S⊙dS) stays in
+// float32 registers. Rounded to X before a product, as fla does: h and dh, dW, KG, X and Y.
+// Tile ownership and the shared-memory map are in wy_dqkg_mma_traits.cuh; README.md in this folder
+// walks through one unit. Shapes: L = valid rows of the chunk (<= BT); rows >= L of every staged
+// tile are zero and are never read from global memory nor written back.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/common/device_access.cuh"
+#include "cuda/common/mma_fragments.cuh"
+#include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/traits.cuh"
+#include "ops/chunk_bwd_wy_dqkg/cuda/params.hpp"
+#include "ops/chunk_bwd_wy_dqkg/cuda/unit.cuh"
+
+namespace kda::cuda {
+
+// Strides the K loop needs, kept in shared memory and re-read after each barrier: as kernel
+// parameters the compiler hoists them and their per-row products out of the loop into registers,
+// 13 more than this way for BT = 64 (128, the budget, against 115).
+struct LoopStrides {
+  int64_t g_row, q_row, k_row;   // token stride of g, q, k
+  int64_t out_row;               // HV * K: between rows i and i + 1 of dq, dk, dg
+  int64_t dv_row;                // HV * V: between rows of dv_out
+  int64_t h_k, h_v, dh_k, dh_v;  // h, dh as S[k][v]
+};
+
+// Queues cp.async copies of a [kRows x kCols] tile of T (row r at src + r * src_row_stride,
+// columns contiguous) into dst [kRows][dst_ld]. Only rows < valid_rows and columns < valid_cols
+// are read; everything else of the tile is zero-filled. Chunk c = tid + n * kThreads covers
+// row c / (kCols / chunk) and 16 bytes of it.
+template <int kRows, int kCols, int kThreads, typename T>
+__device__ __forceinline__ void copy_tile_async(T* dst, int dst_ld, const T* src,
+                                                int64_t src_row_stride, int valid_rows,
+                                                int valid_cols, int tid) {
+  constexpr int kChunkElems = 16 / static_cast<int>(sizeof(T));
+  constexpr int kChunksPerRow = kCols / kChunkElems;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  static_assert(kCols % kChunkElems == 0, "rows are whole 16-byte chunks");
+#pragma unroll
+  for (int n = 0; n < (kChunks + kThreads - 1) / kThreads; ++n) {
+    const int c = tid + n * kThreads;
+    if (kChunks % kThreads != 0 && c >= kChunks) break;
+    const int row = c / kChunksPerRow;
+    const int col = (c % kChunksPerRow) * kChunkElems;
+    const int cols_left = valid_cols - col;
+    int bytes = 0;
+    if (row < valid_rows && cols_left > 0) {
+      bytes = cols_left >= kChunkElems ? 16 : cols_left * static_cast<int>(sizeof(T));
+    }
+    const T* from = bytes > 0 ? src + row * src_row_stride + col : src;
+    mma::cp_async_16(dst + row * dst_ld + col, from, bytes);
+  }
+}
+
+// Queues the copies of slab k0 .. k0+15 of h and dh: as stored ([16 k][V], or [V][16 k] for
+// state_v_first), into dst_S / dst_dS with row pitch kDstLd (elements of HT). The same thread
+// copies the same chunk positions of S and dS, so slab_prepare can read both back without a
+// barrier.
+template <typename Tr, int kDstLd>
+__device__ __forceinline__ void issue_slab(const WyDqkgParams& p, const UnitOrigins& o,
+                                           const LoopStrides& st, int k0, typename Tr::HT* dst_S,
+                                           typename Tr::HT* dst_dS, int tid) {
+  using HT = typename Tr::HT;
+  constexpr int kE = Tr::kChunkElems;
+#pragma unroll
+  for (int n = 0; n < Tr::kSlabIters; ++n) {
+    const int c = tid + n * Tr::kThreads;
+    if (Tr::kSlabChunks % Tr::kThreads != 0 && c >= Tr::kSlabChunks) break;
+    const int row = c / Tr::kChunksPerRow;
+    const int ch = c % Tr::kChunksPerRow;
+    const int k = k0 + (Tr::kStateVFirst ? ch * kE : row);
+    const int v = Tr::kStateVFirst ? row : ch * kE;
+    const int dst = row * kDstLd + ch * kE;
+    mma::cp_async_16(dst_S + dst, static_cast<const HT*>(p.h.data) + o.h + k * st.h_k + v * st.h_v,
+                     16);
+    mma::cp_async_16(dst_dS + dst,
+                     static_cast<const HT*>(p.dh.data) + o.dh + k * st.dh_k + v * st.dh_v, 16);
+  }
+}
+
+// After this thread's copies of a slab landed: for float32 h, converts the thread's chunks of the
+// staging slot (stage_S, stage_dS) to X in slab_S, slab_dS; for X h, reads them from slab_S,
+// slab_dS. Either way sums S⊙dS in float32 over v for each k of the slab:
+//   k-first slabs: a warp's lanes that share a k row reduce by butterfly; sds_out[k] = the sum;
+//   state_v_first: per-warp partials, sds_out[warp * 16 + k] (summed over warps by the reader).
+template <typename Tr>
+__device__ __forceinline__ void slab_prepare(const float* stage_S, const float* stage_dS,
+                                             typename Tr::XT* slab_S, typename Tr::XT* slab_dS,
+                                             float* sds_out, int tid) {
+  using XT = typename Tr::XT;
+  constexpr int kE = Tr::kChunkElems;
+  constexpr unsigned kFullMask = 0xffffffffu;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  float col_sum[kE];  // state_v_first: Σ over this thread's rows v for its chunk's k columns
+#pragma unroll
+  for (int e = 0; e < kE; ++e) col_sum[e] = 0.0f;
+
+#pragma unroll
+  for (int n = 0; n < Tr::kSlabIters; ++n) {
+    const int c = tid + n * Tr::kThreads;
+    // Warp-uniform (kSlabChunks is a multiple of 32), so the shuffles below see whole warps.
+    if (Tr::kSlabChunks % Tr::kThreads != 0 && c >= Tr::kSlabChunks) break;
+    const int row = c / Tr::kChunksPerRow;
+    const int ch = c % Tr::kChunksPerRow;
+    float s[kE];
+    float ds[kE];
+    if constexpr (Tr::kStateF32) {
+      const int src = row * Tr::kSlabCols + ch * 4;
+      const float4 sv = *reinterpret_cast<const float4*>(stage_S + src);
+      const float4 dsv = *reinterpret_cast<const float4*>(stage_dS + src);
+      s[0] = sv.x, s[1] = sv.y, s[2] = sv.z, s[3] = sv.w;
+      ds[0] = dsv.x, ds[1] = dsv.y, ds[2] = dsv.z, ds[3] = dsv.w;
+      if constexpr (!Tr::kStateVFirst) {
+        const int dst = row * Tr::kSlabXLd + ch * 4;  // [k][v], as stored
+        *reinterpret_cast<uint2*>(slab_S + dst) =
+            make_uint2(mma::pack2<XT>(s[0], s[1]), mma::pack2<XT>(s[2], s[3]));
+        *reinterpret_cast<uint2*>(slab_dS + dst) =
+            make_uint2(mma::pack2<XT>(ds[0], ds[1]), mma::pack2<XT>(ds[2], ds[3]));
+      } else {
+        // Stored [v][k]: the 16-bit copy is transposed to [k][v] (element by element).
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int dst = (ch * 4 + e) * Tr::kSlabXLd + row;
+          slab_S[dst] = from_float<XT>(s[e]);
+          slab_dS[dst] = from_float<XT>(ds[e]);
+        }
+      }
+    } else {
+      const int src = row * Tr::kSlabXLd + ch * 8;
+      const uint4 sv = *reinterpret_cast<const uint4*>(slab_S + src);
+      const uint4 dsv = *reinterpret_cast<const uint4*>(slab_dS + src);
+      const uint32_t sw[4] = {sv.x, sv.y, sv.z, sv.w};
+      const uint32_t dsw[4] = {dsv.x, dsv.y, dsv.z, dsv.w};
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const float2 a = mma::unpack2<XT>(sw[w]);
+        const float2 b = mma::unpack2<XT>(dsw[w]);
+        s[2 * w] = a.x, s[2 * w + 1] = a.y;
+        ds[2 * w] = b.x, ds[2 * w + 1] = b.y;
+      }
+    }
+    if constexpr (!Tr::kStateVFirst) {
+      float part = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kE; ++e) part = fmaf(s[e], ds[e], part);
+        // The kChunksPerRow lanes of one k row are an aligned group of the warp.
+#pragma unroll
+      for (int offset = Tr::kChunksPerRow / 2; offset > 0; offset /= 2) {
+        part += __shfl_xor_sync(kFullMask, part, offset);
+      }
+      if (ch == 0) sds_out[row] = part;
+    } else {
+#pragma unroll
+      for (int e = 0; e < kE; ++e) col_sum[e] = fmaf(s[e], ds[e], col_sum[e]);
+    }
+  }
+  if constexpr (Tr::kStateVFirst) {
+    // Lanes with equal lane % kChunksPerRow hold the same k columns: reduce across the others.
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+#pragma unroll
+      for (int offset = Tr::kChunksPerRow; offset < 32; offset *= 2) {
+        col_sum[e] += __shfl_xor_sync(kFullMask, col_sum[e], offset);
+      }
+    }
+    if (lane < Tr::kChunksPerRow) {
+#pragma unroll
+      for (int e = 0; e < kE; ++e) sds_out[warp * Tr::kSlabK + lane * kE + e] = col_sum[e];
+    }
+  }
+}
+
+template <typename Tr>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
+    wy_dqkg_mma_kernel(const WyDqkgParams p) {
+  using XT = typename Tr::XT;
+  using HT = typename Tr::HT;
+  using mma::ALayout;
+  using mma::BLayout;
+  constexpr int kBT = Tr::kBT;
+  constexpr int kV = Tr::kV;
+  constexpr int kTokLd = Tr::kTokLd;
+  constexpr int kALd = Tr::kALd;
+  constexpr int kKbLd = Tr::kKbLd;
+  constexpr int kSlabXLd = Tr::kSlabXLd;
+  constexpr int kJSteps = Tr::kJSteps;
+  constexpr int kJTiles = Tr::kJTiles;
+  constexpr unsigned kFullMask = 0xffffffffu;
+  // S as the B operand of dO·Sᵀ: element (v, k) of the 16-bit slab at [k][v] or [v][k].
+  constexpr BLayout kSlabLayout = Tr::kSlabXKFirst ? BLayout::kNK : BLayout::kKN;
+  static_assert(
+      sizeof(WorkUnit) + sizeof(UnitOrigins) + sizeof(LoopStrides) + 64 <= Tr::kStaticSmemBound,
+      "static shared memory within the bound the traits' CTA count assumes");
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ WorkUnit unit_shared;
+  __shared__ UnitOrigins origins_shared;
+  __shared__ LoopStrides strides_shared;
+
+  XT* const sA = reinterpret_cast<XT*>(smem + Tr::kAOff);    // Ā [BT][kALd], Ā[j][i]
+  XT* const sDo = reinterpret_cast<XT*>(smem + Tr::kDoOff);  // dO [BT][kTokLd]
+  XT* const sVn = reinterpret_cast<XT*>(smem + Tr::kVnOff);  // Vn [BT][kTokLd]
+  XT* const sDv = reinterpret_cast<XT*>(smem + Tr::kDvOff);  // dV [BT][kTokLd]
+  XT* const sVv = reinterpret_cast<XT*>(smem + Tr::kVvOff);  // Vv [BT][kTokLd] (phase 0 only)
+  XT* const sDw = reinterpret_cast<XT*>(smem + Tr::kDwOff);  // dW of the slab [BT][kKbLd]
+  XT* const sKg = reinterpret_cast<XT*>(smem + Tr::kKgOff);  // KG of the slab [BT][kKbLd]
+  XT* const sX = reinterpret_cast<XT*>(smem + Tr::kXOff);    // X [BT][kALd] (after the K loop)
+  XT* const sY = reinterpret_cast<XT*>(smem + Tr::kYOff);    // Y [BT][kALd] (after the K loop)
+  float* const sBeta = reinterpret_cast<float*>(smem + Tr::kBetaOff);  // β [BT], 0 beyond L
+  float* const sSds = reinterpret_cast<float*>(smem + Tr::kSdsOff);    // [2][kSdsParts][16]
+  float* const sKdk = reinterpret_cast<float*>(smem + Tr::kKdkOff);    // [kRowBlocks][16]
+  float* const sDb = reinterpret_cast<float*>(smem + Tr::kDbOff);      // [2][BT]
+  // Staging slot `slot` of float32 h: S then dS, [kSlabRows][kSlabCols] each.
+  auto stage_S = [&](int slot) {
+    return reinterpret_cast<float*>(smem + Tr::kStageOff + slot * Tr::kStageSlotBytes);
+  };
+  auto stage_dS = [&](int slot) { return stage_S(slot) + Tr::kSlabRows * Tr::kSlabCols; };
+  // 16-bit slab copies: slot 0 only for float32 h, slots 0 and 1 (the ring) for X h.
+  auto slab_S = [&](int slot) {
+    return reinterpret_cast<XT*>(smem + Tr::kSlabXOff + slot * 2 * Tr::kSlabXBytes);
+  };
+  auto slab_dS = [&](int slot) {
+    return reinterpret_cast<XT*>(smem + Tr::kSlabXOff + (slot * 2 + 1) * Tr::kSlabXBytes);
+  };
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int cg = warp % Tr::kColGroups;         // column group
+  const int m0 = (warp / Tr::kColGroups) * 16;  // first row of the warp's row block
+  const int rb = warp / Tr::kColGroups;
+  const int grp = lane / 4;   // fragment row within 8
+  const int quad = lane % 4;  // fragment column pair
+  if (tid == 0) {
+    strides_shared = {p.g.stride_token, p.q.stride_token, p.k.stride_token,
+                      p.HV * p.K,       p.HV * p.V,       p.h.stride_k,
+                      p.h.stride_v,     p.dh.stride_k,    p.dh.stride_v};
+  }
+  const LoopStrides& st = strides_shared;  // read after the first barrier
+
+  // One unit per CTA (a 2D grid when there are more than 2^31 - 1 units). No loop over units on
+  // purpose: around one the compiler hoists every lane's ldmatrix addresses out of it, and the
+  // BT = 64 kernel spilled.
+  const int64_t unit = blockIdx.x + static_cast<int64_t>(blockIdx.y) * gridDim.x;
+  if (unit >= p.num_units) return;  // uniform over the CTA
+  publish_unit(p, unit, kBT, warp, lane, unit_shared, origins_shared);
+  __syncthreads();
+  if (!unit_shared.valid) return;  // inconsistent index tensors: see wy_dqkg_unit.cuh
+  const UnitOrigins& o = origins_shared;
+  const int L = unit_shared.len;
+  const int num_slabs = static_cast<int>(p.K / Tr::kSlabK);
+  auto out_row = [&](int i) { return o.out_row0 + static_cast<int64_t>(i) * p.HV; };
+
+  // --- copies: group 1 = Ā, dV, Vv (phase 0); group 2 = dO, Vn, slab 0; [group 3 = slab 1] --
+  // Ā columns >= L are zero-filled too: they are not part of the chunk, and a NaN there would
+  // reach valid rows through X·Āᵀ (0 · NaN).
+  copy_tile_async<kBT, kBT, Tr::kThreads>(sA, kALd, static_cast<const XT*>(p.A.data) + o.A,
+                                          p.A.stride_token, L, L, tid);
+  copy_tile_async<kBT, kV, Tr::kThreads>(sDv, kTokLd, static_cast<const XT*>(p.dv.data) + o.dv,
+                                         p.dv.stride_token, L, kV, tid);
+  copy_tile_async<kBT, kV, Tr::kThreads>(sVv, kTokLd, static_cast<const XT*>(p.v.data) + o.v,
+                                         p.v.stride_token, L, kV, tid);
+  mma::cp_async_commit();
+  copy_tile_async<kBT, kV, Tr::kThreads>(sDo, kTokLd, static_cast<const XT*>(p.do_.data) + o.do_,
+                                         p.do_.stride_token, L, kV, tid);
+  copy_tile_async<kBT, kV, Tr::kThreads>(sVn, kTokLd,
+                                         static_cast<const XT*>(p.v_new.data) + o.v_new,
+                                         p.v_new.stride_token, L, kV, tid);
+  if constexpr (Tr::kStateF32) {
+    issue_slab<Tr, Tr::kSlabCols>(p, o, st, 0, stage_S(0), stage_dS(0), tid);
+  } else {
+    issue_slab<Tr, kSlabXLd>(p, o, st, 0, slab_S(0), slab_dS(0), tid);
+  }
+  mma::cp_async_commit();
+  if constexpr (!Tr::kVvInStaging) {
+    if (num_slabs > 1) issue_slab<Tr, kSlabXLd>(p, o, st, Tr::kSlabK, slab_S(1), slab_dS(1), tid);
+    mma::cp_async_commit();
+  }
+  if (tid < kBT) {
+    float b = 0.0f;
+    if (tid < L) {
+      const int64_t off = o.beta + tid * p.beta.stride_token;
+      b = p.beta.is_f32 ? load_float<float>(p.beta.data, off) : load_float<XT>(p.beta.data, off);
+    }
+    sBeta[tid] = b;
+  }
+  mma::cp_async_wait<Tr::kVvInStaging ? 1 : 2>();  // group 1 landed (this thread's copies)
+  __syncthreads();                                 // ... and everyone's
+
+  // --- phase 0: steps 4, 6 (first term), 11 (first term) -------------------------------
+  float db_part[2] = {0.0f, 0.0f};  // rows m0 + grp and m0 + grp + 8: this lane's share of db
+  // dvb = Āᵀ·dV; dv_out = β ⊙ dvb; db += rowsum(dvb ⊙ Vv): the warp's V/2 columns, 16 at a time.
+#pragma unroll 1
+  for (int v0 = cg * Tr::kWarpV; v0 < (cg + 1) * Tr::kWarpV; v0 += 16) {
+    float acc[2][4] = {};  // (16 rows, 16 columns v0 ..)
+    mma::warp_mma<XT, ALayout::kKM, BLayout::kKN, kJSteps, 2>(acc, sA + m0, kALd, sDv + v0, kTokLd,
+                                                              lane);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = m0 + grp + 8 * h;
+      if (i >= L) continue;
+      const float beta_i = sBeta[i];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int v = v0 + 8 * nt + 2 * quad;
+        const float d0 = acc[nt][2 * h];
+        const float d1 = acc[nt][2 * h + 1];
+        *reinterpret_cast<uint32_t*>(static_cast<XT*>(p.dv_out) + o.out_row0 * kV + i * st.dv_row +
+                                     v) = mma::pack2<XT>(beta_i * d0, beta_i * d1);
+        const float2 vv =
+            mma::unpack2<XT>(*reinterpret_cast<const uint32_t*>(sVv + i * kTokLd + v));
+        db_part[h] = fmaf(d0, vv.x, db_part[h]);
+        db_part[h] = fmaf(d1, vv.y, db_part[h]);
+      }
+    }
+  }
+  // D = dV·Vvᵀ: the warp's rows x columns j = cg * BT/2 .. (BT/2 of them), reduced over V.
+  float acc_D[kJTiles][4] = {};
+  mma::warp_mma<XT, ALayout::kMK, BLayout::kNK, Tr::kVSteps, kJTiles>(
+      acc_D, sDv + m0 * kTokLd, kTokLd, sVv + cg * Tr::kWarpJ * kTokLd, kTokLd, lane);
+  __syncthreads();  // Vv is dead: with float32 h its staging slot takes slab 1
+  if constexpr (Tr::kVvInStaging) {
+    if (num_slabs > 1)
+      issue_slab<Tr, Tr::kSlabCols>(p, o, st, Tr::kSlabK, stage_S(1), stage_dS(1), tid);
+    mma::cp_async_commit();
+  }
+
+  // --- the K loop: slab kb = rows k0 .. k0+15 of h, dh; steps 1-3, 5, 7-9, 11 (second term) --
+#pragma unroll 1
+  for (int kb = 0; kb < num_slabs; ++kb) {
+    const int ring = kb & 1;
+    const int k0 = kb * Tr::kSlabK;
+    float* const sds = sSds + ring * Tr::kSdsParts * Tr::kSlabK;  // this slab's Σ S⊙dS parts
+    // Epilogue inputs at this thread's C-fragment positions: rows i_h = m0 + grp + 8h,
+    // columns kc, kc + 1. Loaded first, so that the slab preparation, the barrier and the
+    // products below hide their latency.
+    const int kl = cg * Tr::kWarpK + 2 * quad;  // column within the slab
+    const int kc = k0 + kl;
+    float2 g_in[2];
+    uint32_t q_in[2];
+    uint32_t k_in[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = m0 + grp + 8 * h;
+      g_in[h] = make_float2(0.0f, 0.0f);
+      q_in[h] = 0u;
+      k_in[h] = 0u;
+      if (i < L) {
+        g_in[h] = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.g.data) + o.g +
+                                                        i * st.g_row + kc));
+        q_in[h] = __ldg(reinterpret_cast<const unsigned int*>(static_cast<const XT*>(p.q.data) +
+                                                              o.q + i * st.q_row + kc));
+        k_in[h] = __ldg(reinterpret_cast<const unsigned int*>(static_cast<const XT*>(p.k.data) +
+                                                              o.k + i * st.k_row + kc));
+      }
+    }
+    const float2 gn = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.g.data) +
+                                                            o.g + (L - 1) * st.g_row + kc));
+
+    mma::cp_async_wait<1>();  // slab kb (and, for kb = 0, dO and Vn) landed for this thread
+    // No barrier needed before: each thread reads back only its own copies, and the previous
+    // slab's 16-bit copy was last read before the previous iteration's second barrier.
+    if constexpr (Tr::kStateF32) {
+      slab_prepare<Tr>(stage_S(ring), stage_dS(ring), slab_S(0), slab_dS(0), sds, tid);
+      // This thread's staging chunks are free again: slab kb + 2 takes them.
+      if (kb + 2 < num_slabs) {
+        issue_slab<Tr, Tr::kSlabCols>(p, o, st, k0 + 2 * Tr::kSlabK, stage_S(ring), stage_dS(ring),
+                                      tid);
+      }
+      mma::cp_async_commit();
+    } else {
+      slab_prepare<Tr>(nullptr, nullptr, slab_S(ring), slab_dS(ring), sds, tid);
+    }
+    __syncthreads();  // the slab's 16-bit copy, Σ S⊙dS and (kb = 0) dO, Vn are complete
+    const XT* const cur_S = slab_S(Tr::kStateF32 ? 0 : ring);
+    const XT* const cur_dS = slab_dS(Tr::kStateF32 ? 0 : ring);
+
+    // Steps 1-3 before gating: dO·Sᵀ, Vn·dSᵀ, dV·Sᵀ for the warp's 16 rows x 8 columns.
+    float acc_dq[4] = {};
+    float acc_dk0[4] = {};
+    float acc_dw[4] = {};
+    {
+      // B origin: element (v, k) = (0, kl0) of the slab, kl0 = the warp's first column.
+      const int kl0 = cg * Tr::kWarpK;
+      const XT* const s_origin = kSlabLayout == BLayout::kNK ? cur_S + kl0 * kSlabXLd : cur_S + kl0;
+      const XT* const ds_origin =
+          kSlabLayout == BLayout::kNK ? cur_dS + kl0 * kSlabXLd : cur_dS + kl0;
+      constexpr int kBStep = kSlabLayout == BLayout::kNK ? 16 : 16 * kSlabXLd;  // per k16 of v
+#pragma unroll
+      for (int s = 0; s < Tr::kVSteps; ++s) {
+        uint32_t b_s[1][2];
+        uint32_t b_ds[1][2];
+        mma::load_b<kSlabLayout, 1>(b_s, s_origin + s * kBStep, kSlabXLd, lane);
+        mma::load_b<kSlabLayout, 1>(b_ds, ds_origin + s * kBStep, kSlabXLd, lane);
+        uint32_t a[4];
+        mma::load_a<ALayout::kMK>(a, sDo + m0 * kTokLd + 16 * s, kTokLd, lane);
+        mma::mma_16816<XT>(acc_dq, a, b_s[0]);
+        mma::load_a<ALayout::kMK>(a, sDv + m0 * kTokLd + 16 * s, kTokLd, lane);
+        mma::mma_16816<XT>(acc_dw, a, b_s[0]);
+        mma::load_a<ALayout::kMK>(a, sVn + m0 * kTokLd + 16 * s, kTokLd, lane);
+        mma::mma_16816<XT>(acc_dk0, a, b_ds[0]);
+      }
+    }
+
+    // Epilogue, first half (steps 1, 2, 3, 5's KG, 9's first terms, 8's row sums).
+    float dk0[2][2];              // dK0 = (Vn·dSᵀ) ⊙ exp2(gn − G), 0 on rows >= L
+    float kg[2][2];               // KG = Kk ⊙ E, 0 on rows >= L
+    float eb[2][2];               // E ⊙ β
+    float dgf[2][2];              // Q ⊙ dQ − Kk ⊙ dK0
+    float kdk[2] = {0.0f, 0.0f};  // Σ over this thread's rows of Kk ⊙ dK0, per column
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = m0 + grp + 8 * h;
+      const bool valid = i < L;
+      const float beta_i = sBeta[i];
+      const float2 qf = mma::unpack2<XT>(q_in[h]);
+      const float2 kf = mma::unpack2<XT>(k_in[h]);
+      float dq[2];
+      float dw[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float G = e == 0 ? g_in[h].x : g_in[h].y;
+        const float gne = e == 0 ? gn.x : gn.y;
+        const float Q = e == 0 ? qf.x : qf.y;
+        const float Kk = e == 0 ? kf.x : kf.y;
+        const float E = exp2f(G);
+        dq[e] = acc_dq[2 * h + e] * E * p.scale;
+        // Rows >= L stay exactly zero (never 0 · exp2(...) of padding).
+        dk0[h][e] = valid ? acc_dk0[2 * h + e] * exp2f(gne - G) : 0.0f;
+        dw[e] = valid ? -acc_dw[2 * h + e] : 0.0f;
+        kg[h][e] = valid ? Kk * E : 0.0f;
+        eb[h][e] = E * beta_i;
+        dgf[h][e] = fmaf(Q, dq[e], -(Kk * dk0[h][e]));
+        kdk[e] = fmaf(Kk, dk0[h][e], kdk[e]);
+      }
+      if (valid) {
+        *reinterpret_cast<float2*>(p.dq + o.out_row0 * p.K + i * st.out_row + kc) =
+            make_float2(dq[0], dq[1]);
+      }
+      *reinterpret_cast<uint32_t*>(sDw + i * kKbLd + kl) = mma::pack2<XT>(dw[0], dw[1]);
+      *reinterpret_cast<uint32_t*>(sKg + i * kKbLd + kl) = mma::pack2<XT>(kg[h][0], kg[h][1]);
+    }
+    // Σ_rows Kk ⊙ dK0 of the row block: lanes with equal quad share columns.
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+#pragma unroll
+      for (int offset = 4; offset < 32; offset *= 2) {
+        kdk[e] += __shfl_xor_sync(kFullMask, kdk[e], offset);
+      }
+    }
+    if (grp == 0) {
+      sKdk[rb * Tr::kSlabK + kl] = kdk[0];
+      sKdk[rb * Tr::kSlabK + kl + 1] = kdk[1];
+    }
+    __syncthreads();  // dW, KG and the Σ Kk⊙dK0 parts of the slab are complete
+
+    if constexpr (!Tr::kStateF32) {
+      // Every warp is past its products of slab kb: its ring slot takes slab kb + 2.
+      if (kb + 2 < num_slabs) {
+        issue_slab<Tr, kSlabXLd>(p, o, st, k0 + 2 * Tr::kSlabK, slab_S(ring), slab_dS(ring), tid);
+      }
+      mma::cp_async_commit();
+    }
+
+    // Step 5: dkgb = Āᵀ·dW (rows m0.., the warp's 8 columns), reduced over j.
+    float acc_kgb[1][4] = {};
+    mma::warp_mma<XT, ALayout::kKM, BLayout::kKN, kJSteps, 1>(acc_kgb, sA + m0, kALd,
+                                                              sDw + cg * Tr::kWarpK, kKbLd, lane);
+    // Step 11, second term: D += dW·KGᵀ over the slab's 16 k.
+    mma::warp_mma<XT, ALayout::kMK, BLayout::kNK, 1, kJTiles>(
+        acc_D, sDw + m0 * kKbLd, kKbLd, sKg + cg * Tr::kWarpJ * kKbLd, kKbLd, lane);
+
+    // Epilogue, second half: steps 6 (second term), 7, 8, 9.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = m0 + grp + 8 * h;
+      if (i >= L) continue;
+      const float beta_i = sBeta[i];
+      float dk[2];
+      float dg[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float dkgb = acc_kgb[0][2 * h + e];
+        db_part[h] = fmaf(dkgb, kg[h][e], db_part[h]);
+        dk[e] = fmaf(dkgb, eb[h][e], dk0[h][e]);
+        dg[e] = fmaf(kg[h][e] * dkgb, beta_i, dgf[h][e]);
+        if (i == L - 1) {
+          // dgk = exp2(gn) ⊙ Σ_v S⊙dS + Σ_i Kk⊙dK0, partial sums added in a fixed order.
+          float sds_sum = 0.0f;
+#pragma unroll
+          for (int part = 0; part < Tr::kSdsParts; ++part)
+            sds_sum += sds[part * Tr::kSlabK + kl + e];
+          float kdk_sum = 0.0f;
+#pragma unroll
+          for (int r = 0; r < Tr::kRowBlocks; ++r) kdk_sum += sKdk[r * Tr::kSlabK + kl + e];
+          const float dgk = fmaf(exp2f(e == 0 ? gn.x : gn.y), sds_sum, kdk_sum);
+          dg[e] += dgk;
+        }
+      }
+      const int64_t out = o.out_row0 * p.K + i * st.out_row + kc;
+      *reinterpret_cast<float2*>(p.dk + out) = make_float2(dk[0], dk[1]);
+      *reinterpret_cast<float2*>(p.dg + out) = make_float2(dg[0], dg[1]);
+    }
+  }
+
+  // --- db: row sums over the quad lanes, then over the two column groups (fixed order) ------
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sum = db_part[h];
+    sum += __shfl_xor_sync(kFullMask, sum, 1);
+    sum += __shfl_xor_sync(kFullMask, sum, 2);
+    if (quad == 0) sDb[cg * kBT + m0 + grp + 8 * h] = sum;
+  }
+  // --- steps 11, 12: X = strict-lower(D) ⊙ β[j]; dA = −strict-lower(Āᵀ·X·Āᵀ) -------------
+  // X goes to the dead dO tile: the last slab's products were read before its second barrier.
+#pragma unroll
+  for (int nt = 0; nt < kJTiles; ++nt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = m0 + grp + 8 * h;
+      const int j = cg * Tr::kWarpJ + 8 * nt + 2 * quad;
+      const float x0 = (i > j && i < L) ? acc_D[nt][2 * h] * sBeta[j] : 0.0f;
+      const float x1 = (i > j + 1 && i < L) ? acc_D[nt][2 * h + 1] * sBeta[j + 1] : 0.0f;
+      *reinterpret_cast<uint32_t*>(sX + i * kALd + j) = mma::pack2<XT>(x0, x1);
+    }
+  }
+  __syncthreads();  // X and the db parts are complete
+  if (tid < L) p.db[out_row(tid)] = sDb[tid] + sDb[kBT + tid];
+  // Y = X·Āᵀ: Y[i][j] = Σ_n X[i][n] Ā[j][n]; B element (n, j) at Ā[j][n].
+  {
+    float acc_Y[kJTiles][4] = {};
+    mma::warp_mma<XT, ALayout::kMK, BLayout::kNK, kJSteps, kJTiles>(
+        acc_Y, sX + m0 * kALd, kALd, sA + cg * Tr::kWarpJ * kALd, kALd, lane);
+#pragma unroll
+    for (int nt = 0; nt < kJTiles; ++nt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = m0 + grp + 8 * h;
+        const int j = cg * Tr::kWarpJ + 8 * nt + 2 * quad;
+        *reinterpret_cast<uint32_t*>(sY + i * kALd + j) =
+            mma::pack2<XT>(acc_Y[nt][2 * h], acc_Y[nt][2 * h + 1]);
+      }
+    }
+  }
+  __syncthreads();  // Y is complete
+  // Z = Āᵀ·Y: Z[i][j] = Σ_n Ā[n][i] Y[n][j]; dA[i][j] = −Z[i][j] for j < i, else 0.
+  {
+    float acc_Z[kJTiles][4] = {};
+    mma::warp_mma<XT, ALayout::kKM, BLayout::kKN, kJSteps, kJTiles>(
+        acc_Z, sA + m0, kALd, sY + cg * Tr::kWarpJ, kALd, lane);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = m0 + grp + 8 * h;
+      if (i >= L) continue;
+      const int64_t out = out_row(i) * kBT;
+#pragma unroll
+      for (int nt = 0; nt < kJTiles; ++nt) {
+        const int j = cg * Tr::kWarpJ + 8 * nt + 2 * quad;
+        *reinterpret_cast<float2*>(p.dA + out + j) =
+            make_float2(j < i ? -acc_Z[nt][2 * h] : 0.0f, j + 1 < i ? -acc_Z[nt][2 * h + 1] : 0.0f);
+      }
+    }
+  }
+}
+
+}  // namespace kda::cuda

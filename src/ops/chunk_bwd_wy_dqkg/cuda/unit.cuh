@@ -1,0 +1,87 @@
+#pragma once
+// Work units of chunk_bwd_wy_dqkg: unit u = chunk * HV + hv, one CTA each. This file maps a unit
+// to its rows of the inputs (the bounds-checked chunk walk of cuda/common/chunk_units.cuh) and to
+// its h/dh slice.
+
+#include <cstdint>
+
+#include "cuda/common/chunk_units.cuh"
+#include "cuda/common/device_access.cuh"
+#include "ops/chunk_bwd_wy_dqkg/cuda/params.hpp"
+
+namespace kda::cuda {
+
+// Trivially constructible (no member initializers) so that it can live in __shared__;
+// create it as `WorkUnit w{}` (all zero, valid == false).
+struct WorkUnit {
+  int64_t batch;    // batch row of the token tensors (0 when varlen)
+  int64_t t0;       // first token of the chunk within the batch row
+  int64_t h_batch;  // index into h/dh dim 0
+  int64_t h_chunk;  // index into h/dh dim 1
+  int64_t hv;       // value head
+  int len;          // rows in the chunk, 1..BT
+  bool valid;
+};
+
+// Called by one whole warp; lane 0's result is the one to use. Without chunk_indices the unit
+// count is h.shape[1] (times HV); chunks cu_seqlens describes past that are not computed.
+__device__ inline WorkUnit resolve_unit(const WyDqkgParams& p, int64_t unit, int chunk_size,
+                                        int lane) {
+  WorkUnit w{};
+  w.hv = unit % p.HV;
+  const ChunkSpan c = resolve_chunk(p.chunks, unit / p.HV, chunk_size, lane);
+  if (!c.valid) return w;
+  w.batch = c.batch;
+  w.t0 = c.t0;
+  w.len = c.len;
+  w.h_batch = c.batch;  // h's chunk order: [B, NT] fixed length, [1, NT] varlen
+  w.h_chunk = c.chunk_in_row;
+  w.valid = true;
+  return w;
+}
+
+// Element offsets of the unit's (row 0, head, column 0) in each input, and the row of
+// (t0, hv) in the outputs viewed as [B*T*HV, cols] (row i of the chunk is out_row0 + i * HV).
+// Trivially constructible, for __shared__.
+struct UnitOrigins {
+  int64_t q, k;                           // head hq = hv / (HV/H)
+  int64_t v, v_new, do_, dv, g, A, beta;  // head hv
+  int64_t h, dh;                          // (h_batch, h_chunk, hv)
+  int64_t out_row0;
+};
+
+__device__ inline UnitOrigins unit_origins(const WyDqkgParams& p, const WorkUnit& w) {
+  const int64_t hq = w.hv / p.heads_per_group;
+  auto token = [&](const TokenView& t, int64_t head) {
+    return w.batch * t.stride_batch + w.t0 * t.stride_token + head * t.stride_head;
+  };
+  UnitOrigins o{};
+  o.q = token(p.q, hq);
+  o.k = token(p.k, hq);
+  o.v = token(p.v, w.hv);
+  o.v_new = token(p.v_new, w.hv);
+  o.do_ = token(p.do_, w.hv);
+  o.dv = token(p.dv, w.hv);
+  o.g = token(p.g, w.hv);
+  o.A = token(p.A, w.hv);
+  o.beta = w.batch * p.beta.stride_batch + w.t0 * p.beta.stride_token + w.hv * p.beta.stride_head;
+  o.h = w.h_batch * p.h.stride_batch + w.h_chunk * p.h.stride_chunk + w.hv * p.h.stride_head;
+  o.dh = w.h_batch * p.dh.stride_batch + w.h_chunk * p.dh.stride_chunk + w.hv * p.dh.stride_head;
+  o.out_row0 = (w.batch * p.T + w.t0) * p.HV + w.hv;
+  return o;
+}
+
+// Warp 0 resolves `unit` and its lane 0 publishes it, with the unit's tensor origins when it is
+// valid, in the CTA's shared copies. Callers put a barrier after it (and before it when the
+// previous unit may still read them).
+__device__ inline void publish_unit(const WyDqkgParams& p, int64_t unit, int chunk_size, int warp,
+                                    int lane, WorkUnit& unit_shared, UnitOrigins& origins_shared) {
+  if (warp != 0) return;
+  const WorkUnit resolved = resolve_unit(p, unit, chunk_size, lane);
+  if (lane == 0) {
+    unit_shared = resolved;
+    if (resolved.valid) origins_shared = unit_origins(p, resolved);
+  }
+}
+
+}  // namespace kda::cuda

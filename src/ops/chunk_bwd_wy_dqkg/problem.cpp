@@ -1,0 +1,175 @@
+// ChunkBwdWyDqkgProblem: its argument table, validate() (every rule of SPEC.md, written once;
+// each failure names the argument and what was expected) and describe().
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/validate_args.hpp"
+#include "kda/ops/chunk_bwd_wy_dqkg.hpp"
+
+namespace kda {
+
+namespace {
+
+using P = ChunkBwdWyDqkgProblem;
+constexpr Arg<P> kArgs[] = {KDA_CHUNK_BWD_WY_DQKG_ARGS(KDA_MAKE_ARG)};
+constexpr int64_t kMaxHeadDim = 256;
+
+}  // namespace
+
+std::span<const Arg<P>> ChunkBwdWyDqkgProblem::args() {
+  return kArgs;
+}
+
+double ChunkBwdWyDqkgProblem::effective_scale() const {
+  if (scale) return *scale;
+  const double K = k.rank == 4 ? static_cast<double>(k.shape[3]) : 1.0;
+  return 1.0 / std::sqrt(K > 0 ? K : 1.0);
+}
+
+Status ChunkBwdWyDqkgProblem::validate(ChunkBwdWyDqkgDims* out) const {
+  using namespace validation;
+  ChunkBwdWyDqkgDims d;
+  // --- presence, ranks, one device ------------------------------------------------------
+  if (Status s = check_args_present_on_one_device(*this, args(), q); !s.ok()) return s;
+  d.varlen = !cu_seqlens.empty_arg();
+
+  // --- dtypes ---------------------------------------------------------------------------
+  if (!is_x_dtype(q.dtype)) {
+    return fail("q", "expected dtype float16, bfloat16 or float32, got " +
+                         std::string(dtype_name(q.dtype)));
+  }
+  d.x_dtype = q.dtype;
+  const std::string x_name(dtype_name(d.x_dtype));
+  const std::string same_as_q = x_name + " (the dtype of q)";
+  for (auto [name, view] :
+       {std::pair{"k", &k}, {"v", &v}, {"v_new", &v_new}, {"A", &A}, {"do", &do_}, {"dv", &dv}}) {
+    if (Status s = check_dtype(name, *view, {d.x_dtype}, same_as_q.c_str()); !s.ok()) return s;
+  }
+  if (Status s = check_dtype("g", g, {DType::f32}, "float32"); !s.ok()) return s;
+  // beta, h and dh take X or float32: one choice, not "float32 or float32", when X is float32.
+  const std::string x_or_f32 =
+      d.x_dtype == DType::f32 ? same_as_q : x_name + " (the dtype of q) or float32";
+  if (Status s = check_dtype("beta", beta, {d.x_dtype, DType::f32}, x_or_f32.c_str()); !s.ok()) {
+    return s;
+  }
+  d.beta_dtype = beta.dtype;
+  if (Status s = check_dtype("h", h, {DType::f32, d.x_dtype}, x_or_f32.c_str()); !s.ok()) {
+    return s;
+  }
+  if (dh.dtype != h.dtype) {
+    return fail("dh", "expected the dtype of h (" + std::string(dtype_name(h.dtype)) + "), got " +
+                          std::string(dtype_name(dh.dtype)));
+  }
+  d.h_dtype = h.dtype;
+  // Outputs go by their table names, "out.dq" ... (what they are returned as).
+  for (auto [name, view] : {std::pair{"out.dq", &dq},
+                            {"out.dk", &dk},
+                            {"out.db", &db},
+                            {"out.dg", &dg},
+                            {"out.dA", &dA}}) {
+    if (Status s = check_dtype(name, *view, {DType::f32}, "float32"); !s.ok()) return s;
+  }
+  if (Status s = check_dtype("out.dv_out", dv_out, {d.x_dtype}, same_as_q.c_str()); !s.ok()) return s;
+
+  // --- sizes ----------------------------------------------------------------------------
+  d.B = q.shape[0];
+  d.T = q.shape[1];
+  d.H = q.shape[2];
+  d.K = q.shape[3];
+  d.HV = v.shape[2];
+  d.V = v.shape[3];
+  if (d.K < 1 || d.K > kMaxHeadDim) {
+    return fail("q", "expected head dim K (last extent) in 1..256, got " + std::to_string(d.K));
+  }
+  if (d.H < 1) return fail("q", "expected at least one head (H >= 1), got H = 0");
+  if (Status s = check_shape("k", k, {d.B, d.T, d.H, d.K}, "[B, T, H, K] (from q)"); !s.ok()) {
+    return s;
+  }
+  if (Status s = check_shape("v", v, {d.B, d.T}, "[B, T, ...] (B, T from q)"); !s.ok()) return s;
+  if (d.V < 1 || d.V > kMaxHeadDim) {
+    return fail("v", "expected head dim V (last extent) in 1..256, got " + std::to_string(d.V));
+  }
+  if (d.HV < 1 || d.HV % d.H != 0) {
+    return fail("v", "expected value heads HV (dim 2) to be a positive multiple of H = " +
+                         std::to_string(d.H) + ", got HV = " + std::to_string(d.HV));
+  }
+  const std::vector<int64_t> shape_v{d.B, d.T, d.HV, d.V};
+  for (auto [name, view] :
+       {std::pair{"v_new", &v_new}, {"do", &do_}, {"dv", &dv}, {"out.dv_out", &dv_out}}) {
+    if (Status s = check_shape(name, *view, shape_v, "[B, T, HV, V] (from q and v)"); !s.ok()) {
+      return s;
+    }
+  }
+  const std::vector<int64_t> shape_gk{d.B, d.T, d.HV, d.K};
+  for (auto [name, view] :
+       {std::pair{"g", &g}, {"out.dq", &dq}, {"out.dk", &dk}, {"out.dg", &dg}}) {
+    if (Status s = check_shape(name, *view, shape_gk, "[B, T, HV, K] (from q and v)"); !s.ok()) {
+      return s;
+    }
+  }
+  for (auto [name, view] : {std::pair{"beta", &beta}, {"out.db", &db}}) {
+    if (Status s = check_shape(name, *view, {d.B, d.T, d.HV}, "[B, T, HV] (from q and v)");
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (Status s = check_chunk_size(chunk_size); !s.ok()) return s;
+  d.BT = chunk_size;
+  if (A.shape[3] != chunk_size) {
+    return fail("A", "expected last extent == chunk_size = " + std::to_string(chunk_size) +
+                         ", got A.shape[-1] = " + std::to_string(A.shape[3]));
+  }
+  for (auto [name, view] : {std::pair{"A", &A}, {"out.dA", &dA}}) {
+    if (Status s = check_shape(name, *view, {d.B, d.T, d.HV, d.BT}, "[B, T, HV, BT] (from q, v)");
+        !s.ok()) {
+      return s;
+    }
+  }
+  // Every backend but cpu-ref computes with scale in float32: a finite double past float's range
+  // would become inf there and turn zero products into NaN.
+  if (scale && !(std::fabs(*scale) <= std::numeric_limits<float>::max())) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", *scale);
+    return fail("scale",
+                std::string("expected a finite number with |scale| <= 3.40282e+38 (float32's "
+                            "largest) or None, got ") +
+                    got);
+  }
+
+  // --- outputs: contiguous, disjoint from each other and from every input ---------------
+  if (Status s = check_outputs(*this, args()); !s.ok()) return s;
+
+  // --- chunks: fixed length or cu_seqlens; with device-resident cu_seqlens and no
+  //     chunk_indices the chunk count is h's ---------------------------------------------
+  ChunkCount chunks;
+  if (Status s = check_chunks(cu_seqlens, chunk_indices, d.B, d.T, d.BT, h.shape[1], &chunks);
+      !s.ok()) {
+    return s;
+  }
+  d.NT = chunks.NT;
+  d.num_seqs = chunks.num_seqs;
+  const int64_t hB = d.varlen ? 1 : d.B;
+  const std::vector<int64_t> shape_h = state_v_first
+                                           ? std::vector<int64_t>{hB, d.NT, d.HV, d.V, d.K}
+                                           : std::vector<int64_t>{hB, d.NT, d.HV, d.K, d.V};
+  const char* sym_h = state_v_first ? "[B, NT, HV, V, K] (state_v_first)" : "[B, NT, HV, K, V]";
+  for (auto [name, view] : {std::pair{"h", &h}, {"dh", &dh}}) {
+    if (Status s = check_shape(name, *view, shape_h, sym_h); !s.ok()) return s;
+  }
+  if (out) *out = d;
+  return Status::Ok();
+}
+
+std::string ChunkBwdWyDqkgProblem::describe() const {
+  std::string text = std::string(kName) + " problem\n" + validation::describe_args(*this, args());
+  text += "  scale: " + (scale ? std::to_string(*scale) : std::string("None (K ** -0.5)")) + "\n";
+  text += "  chunk_size: " + std::to_string(chunk_size) + "\n";
+  text += std::string("  state_v_first: ") + (state_v_first ? "true" : "false") + "\n";
+  return text;
+}
+
+}  // namespace kda
