@@ -18,12 +18,13 @@ thread_local std::string g_last_error;
 
 // The operators' C tables, defined in their folders: registration list, in KDA_OP_* order.
 extern const COpInfo kChunkBwdWyDqkgC;
+extern const COpInfo kChunkBwdIntraC;
 
 namespace {
 
 const COpInfo* op_info(int32_t op) {
-  static const COpInfo* const ops[] = {&kChunkBwdWyDqkgC};
-  static_assert(sizeof(ops) / sizeof(ops[0]) <= KDA_NUM_OPS, "more operators than KDA_NUM_OPS");
+  static const COpInfo* const ops[] = {&kChunkBwdWyDqkgC, &kChunkBwdIntraC};
+  static_assert(sizeof(ops) / sizeof(ops[0]) == KDA_NUM_OPS, "one entry per KDA_OP_*");
   if (op < 0 || op >= static_cast<int32_t>(sizeof(ops) / sizeof(ops[0]))) return nullptr;
   return ops[op];
 }
@@ -61,7 +62,8 @@ Status to_view(const char* name, const kda_tensor& in, TensorView* out) {
 }
 
 Status check_abi_version(const char* what, const void* problem, int32_t abi_version) {
-  if (problem == nullptr) return invalid_argument(std::string("argument '") + what + "': null pointer");
+  if (problem == nullptr)
+    return invalid_argument(std::string("argument '") + what + "': null pointer");
   if (abi_version != KDA_ABI_VERSION) {
     return invalid_argument(std::string("argument '") + what + "': abi_version " +
                             std::to_string(abi_version) + " does not match this libkda (" +
@@ -81,9 +83,8 @@ Status to_backend(int32_t backend, Backend* out) {
 
 Status to_kernel(int32_t kernel, Kernel* out) {
   if (kernel < KDA_KERNEL_AUTO || kernel > KDA_KERNEL_SM80_MMA) {
-    return invalid_argument(
-        "argument 'kernel': expected 0 (auto), 1 (simt) or 2 (sm80_mma), got " +
-        std::to_string(kernel));
+    return invalid_argument("argument 'kernel': expected 0 (auto), 1 (simt) or 2 (sm80_mma), got " +
+                            std::to_string(kernel));
   }
   *out = static_cast<Kernel>(kernel);
   return Status::Ok();

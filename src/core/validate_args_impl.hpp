@@ -28,7 +28,8 @@ Status check_args_present_on_one_device(const P& problem, std::span<const Arg<P>
   for (const Arg<P>& a : args) {
     const TensorView& t = a.of(problem);
     if (t.empty_arg()) continue;
-    if (!(t.device == anchor.device)) return fail(a.info.name, device_mismatch(t.device, anchor.device));
+    if (!(t.device == anchor.device))
+      return fail(a.info.name, device_mismatch(t.device, anchor.device));
   }
   return Status::Ok();
 }

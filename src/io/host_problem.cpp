@@ -85,10 +85,10 @@ HostTensor poisoned(DType dtype, std::vector<int64_t> shape) {
 // The operators' registrations, in their folders (ops/<op>/host.cpp): registration list, in
 // KDA_OP_* order.
 extern const OpIo kChunkBwdWyDqkgIo;
-// extern const OpIo kChunkBwdIntraIo;  (registered once its backends land)
+extern const OpIo kChunkBwdIntraIo;
 
 std::span<const OpIo* const> ops() {
-  static const OpIo* const all[] = {&kChunkBwdWyDqkgIo};
+  static const OpIo* const all[] = {&kChunkBwdWyDqkgIo, &kChunkBwdIntraIo};
   return all;
 }
 

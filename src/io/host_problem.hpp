@@ -82,9 +82,9 @@ P HostProblem::as() const {
 
 // What each operator registers for the generic file and command-line code.
 struct OpIo {
-  const char* name;      // "chunk_bwd_wy_dqkg"
-  const char* fla_name;  // "chunk_kda_bwd_wy_dqkg_fused"
-  const char* spec;      // "SPEC.md"
+  const char* name;                            // "chunk_bwd_wy_dqkg"
+  const char* fla_name;                        // "chunk_kda_bwd_wy_dqkg_fused"
+  const char* spec;                            // "SPEC.md"
   std::vector<std::string> (*input_names)();   // required and optional inputs, table order
   std::vector<std::string> (*output_names)();  // "out.dq", ...
   std::vector<std::string> (*required_inputs)();
@@ -162,15 +162,20 @@ struct IntraConfig {
   std::vector<int64_t> seqlens;    // non-empty: varlen, B must be 1 and T = sum
   bool pass_chunk_indices = false;
   bool safe_gate = false;
-  // Per-token log2 decays: most channels ~ -U(0, 1.5); `strong_channels` of them near -7.2
-  // (e^-5 per token, within-chunk log2 cumsums down to about -460 at BT = 64).
-  int64_t strong_channels = 1;
+  // Per-token natural-log decays: channel c of value head hv is "strong" when (hv + c) %
+  // strong_every == 1 % strong_every (4: every fourth channel; 1: all; 0: none), drawing from
+  // [-5, -4.6] (within-chunk log2 cumsums down to about -460 at BT = 64); the others draw
+  // log-uniformly from [-1, -0.001].
+  int64_t strong_every = 4;
+  DType index_dtype = DType::i64;  // of cu_seqlens and chunk_indices
   uint64_t seed = 0;
 };
 
 // Inputs as SPEC-chunk-bwd-intra.md's measurements: q, k with unit-norm rows; g the chunk-local
-// cumsum of the decays above; dAqk, dAkk ~ N(0, 1) where read (lower-inclusive) and garbage
-// (100.0) where not; incoming dq, dk, db ~ 0.1 rms and dg ~ 0.02 rms; beta ~ U(0.05, 0.95).
+// cumsum (restarting at every chunk, varlen-aware) of the log2 decays above; beta ~ U(0.05, 0.95);
+// dAqk, dAkk ~ N(0, 1) where read (j <= i inside the chunk, the dAkk diagonal included) and
+// garbage (NaN, +-Inf, 100.0) in every entry the operator must not read; incoming dq, dk, db ~
+// N(0, 0.1), dg ~ N(0, 0.02). Outputs allocated and poisoned.
 HostProblem make_random_problem(const IntraConfig& config);
 Status make_random_problem(const IntraConfig& config,
                            const std::function<Status(const HostProblem&)>& check_before_filling,

@@ -100,7 +100,8 @@ Status run_on_device(int device, void* stream, const std::function<Status()>& la
   int caller_device = 0;
   if (Status s = cuda_status(cudaGetDevice(&caller_device), "cudaGetDevice"); !s.ok()) return s;
   if (caller_device != device) {
-    if (Status s = cuda_status(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+    if (Status s =
+            cuda_status(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
         !s.ok()) {
       return s;
     }
@@ -108,9 +109,9 @@ Status run_on_device(int device, void* stream, const std::function<Status()>& la
   Status status = check_stream_device(static_cast<cudaStream_t>(stream), device);
   if (status.ok()) status = launch();
   if (caller_device != device) {
-    Status restored = cuda_status(
-        cudaSetDevice(caller_device),
-        "cudaSetDevice(" + std::to_string(caller_device) + ") restoring the caller's device");
+    Status restored =
+        cuda_status(cudaSetDevice(caller_device), "cudaSetDevice(" + std::to_string(caller_device) +
+                                                      ") restoring the caller's device");
     if (status.ok()) status = restored;
   }
   return status;

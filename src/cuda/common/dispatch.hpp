@@ -34,9 +34,9 @@ struct TypeTag {
 };
 
 inline Status not_built(DType x) {
-  return {StatusCode::unsupported, "this build of libkda has no CUDA kernels for X = " +
-                                       std::string(dtype_name(x)) +
-                                       " (configured with KDA_CUDA_X_DTYPES leaving it out)"};
+  return {StatusCode::unsupported,
+          "this build of libkda has no CUDA kernels for X = " + std::string(dtype_name(x)) +
+              " (configured with KDA_CUDA_X_DTYPES leaving it out)"};
 }
 
 // X: float32, float16, bfloat16 -> fn(TypeTag<float | __half | __nv_bfloat16>). Kernels for

@@ -5,6 +5,7 @@
 // count; with cu_seqlens on the device and no chunk_indices, the CUDA backend takes dims.NT as an
 // upper bound and resolves (and skips) work units on the device.
 
+#include "kda/backend.hpp"
 #include "kda/ops/chunk_bwd_intra.hpp"
 #include "kda/status.hpp"
 
@@ -17,9 +18,10 @@ Status run_chunk_bwd_intra_cpu_ref(const ChunkBwdIntraProblem& problem,
 Status run_chunk_bwd_intra_cpu(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& dims);
 
 #if KDA_WITH_CUDA
-// One launch on `stream` (a cudaStream_t); no allocation, no synchronization.
+// One launch on `stream` (a cudaStream_t); no allocation, no synchronization. `kernel` is the
+// caller's choice (auto: the environment's KDA_CUDA_KERNEL, else the default).
 Status run_chunk_bwd_intra_cuda(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& dims,
-                                void* stream);
+                                Kernel kernel, void* stream);
 #endif
 
 }  // namespace kda::detail

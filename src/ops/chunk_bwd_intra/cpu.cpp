@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "cpu/parallel_for.hpp"
-#include "cpu/tile_io.hpp"
+#include "core/chunk_plan.hpp"
+#include "core/parallel_for.hpp"
+#include "core/tile_io.hpp"
 #include "ops/chunk_bwd_intra/backends.hpp"
-#include "ops/chunk_bwd_intra/chunks.hpp"
 
 namespace kda::detail {
 
@@ -39,7 +39,7 @@ void gather(const TensorView& t, const cpu::TileRef& tile, std::vector<float>& d
 }
 
 // Row i's entries j <= i of a [B, T, HV, BT] dA view into dst (L x L); the rest is zero.
-void gather_lower_inclusive(const TensorView& t, const IntraChunk& chunk, int64_t hv,
+void gather_lower_inclusive(const TensorView& t, const ChunkTask& chunk, int64_t hv,
                             std::vector<float>& dst) {
   const int64_t L = chunk.len;
   dst.assign(static_cast<size_t>(L * L), 0.0f);
@@ -50,7 +50,7 @@ void gather_lower_inclusive(const TensorView& t, const IntraChunk& chunk, int64_
 }
 
 void gather_inputs(const ChunkBwdIntraProblem& p, const ChunkBwdIntraDims& d,
-                   const IntraChunk& chunk, int64_t hv, Scratch& s) {
+                   const ChunkTask& chunk, int64_t hv, Scratch& s) {
   const int64_t hq = hv / (d.HV / d.H);  // GVA: value head hv reads query/key head hq
   const int64_t b = chunk.b, t0 = chunk.t0, L = chunk.len;
   using cpu::head_column;
@@ -116,7 +116,7 @@ void compute_chunk(int64_t L, int64_t K, Scratch& s) {
 }
 
 void scatter_outputs(const ChunkBwdIntraProblem& p, const ChunkBwdIntraDims& d,
-                     const IntraChunk& chunk, int64_t hv, const Scratch& s) {
+                     const ChunkTask& chunk, int64_t hv, const Scratch& s) {
   const int64_t b = chunk.b, t0 = chunk.t0, L = chunk.len;
   using cpu::head_rows;
   cpu::scatter_tile(p.dq_out, head_rows(p.dq_out, b, t0, L, hv, d.K), s.dq.data());
@@ -129,12 +129,12 @@ void scatter_outputs(const ChunkBwdIntraProblem& p, const ChunkBwdIntraDims& d,
 
 Status run_chunk_bwd_intra_cpu(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& dims) {
   try {
-    const std::vector<IntraChunk> chunks = intra_chunks(problem, dims);
+    const std::vector<ChunkTask> chunks = plan_chunks(problem.cu_seqlens, dims);
     // Unit u is (chunk u / HV, value head u % HV): the heads of one chunk run next to each other,
     // so GVA heads sharing q and k read them while they are still in cache.
     const int64_t units = static_cast<int64_t>(chunks.size()) * dims.HV;
     cpu::parallel_for_units<Scratch>(units, [&](int64_t unit, Scratch& scratch) {
-      const IntraChunk& chunk = chunks[static_cast<size_t>(unit / dims.HV)];
+      const ChunkTask& chunk = chunks[static_cast<size_t>(unit / dims.HV)];
       const int64_t hv = unit % dims.HV;
       gather_inputs(problem, dims, chunk, hv, scratch);
       compute_chunk(chunk.len, dims.K, scratch);

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "core/chunk_plan.hpp"
 #include "core/element.hpp"
 #include "ops/chunk_bwd_intra/backends.hpp"
-#include "ops/chunk_bwd_intra/chunks.hpp"
 
 namespace kda::detail {
 
@@ -91,7 +91,7 @@ Matrix load_lower_inclusive(const TensorView& t, int64_t b, int64_t t0, int64_t 
 }
 
 ChunkInputs load_inputs(const ChunkBwdIntraProblem& p, const ChunkBwdIntraDims& d,
-                        const IntraChunk& chunk, int64_t hv) {
+                        const ChunkTask& chunk, int64_t hv) {
   const int64_t hq = hv / (d.HV / d.H);  // GVA: value head hv reads query/key head hq
   const int64_t b = chunk.b, t0 = chunk.t0, L = chunk.len;
   ChunkInputs in;
@@ -230,7 +230,7 @@ void store_rows(const TensorView& t, int64_t b, int64_t t0, int64_t head, const 
   }
 }
 
-void store_outputs(const ChunkBwdIntraProblem& p, const IntraChunk& chunk, int64_t hv,
+void store_outputs(const ChunkBwdIntraProblem& p, const ChunkTask& chunk, int64_t hv,
                    const ChunkResults& r) {
   store_rows(p.dq_out, chunk.b, chunk.t0, hv, r.dq);
   store_rows(p.dk_out, chunk.b, chunk.t0, hv, r.dk);
@@ -246,7 +246,7 @@ void store_outputs(const ChunkBwdIntraProblem& p, const IntraChunk& chunk, int64
 Status run_chunk_bwd_intra_cpu_ref(const ChunkBwdIntraProblem& problem,
                                    const ChunkBwdIntraDims& dims) {
   try {
-    for (const IntraChunk& chunk : intra_chunks(problem, dims)) {
+    for (const ChunkTask& chunk : plan_chunks(problem.cu_seqlens, dims)) {
       for (int64_t hv = 0; hv < dims.HV; ++hv) {
         store_outputs(problem, chunk, hv, compute_chunk(load_inputs(problem, dims, chunk, hv)));
       }

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "ops/chunk_bwd_wy_dqkg/backends.hpp"
 #include "core/chunk_plan.hpp"
 #include "core/parallel_for.hpp"
-#include "ops/chunk_bwd_wy_dqkg/tile_io.hpp"
+#include "core/tile_io.hpp"
+#include "ops/chunk_bwd_wy_dqkg/backends.hpp"
 
 namespace kda::detail {
 
@@ -52,7 +52,8 @@ void gather(const TensorView& t, const cpu::TileRef& tile, MatrixF& dst) {
   cpu::gather_tile(t, tile, dst.data());
 }
 
-void gather_inputs(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d, const ChunkTask& task, int64_t hv, Scratch& s) {
+void gather_inputs(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d,
+                   const ChunkTask& task, int64_t hv, Scratch& s) {
   const int64_t hq = hv / (d.HV / d.H);  // GVA: value head hv reads query/key head hq
   const int64_t L = task.len;
   using cpu::head_rows;
@@ -135,8 +136,8 @@ void compute_chunk(float scale, int64_t BT, Scratch& s) {
   }
 }
 
-void scatter_outputs(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d, const ChunkTask& task, int64_t hv,
-                     const Scratch& s) {
+void scatter_outputs(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d,
+                     const ChunkTask& task, int64_t hv, const Scratch& s) {
   const int64_t L = task.len;
   using cpu::head_rows;
   cpu::scatter_tile(p.dq, head_rows(p.dq, task.b, task.t0, L, hv, d.K), s.dQ.data());
@@ -149,7 +150,8 @@ void scatter_outputs(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d
 
 }  // namespace
 
-Status run_chunk_bwd_wy_dqkg_cpu(const ChunkBwdWyDqkgProblem& problem, const ChunkBwdWyDqkgDims& dims) {
+Status run_chunk_bwd_wy_dqkg_cpu(const ChunkBwdWyDqkgProblem& problem,
+                                 const ChunkBwdWyDqkgDims& dims) {
   try {
     const std::vector<ChunkTask> tasks = plan_chunks(problem.cu_seqlens, dims);
     const float scale = static_cast<float>(problem.effective_scale());

@@ -82,7 +82,8 @@ Status check_output_sizes(const HostProblem& p) {
 // Metadata `scale` (absent or "None": K ** -0.5), `chunk_size` (absent: A.shape[-1]),
 // `state_v_first` (absent: false); `gate` must be log2 where given.
 Status options_from_metadata(const Metadata& m, HostProblem* hp) {
-  if (Status s = metadata_expect(m, "gate", "log2", "this operator takes g in log2 space (\"log2\")");
+  if (Status s =
+          metadata_expect(m, "gate", "log2", "this operator takes g in log2 space (\"log2\")");
       !s.ok()) {
     return s;
   }

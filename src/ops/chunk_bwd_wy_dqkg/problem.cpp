@@ -73,7 +73,8 @@ Status ChunkBwdWyDqkgProblem::validate(ChunkBwdWyDqkgDims* out) const {
                             {"out.dA", &dA}}) {
     if (Status s = check_dtype(name, *view, {DType::f32}, "float32"); !s.ok()) return s;
   }
-  if (Status s = check_dtype("out.dv_out", dv_out, {d.x_dtype}, same_as_q.c_str()); !s.ok()) return s;
+  if (Status s = check_dtype("out.dv_out", dv_out, {d.x_dtype}, same_as_q.c_str()); !s.ok())
+    return s;
 
   // --- sizes ----------------------------------------------------------------------------
   d.B = q.shape[0];

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/chunk_bwd_wy_dqkg/backends.hpp"
 #include "core/chunk_plan.hpp"
 #include "core/element.hpp"
+#include "ops/chunk_bwd_wy_dqkg/backends.hpp"
 
 namespace kda::detail {
 
@@ -95,7 +95,8 @@ Matrix load_state(const TensorView& t, const ChunkTask& task, int64_t hv, int64_
   return m;
 }
 
-ChunkInputs load_inputs(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d, const ChunkTask& task, int64_t hv) {
+ChunkInputs load_inputs(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d,
+                        const ChunkTask& task, int64_t hv) {
   const int64_t hq = hv / (d.HV / d.H);  // GVA: value head hv reads query/key head hq
   const int64_t L = task.len;
   ChunkInputs in;
@@ -300,8 +301,8 @@ void store_rows(const TensorView& t, int64_t b, int64_t t0, int64_t head, const 
   }
 }
 
-void store_outputs(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d, const ChunkTask& task, int64_t hv,
-                   const ChunkResults& r) {
+void store_outputs(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d,
+                   const ChunkTask& task, int64_t hv, const ChunkResults& r) {
   store_rows(p.dq, task.b, task.t0, hv, r.dQ);  // step 10
   store_rows(p.dk, task.b, task.t0, hv, r.dk);
   store_rows(p.dv_out, task.b, task.t0, hv, r.dv_out);
@@ -318,7 +319,8 @@ void store_outputs(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d, 
 
 }  // namespace
 
-Status run_chunk_bwd_wy_dqkg_cpu_ref(const ChunkBwdWyDqkgProblem& problem, const ChunkBwdWyDqkgDims& dims) {
+Status run_chunk_bwd_wy_dqkg_cpu_ref(const ChunkBwdWyDqkgProblem& problem,
+                                     const ChunkBwdWyDqkgDims& dims) {
   try {
     const double scale = problem.effective_scale();
     for (const ChunkTask& task : plan_chunks(problem.cu_seqlens, dims)) {

@@ -15,7 +15,8 @@ StateView state_view(const TensorView& t, bool state_v_first) {
 
 }  // namespace
 
-WyDqkgParams make_wy_dqkg_params(const ChunkBwdWyDqkgProblem& problem, const ChunkBwdWyDqkgDims& dims) {
+WyDqkgParams make_wy_dqkg_params(const ChunkBwdWyDqkgProblem& problem,
+                                 const ChunkBwdWyDqkgDims& dims) {
   WyDqkgParams p;
   p.q = token_view(problem.q);
   p.k = token_view(problem.k);

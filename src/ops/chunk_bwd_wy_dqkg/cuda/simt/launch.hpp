@@ -6,8 +6,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "ops/chunk_bwd_wy_dqkg/cuda/params.hpp"
 #include "kda/status.hpp"
+#include "ops/chunk_bwd_wy_dqkg/cuda/params.hpp"
 
 namespace kda::cuda {
 

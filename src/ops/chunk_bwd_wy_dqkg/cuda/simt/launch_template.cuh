@@ -50,7 +50,7 @@ Status launch_wy_dqkg(const WyDqkgParams& params, int device, cudaStream_t strea
 // The explicit instantiations for one (X dtype, h dtype) pair: every chunk size. CMake generates
 // one file per pair from the list in src/ops/chunk_bwd_wy_dqkg/CMakeLists.txt, so that the pairs
 // compile in parallel.
-#define KDA_INSTANTIATE_WY_DQKG_SIMT(XT, HT)                                                \
-  template Status launch_wy_dqkg<XT, HT, 16>(const WyDqkgParams&, int, cudaStream_t);      \
-  template Status launch_wy_dqkg<XT, HT, 32>(const WyDqkgParams&, int, cudaStream_t);      \
+#define KDA_INSTANTIATE_WY_DQKG_SIMT(XT, HT)                                          \
+  template Status launch_wy_dqkg<XT, HT, 16>(const WyDqkgParams&, int, cudaStream_t); \
+  template Status launch_wy_dqkg<XT, HT, 32>(const WyDqkgParams&, int, cudaStream_t); \
   template Status launch_wy_dqkg<XT, HT, 64>(const WyDqkgParams&, int, cudaStream_t);

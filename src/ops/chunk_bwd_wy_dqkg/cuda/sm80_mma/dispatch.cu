@@ -49,8 +49,8 @@ bool refuse(std::string* why_not, std::string reason) {
 bool sm80_mma_supports(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d,
                        std::string* why_not) {
   if (d.x_dtype != DType::f16 && d.x_dtype != DType::bf16) {
-    return refuse(why_not, "X is " + std::string(dtype_name(d.x_dtype)) +
-                               " (it takes float16 and bfloat16)");
+    return refuse(
+        why_not, "X is " + std::string(dtype_name(d.x_dtype)) + " (it takes float16 and bfloat16)");
   }
   if (d.h_dtype != DType::f32 && d.h_dtype != d.x_dtype) {
     return refuse(why_not, "h is " + std::string(dtype_name(d.h_dtype)) + " (float32 or X)");
@@ -91,7 +91,8 @@ Status launch_sm80_mma(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims&
       return cuda::dispatch_int<16, 32, 64>("chunk_size", d.BT, [&](auto bt) {
         return cuda::dispatch_int<64, 128>("V", d.V, [&](auto v) {
           return cuda::dispatch_bool(p.state_v_first, [&](auto svf) {
-            return cuda::launch_wy_dqkg_mma<XT, HT, decltype(bt)::value, decltype(v)::value, decltype(svf)::value>(params, device, stream);
+            return cuda::launch_wy_dqkg_mma<XT, HT, decltype(bt)::value, decltype(v)::value,
+                                            decltype(svf)::value>(params, device, stream);
           });
         });
       });

@@ -14,8 +14,8 @@
 
 #include "cuda/common/device_access.cuh"
 #include "cuda/common/mma_fragments.cuh"
-#include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/traits.cuh"
 #include "ops/chunk_bwd_wy_dqkg/cuda/params.hpp"
+#include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/traits.cuh"
 #include "ops/chunk_bwd_wy_dqkg/cuda/unit.cuh"
 
 namespace kda::cuda {

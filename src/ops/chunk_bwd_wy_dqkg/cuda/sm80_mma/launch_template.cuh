@@ -9,10 +9,10 @@
 #include <type_traits>
 
 #include "cuda/common/cuda_status.hpp"
+#include "cuda/common/kernel_attributes.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/kernel.cuh"
 #include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/launch.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/traits.cuh"
-#include "cuda/common/kernel_attributes.hpp"
 
 namespace kda::cuda {
 

@@ -1,0 +1,132 @@
+// ChunkBwdIntraProblem: its argument table, validate() (every rule of SPEC-chunk-bwd-intra.md,
+// written once; each failure names the argument and what was expected) and describe().
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/validate_args.hpp"
+#include "kda/ops/chunk_bwd_intra.hpp"
+
+namespace kda {
+
+namespace {
+
+using P = ChunkBwdIntraProblem;
+constexpr Arg<P> kArgs[] = {KDA_CHUNK_BWD_INTRA_ARGS(KDA_MAKE_ARG)};
+constexpr int64_t kMaxHeadDim = 256;
+
+}  // namespace
+
+std::span<const Arg<P>> ChunkBwdIntraProblem::args() {
+  return kArgs;
+}
+
+Status ChunkBwdIntraProblem::validate(ChunkBwdIntraDims* out) const {
+  using namespace validation;
+  ChunkBwdIntraDims d;
+  // --- presence, ranks, one device ------------------------------------------------------
+  if (Status s = check_args_present_on_one_device(*this, args(), q); !s.ok()) return s;
+  d.varlen = !cu_seqlens.empty_arg();
+
+  // --- dtypes ---------------------------------------------------------------------------
+  if (!is_x_dtype(q.dtype)) {
+    return fail("q", "expected dtype float16, bfloat16 or float32, got " +
+                         std::string(dtype_name(q.dtype)));
+  }
+  d.x_dtype = q.dtype;
+  const std::string x_name(dtype_name(d.x_dtype));
+  const std::string same_as_q = x_name + " (the dtype of q)";
+  if (Status s = check_dtype("k", k, {d.x_dtype}, same_as_q.c_str()); !s.ok()) return s;
+  const std::string x_or_f32 =
+      d.x_dtype == DType::f32 ? same_as_q : x_name + " (the dtype of q) or float32";
+  if (Status s = check_dtype("beta", beta, {d.x_dtype, DType::f32}, x_or_f32.c_str()); !s.ok()) {
+    return s;
+  }
+  d.beta_dtype = beta.dtype;
+  for (const Arg<P>& a : args()) {
+    const std::string name = a.info.name;
+    if (name == "q" || name == "k" || name == "beta" || a.info.role == ArgRole::optional) continue;
+    if (Status s = check_dtype(a.info.name, a.of(*this), {DType::f32}, "float32"); !s.ok()) {
+      return s;
+    }
+  }
+
+  // --- sizes ----------------------------------------------------------------------------
+  d.B = q.shape[0];
+  d.T = q.shape[1];
+  d.H = q.shape[2];
+  d.K = q.shape[3];
+  d.HV = g.shape[2];
+  if (d.K < 1 || d.K > kMaxHeadDim) {
+    return fail("q", "expected head dim K (last extent) in 1..256, got " + std::to_string(d.K));
+  }
+  if (d.H < 1) return fail("q", "expected at least one head (H >= 1), got H = 0");
+  if (Status s = check_shape("k", k, {d.B, d.T, d.H, d.K}, "[B, T, H, K] (from q)"); !s.ok()) {
+    return s;
+  }
+  if (Status s = check_shape("g", g, {d.B, d.T}, "[B, T, HV, K] (B, T from q)"); !s.ok()) {
+    return s;
+  }
+  if (d.HV < 1 || d.HV % d.H != 0) {
+    return fail("g", "expected value heads HV (dim 2) to be a positive multiple of H = " +
+                         std::to_string(d.H) + ", got HV = " + std::to_string(d.HV));
+  }
+  const std::vector<int64_t> shape_gk{d.B, d.T, d.HV, d.K};
+  for (auto [name, view] : {std::pair{"g", &g},
+                            {"dq", &dq},
+                            {"dk", &dk},
+                            {"dg", &dg},
+                            {"out.dq", &dq_out},
+                            {"out.dk", &dk_out},
+                            {"out.dg", &dg_out}}) {
+    if (Status s = check_shape(name, *view, shape_gk, "[B, T, HV, K] (from q and g)"); !s.ok()) {
+      return s;
+    }
+  }
+  for (auto [name, view] : {std::pair{"beta", &beta}, {"db", &db}, {"out.db", &db_out}}) {
+    if (Status s = check_shape(name, *view, {d.B, d.T, d.HV}, "[B, T, HV] (from q and g)");
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (Status s = check_chunk_size(chunk_size); !s.ok()) return s;
+  d.BT = chunk_size;
+  for (auto [name, view] : {std::pair{"dAqk", &dAqk}, {"dAkk", &dAkk}}) {
+    if (view->shape[3] != chunk_size) {
+      return fail(name, "expected last extent == chunk_size = " + std::to_string(chunk_size) +
+                            ", got " + std::to_string(view->shape[3]));
+    }
+    if (Status s = check_shape(name, *view, {d.B, d.T, d.HV, d.BT}, "[B, T, HV, BT] (from q, g)");
+        !s.ok()) {
+      return s;
+    }
+  }
+
+  // --- outputs: contiguous, disjoint from each other and from every input ---------------
+  if (Status s = check_outputs(*this, args()); !s.ok()) return s;
+
+  // --- chunks: fixed length or cu_seqlens. With device-resident cu_seqlens and no
+  //     chunk_indices nothing on the host says how many chunks there are: the kernel runs over
+  //     an upper bound (every sequence adds at most one short chunk) and skips the rest. ------
+  const int64_t num_seqs_bound = d.varlen ? std::max<int64_t>(cu_seqlens.shape[0] - 1, 0) : 0;
+  const int64_t nt_bound = std::min(d.T, d.T / d.BT + num_seqs_bound);
+  ChunkCount chunks;
+  if (Status s = check_chunks(cu_seqlens, chunk_indices, d.B, d.T, d.BT, nt_bound, &chunks);
+      !s.ok()) {
+    return s;
+  }
+  d.NT = chunks.NT;
+  d.num_seqs = chunks.num_seqs;
+  if (out) *out = d;
+  return Status::Ok();
+}
+
+std::string ChunkBwdIntraProblem::describe() const {
+  std::string text = std::string(kName) + " problem\n" + validation::describe_args(*this, args());
+  text += "  chunk_size: " + std::to_string(chunk_size) + "\n";
+  text += std::string("  safe_gate: ") + (safe_gate ? "true" : "false") + "\n";
+  return text;
+}
+
+}  // namespace kda
