@@ -1,5 +1,7 @@
-// The built `kda` tool, run as a user would: golden files pass --check, generated problems print
-// the error and timing tables, and bad input gives one `kda: error:` line and a non-zero exit.
+// The built `kda` tool, run as a user would (`kda run <operator> ...`): golden files of every
+// operator pass --check, generated problems print the error and timing tables, and bad input
+// (an unknown operator, an option of another operator, a bad kernel) gives one `kda: error:` line
+// and a non-zero exit.
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -7,14 +9,17 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "golden_dir.hpp"
+#include "io/host_problem.hpp"
 #include "io/safetensors.hpp"
 
 namespace {
@@ -66,41 +71,81 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-// Runs `kda run --shape <shape> --backend cpu --repeat 1 --output path` and reads the file back
-// (inputs and out.* tensors), for tests that edit it and run it again.
-kda::io::SafetensorsFile generated_file(const std::string& shape_args, const std::string& path) {
+const std::string kWy = "run chunk_bwd_wy_dqkg ";
+const std::string kIntra = "run chunk_bwd_intra ";
+
+// chunk_bwd_intra's golden files: $KDA_INTRA_GOLDEN_DIR, else ../shared/golden-intra beside
+// the golden files of chunk_bwd_wy_dqkg.
+std::string intra_golden_dir() {
+  const char* env = std::getenv("KDA_INTRA_GOLDEN_DIR");
+  return env && *env ? std::string(env) : kda::testing::golden_dir() + "-intra";
+}
+
+// Runs `kda run <op> --shape <shape> --backend cpu --repeat 1 --output path` (`run_op` is
+// "run <op> ") and reads the file back (inputs and out.* tensors), for tests that edit it and run
+// it again.
+kda::io::SafetensorsFile generated_file(const std::string& run_op, const std::string& shape_args,
+                                        const std::string& path) {
   const CliResult r =
-      run_kda("run " + shape_args + " --backend cpu --repeat 1 --output '" + path + "'");
+      run_kda(run_op + shape_args + " --backend cpu --repeat 1 --output '" + path + "'");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   kda::io::SafetensorsFile file;
   EXPECT_TRUE(kda::io::read_safetensors(path, &file).ok());
   return file;
 }
 
-const char* const kGoldenCases[] = {
-    "fixed_b2_t128_k64_bt64_fp32", "tail_t100_k32_v48_bt16_fp32", "varlen_5seq_k64_bt32_fp32",
-    "gva_h2_hv4_k32_bt32_fp32",    "svf_k64_v32_bt64_fp32",       "fixed_t192_k64_bt64_fp16",
-    "varlen_3seq_k128_bt64_bf16",
+struct GoldenCase {
+  const char* op;
+  const char* file;  // in the operator's golden folder, without ".safetensors"
+  int outputs;
 };
 
-class CliGolden : public ::testing::TestWithParam<const char*> {};
+const GoldenCase kGoldenCases[] = {
+    {"chunk_bwd_wy_dqkg", "fixed_b2_t128_k64_bt64_fp32", 6},
+    {"chunk_bwd_wy_dqkg", "tail_t100_k32_v48_bt16_fp32", 6},
+    {"chunk_bwd_wy_dqkg", "varlen_5seq_k64_bt32_fp32", 6},
+    {"chunk_bwd_wy_dqkg", "gva_h2_hv4_k32_bt32_fp32", 6},
+    {"chunk_bwd_wy_dqkg", "svf_k64_v32_bt64_fp32", 6},
+    {"chunk_bwd_wy_dqkg", "fixed_t192_k64_bt64_fp16", 6},
+    {"chunk_bwd_wy_dqkg", "varlen_3seq_k128_bt64_bf16", 6},
+    {"chunk_bwd_intra", "fixed_b2_t150_k128_bt64_bf16", 4},
+    {"chunk_bwd_intra", "fixed_t192_k64_bt64_fp16_safe", 4},
+    {"chunk_bwd_intra", "gva_h2_hv4_k64_bt32_fp32", 4},
+    {"chunk_bwd_intra", "k100_t130_bt64_fp16_betaf32_diag", 4},
+    {"chunk_bwd_intra", "tail_t100_k32_bt16_fp32", 4},
+    {"chunk_bwd_intra", "varlen_4seq_k32_bt16_fp32_safe", 4},
+};
+
+// For the test names gtest and ctest print.
+void PrintTo(const GoldenCase& c, std::ostream* out) {
+  *out << c.op << "/" << c.file;
+}
+
+class CliGolden : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(CliGolden, CheckPassesOnCpu) {
-  const std::string path = kda::testing::golden_dir() + "/" + GetParam() + ".safetensors";
+  const GoldenCase& c = GetParam();
+  const std::string dir =
+      std::string(c.op) == "chunk_bwd_intra" ? intra_golden_dir() : kda::testing::golden_dir();
+  const std::string path = dir + "/" + c.file + ".safetensors";
   ASSERT_TRUE(std::filesystem::exists(path)) << "golden file missing: " << path;
-  const CliResult r = run_kda("run --input '" + path + "' --check --backend cpu");
+  const CliResult r =
+      run_kda("run " + std::string(c.op) + " --input '" + path + "' --check --backend cpu");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "check against the file's out.* tensors, golden bar")) << r.out;
-  EXPECT_TRUE(contains(r.out, "PASS: all 6 outputs within the bar")) << r.out;
+  EXPECT_TRUE(contains(r.out, "PASS: all " + std::to_string(c.outputs) + " outputs within the bar"))
+      << r.out;
   EXPECT_TRUE(contains(r.out, "median")) << r.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, CliGolden, ::testing::ValuesIn(kGoldenCases),
-                         [](const auto& param_info) { return std::string(param_info.param); });
+                         [](const auto& param_info) {
+                           return std::string(param_info.param.op) + "_" + param_info.param.file;
+                         });
 
 TEST(Cli, ShapeRunChecksAgainstTheReferenceAndPrintsTheTables) {
   const CliResult r = run_kda(
-      "run --shape 1,100,3,32,48 --chunk-size 16 --dtype fp32 --backend cpu --repeat 2 --check");
+      kWy + "--shape 1,100,3,32,48 --chunk-size 16 --dtype fp32 --backend cpu --repeat 2 --check");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   for (const char* part : {"B=1 T=100 H=3 HV=3 K=32 V=48 BT=16 NT=7", "cpu-ref (float64)",
                            "SPEC pass bar", "every row", "err_ratio", "dv_out", "PASS",
@@ -111,10 +156,11 @@ TEST(Cli, ShapeRunChecksAgainstTheReferenceAndPrintsTheTables) {
 }
 
 TEST(Cli, VarlenGvaStateVFirstBf16) {
-  const CliResult r = run_kda(
-      "run --shape 1,150,2,32,32 --heads-v 4 --seqlens 60,1,89 --chunk-size 32 --dtype bf16 "
-      "--h-dtype x --beta-dtype fp32 --state-v-first --chunk-indices --scale 0.2 --seed 3 "
-      "--backend cpu --repeat 1 --check");
+  const CliResult r =
+      run_kda(kWy +
+              "--shape 1,150,2,32,32 --heads-v 4 --seqlens 60,1,89 --chunk-size 32 --dtype bf16 "
+              "--h-dtype x --beta-dtype fp32 --state-v-first --chunk-indices --scale 0.2 --seed 3 "
+              "--backend cpu --repeat 1 --check");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "3 sequences, chunk_indices given")) << r.out;
   EXPECT_TRUE(contains(r.out, "X=bfloat16 h=bfloat16 beta=float32")) << r.out;
@@ -124,7 +170,7 @@ TEST(Cli, VarlenGvaStateVFirstBf16) {
 TEST(Cli, LargeProblemIsCheckedOnSampledChunks) {
   // 256 chunks x 4 heads: above the full-check threshold.
   const CliResult r = run_kda(
-      "run --shape 1,4096,4,16,16 --chunk-size 16 --dtype fp16 --backend cpu --repeat 1 --check");
+      kWy + "--shape 1,4096,4,16,16 --chunk-size 16 --dtype fp16 --backend cpu --repeat 1 --check");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "8 sampled chunks of 256 (first, last, 6 at random; all 4 heads)"))
       << r.out;
@@ -133,12 +179,12 @@ TEST(Cli, LargeProblemIsCheckedOnSampledChunks) {
 
 TEST(Cli, OutputFileRunsAgainAndCatchesWrongResults) {
   const std::string path = temp_path("out.safetensors");
-  CliResult r = run_kda(
-      "run --shape 2,70,2,16,24 --chunk-size 32 --dtype fp16 --backend cpu "
-      "--repeat 1 --output '" +
-      path + "'");
+  CliResult r = run_kda(kWy +
+                        "--shape 2,70,2,16,24 --chunk-size 32 --dtype fp16 --backend cpu "
+                        "--repeat 1 --output '" +
+                        path + "'");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  r = run_kda("run --input '" + path + "' --backend cpu --check");
+  r = run_kda(kWy + "--input '" + path + "' --backend cpu --check");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "the file's out.* tensors")) << r.out;
 
@@ -148,11 +194,11 @@ TEST(Cli, OutputFileRunsAgainAndCatchesWrongResults) {
   kda::io::HostTensor& dq = file.tensors.at("out.dq");
   for (int64_t i = 0; i < dq.numel(); ++i) dq.set(i, dq.at(i) * 1.01);
   ASSERT_TRUE(kda::io::write_safetensors(path, file).ok());
-  r = run_kda("run --input '" + path + "' --backend cpu --check");
+  r = run_kda(kWy + "--input '" + path + "' --backend cpu --check");
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "FAIL")) << r.out;
   EXPECT_TRUE(contains(r.err, "kda: check failed")) << r.err;
-  r = run_kda("run --input '" + path + "' --backend cpu");
+  r = run_kda(kWy + "--input '" + path + "' --backend cpu");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   std::filesystem::remove(path);
 }
@@ -162,13 +208,13 @@ TEST(Cli, OutputFileRunsAgainAndCatchesWrongResults) {
 TEST(Cli, OutputTensorsOfTheWrongDtypeOrMissingOnesAreNotPassedOver) {
   const std::string path = temp_path("outs.safetensors");
   const kda::io::SafetensorsFile original =
-      generated_file("--shape 1,40,2,16,8 --chunk-size 16 --dtype fp32", path);
+      generated_file(kWy, "--shape 1,40,2,16,8 --chunk-size 16 --dtype fp32", path);
   ASSERT_FALSE(::testing::Test::HasFailure());
 
   kda::io::SafetensorsFile file = original;
   file.tensors.erase("out.dA");
   ASSERT_TRUE(kda::io::write_safetensors(path, file).ok());
-  CliResult r = run_kda("run --input '" + path + "' --backend cpu --check");
+  CliResult r = run_kda(kWy + "--input '" + path + "' --backend cpu --check");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "5 of 6 outputs in the file")) << r.out;
   EXPECT_TRUE(contains(r.out, "check against cpu-ref")) << r.out;
@@ -179,7 +225,7 @@ TEST(Cli, OutputTensorsOfTheWrongDtypeOrMissingOnesAreNotPassedOver) {
   for (int64_t i = 0; i < dq.numel(); ++i) as_f16.set(i, dq.at(i));
   dq = as_f16;
   ASSERT_TRUE(kda::io::write_safetensors(path, file).ok());
-  r = run_kda("run --input '" + path + "' --backend cpu --check");
+  r = run_kda(kWy + "--input '" + path + "' --backend cpu --check");
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_TRUE(contains(r.err, "tensor \"out.dq\" has dtype F16, but the output is F32")) << r.err;
   std::filesystem::remove(path);
@@ -190,14 +236,14 @@ TEST(Cli, OutputTensorsOfTheWrongDtypeOrMissingOnesAreNotPassedOver) {
 TEST(Cli, NanInAnInputPropagatesAndTheCheckStillPasses) {
   const std::string path = temp_path("nan.safetensors");
   kda::io::SafetensorsFile file =
-      generated_file("--shape 2,64,2,16,16 --chunk-size 32 --dtype fp32", path);
+      generated_file(kWy, "--shape 2,64,2,16,16 --chunk-size 32 --dtype fp32", path);
   ASSERT_FALSE(::testing::Test::HasFailure());
   for (auto it = file.tensors.begin(); it != file.tensors.end();) {
     it = it->first.rfind("out.", 0) == 0 ? file.tensors.erase(it) : std::next(it);
   }
   file.tensors.at("h").set(5, std::nan(""));
   ASSERT_TRUE(kda::io::write_safetensors(path, file).ok());
-  const CliResult r = run_kda("run --input '" + path + "' --backend cpu --check");
+  const CliResult r = run_kda(kWy + "--input '" + path + "' --backend cpu --check");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "PASS: all 6 outputs")) << r.out;
   std::filesystem::remove(path);
@@ -205,11 +251,18 @@ TEST(Cli, NanInAnInputPropagatesAndTheCheckStillPasses) {
 
 // tools/run-model-shape.sh passes defaults and appends the user's arguments: the last wins.
 TEST(Cli, LaterOptionOverridesEarlier) {
-  const CliResult r = run_kda(
-      "run --shape 1,20,1,8,8 --chunk-size 16 --backend cpu --repeat 5 "
-      "--repeat 2");
+  const CliResult r =
+      run_kda(kWy + "--shape 1,20,1,8,8 --chunk-size 16 --backend cpu --repeat 5 --repeat 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("2 timed runs"), std::string::npos) << r.out;
+}
+
+// The operators as `kda run` lists them: every one of io::ops(), in that order.
+std::string operator_list() {
+  std::string text;
+  for (const kda::io::OpIo* op : kda::io::ops())
+    text += (text.empty() ? "" : ", ") + std::string(op->name);
+  return text;
 }
 
 TEST(Cli, HelpAndVersionExitZero) {
@@ -218,9 +271,95 @@ TEST(Cli, HelpAndVersionExitZero) {
   EXPECT_TRUE(contains(r.out, "run")) << r.out;
   r = run_kda("run --help");
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_TRUE(contains(r.out, "--shape")) << r.out;
+  for (const kda::io::OpIo* op : kda::io::ops()) {
+    EXPECT_TRUE(contains(r.out, op->name)) << "kda run --help does not list " << op->name << ":\n"
+                                           << r.out;
+  }
+  EXPECT_TRUE(contains(r.out, "operators: " + operator_list())) << r.out;
+  r = run_kda(kWy + "--help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* option : {"--shape", "B,T,H,K,V", "--kernel", "--heads-v", "--state-v-first"}) {
+    EXPECT_TRUE(contains(r.out, option)) << "missing '" << option << "' in:\n" << r.out;
+  }
+  EXPECT_FALSE(contains(r.out, "--safe-gate")) << r.out;
+  r = run_kda(kIntra + "--help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* option : {"--shape", "B,T,H,K ", "--kernel", "--heads-v", "--safe-gate"}) {
+    EXPECT_TRUE(contains(r.out, option)) << "missing '" << option << "' in:\n" << r.out;
+  }
+  EXPECT_FALSE(contains(r.out, "--state-v-first")) << r.out;
   r = run_kda("--version");
   EXPECT_EQ(r.exit_code, 0);
+}
+
+// --kernel reaches the library: auto runs on any backend (and is printed), a cuda kernel on a cpu
+// backend is refused by the library, naming the kernel.
+TEST(Cli, KernelChoice) {
+  const std::string small = kWy + "--shape 1,40,2,16,16 --chunk-size 16 --dtype fp32 ";
+  CliResult r = run_kda(small + "--backend cpu --kernel auto --repeat 1 --check");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "  kernel   auto")) << r.out;
+  for (const char* call : {"--backend cpu --kernel sm80_mma", "--backend cpu-ref --kernel simt"}) {
+    SCOPED_TRACE(call);
+    r = run_kda(small + call);
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    const std::vector<std::string> errors = lines_starting_with(r.err, "kda: error: ");
+    ASSERT_EQ(errors.size(), 1u) << r.err;
+    const std::string kernel = std::string(call).substr(std::string(call).rfind(' ') + 1);
+    EXPECT_TRUE(contains(errors[0], kernel + " is a cuda kernel")) << errors[0];
+    EXPECT_TRUE(contains(errors[0], "takes kernel auto")) << errors[0];
+  }
+}
+
+TEST(Cli, IntraVarlenGvaSafeGateInt32Indices) {
+  const CliResult r = run_kda(
+      kIntra +
+      "--shape 1,150,2,32 --heads-v 4 --seqlens 60,1,89 --chunk-size 32 --dtype bf16 "
+      "--beta-dtype fp32 --chunk-indices --index-dtype i32 --safe-gate --strong-every 1 --seed 3 "
+      "--backend cpu --repeat 1 --check");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const char* part : {"operator chunk_bwd_intra (fla's chunk_kda_bwd_intra",
+                           "B=1 T=150 H=2 HV=4 K=32 BT=32 NT=6 (3 sequences, chunk_indices given)",
+                           "X=bfloat16 beta=float32", "safe_gate=true", "cpu-ref (float64)",
+                           "every row", "out.dg", "PASS: all 4 outputs", "timing: cpu"}) {
+    EXPECT_TRUE(contains(r.out, part)) << "missing '" << part << "' in:\n" << r.out;
+  }
+}
+
+TEST(Cli, IntraLargeProblemIsCheckedOnSampledChunks) {
+  const CliResult r = run_kda(
+      kIntra + "--shape 1,4096,4,16 --chunk-size 16 --dtype fp16 --backend cpu --repeat 1 --check");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "8 sampled chunks of 256 (first, last, 6 at random; all 4 heads)"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "PASS")) << r.out;
+}
+
+// The options round-trip through the file's metadata (safe_gate, chunk_size), and a spoiled
+// expected output fails the check.
+TEST(Cli, IntraOutputFileRunsAgainAndCatchesWrongResults) {
+  const std::string path = temp_path("intra.safetensors");
+  kda::io::SafetensorsFile file =
+      generated_file(kIntra, "--shape 2,70,2,16 --chunk-size 32 --dtype fp16 --safe-gate", path);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  EXPECT_EQ(file.metadata["safe_gate"], "true");
+  CliResult r = run_kda(kIntra + "--input '" + path + "' --backend cpu --check");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "safe_gate=true")) << r.out;
+  EXPECT_TRUE(contains(r.out, "PASS: all 4 outputs")) << r.out;
+
+  kda::io::HostTensor& db = file.tensors.at("out.db");
+  for (int64_t i = 0; i < db.numel(); ++i) db.set(i, db.at(i) * 1.01);
+  ASSERT_TRUE(kda::io::write_safetensors(path, file).ok());
+  r = run_kda(kIntra + "--input '" + path + "' --backend cpu --check");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "FAIL")) << r.out;
+
+  // Another operator's file: its tensors are named in the error.
+  r = run_kda(kWy + "--input '" + path + "' --backend cpu");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "for chunk_bwd_wy_dqkg")) << r.err;
+  std::filesystem::remove(path);
 }
 
 struct BadCall {
@@ -236,7 +375,8 @@ TEST(Cli, BadInputGivesOneErrorLineAndANonZeroExit) {
     const std::string bytes("\x10\0\0\0\0\0\0\0{not json at all}", 8 + 17);
     std::ofstream(garbage, std::ios::binary) << bytes;
   }
-  const std::string small = "run --shape 1,64,2,16,16 --chunk-size 16 --dtype fp32 ";
+  const std::string small = kWy + "--shape 1,64,2,16,16 --chunk-size 16 --dtype fp32 ";
+  const std::string small_intra = kIntra + "--shape 1,64,2,16 --chunk-size 16 --dtype fp32 ";
   // Four times this machine's memory, but sparse: no disk used, refused before reading (and
   // too large for even an overcommitting allocator, were the check ever lost).
   const std::string sparse = temp_path("sparse.safetensors");
@@ -245,34 +385,66 @@ TEST(Cli, BadInputGivesOneErrorLineAndANonZeroExit) {
     std::filesystem::resize_file(sparse, 4 * static_cast<uintmax_t>(sysconf(_SC_PHYS_PAGES)) *
                                              static_cast<uintmax_t>(sysconf(_SC_PAGE_SIZE)));
   }
+  const std::string operators = "(operators: " + operator_list() + ")";
   std::vector<BadCall> calls = {
-      {"run --input '" + garbage + "'", 2,
+      {kWy + "--input '" + garbage + "'", 2,
        "safetensors: " + garbage + ": header is not valid JSON"},
-      {"run --input /nonexistent/x.safetensors", 2, "no such file"},
-      {"run --input '" + ::testing::TempDir() + "'", 2, "is a directory"},
-      {"run --bogus", 2, "--bogus"},
+      {kWy + "--input /nonexistent/x.safetensors", 2, "no such file"},
+      {kWy + "--input '" + ::testing::TempDir() + "'", 2, "is a directory"},
+      {kWy + "--bogus", 2, "--bogus: not an option of chunk_bwd_wy_dqkg"},
       {"", 2, "subcommand is required"},
-      {"run", 2, "give --input FILE.safetensors or --shape B,T,H,K,V"},
-      {"run --shape 1,2,3", 2, "--shape: expected five integers"},
-      {"run --shape 1,x,2,16,16", 2, "--shape: expected comma-separated integers"},
-      {"run --shape 1,64,2,16,16 --dtype fp8", 2, "--dtype: expected bf16, fp16 or fp32"},
-      {"run --shape 1,64,2,16,16 --h-dtype fp64", 2, "--h-dtype"},
-      {"run --shape 1,64,2,16,16 --seqlens 10,20", 2, "--seqlens: lengths sum to 30"},
-      {"run --shape 1,64,2,16,16 --chunk-indices", 2, "--chunk-indices: needs --seqlens"},
-      {"run --shape 1,64,2,16,16 --scale abc", 2, "--scale"},
-      {"run --shape 1,64,2,16,16 --repeat 0", 2, "--repeat"},
-      {"run --input x.safetensors --dtype fp16", 2, "excludes"},
+      // The operator: missing, unknown, or after an option.
+      {"run", 2, "run: name the operator first: kda run <operator> [options] " + operators},
+      {"run --bogus", 2, "run: name the operator first"},
+      {"run --shape 1,64,2,16,16", 2, "run: name the operator first"},
+      {"run chunk_kda_bwd_wy_dqkg_fused --shape 1,64,2,16,16", 2,
+       "unknown operator 'chunk_kda_bwd_wy_dqkg_fused' " + operators},
+      {"run --shape 1,64,2,16,16 chunk_bwd_wy_dqkg", 2,
+       "run: '--shape' before the operator; the options come after it"},
+      {kWy + "chunk_bwd_intra", 2, "unexpected argument 'chunk_bwd_intra' for chunk_bwd_wy_dqkg"},
+      {kWy, 2, "run chunk_bwd_wy_dqkg: give --input FILE.safetensors or --shape B,T,H,K,V"},
+      {kIntra, 2, "run chunk_bwd_intra: give --input FILE.safetensors or --shape B,T,H,K"},
+      // An option of another operator.
+      {small + "--safe-gate", 2,
+       "--safe-gate: not an option of chunk_bwd_wy_dqkg (it is one of chunk_bwd_intra)"},
+      {small + "--strong-every 2", 2, "--strong-every: not an option of chunk_bwd_wy_dqkg"},
+      {small_intra + "--state-v-first", 2,
+       "--state-v-first: not an option of chunk_bwd_intra (it is one of chunk_bwd_wy_dqkg)"},
+      {small_intra + "--scale=0.5", 2, "--scale: not an option of chunk_bwd_intra"},
+      {small_intra + "--h-dtype fp32", 2, "--h-dtype: not an option of chunk_bwd_intra"},
+      // --kernel
+      {small + "--kernel tensor", 2, "--kernel: expected auto, simt or sm80_mma, got 'tensor'"},
+      {small + "--backend cpu --kernel sm80_mma", 2, "kernel: sm80_mma is a cuda kernel"},
+      {kWy + "--shape 1,2,3", 2, "--shape: expected five integers B,T,H,K,V"},
+      {kIntra + "--shape 1,2,3,4,5", 2, "--shape: expected four integers B,T,H,K"},
+      {kWy + "--shape 1,x,2,16,16", 2, "--shape: expected comma-separated integers"},
+      {kWy + "--shape 1,64,2,16,16 --dtype fp8", 2, "--dtype: expected bf16, fp16 or fp32"},
+      {kWy + "--shape 1,64,2,16,16 --h-dtype fp64", 2, "--h-dtype"},
+      {kWy + "--shape 1,64,2,16,16 --seqlens 10,20", 2, "--seqlens: lengths sum to 30"},
+      {kIntra + "--shape 1,64,2,16 --seqlens 10,20", 2,
+       "--seqlens: lengths sum to 30; --shape must then be 1,30,H,K, got"},
+      {kWy + "--shape 1,64,2,16,16 --chunk-indices", 2, "--chunk-indices: needs --seqlens"},
+      {kWy + "--shape 1,64,2,16,16 --scale abc", 2, "--scale"},
+      {kWy + "--shape 1,64,2,16,16 --repeat 0", 2, "--repeat"},
+      {kWy + "--input x.safetensors --dtype fp16", 2, "excludes"},
+      {kIntra + "--input x.safetensors --safe-gate", 2, "excludes"},
       {small + "--backend tpu", 2, "--backend: expected cpu-ref, cpu or cuda"},
-      {"run --shape 1,64,2,16,16 --chunk-size 48 --backend cpu", 2, "chunk_size"},
-      {"run --shape 1,64,3,16,16 --heads-v 4 --backend cpu", 2, "argument 'v'"},
-      {"run --shape 1,64,2,300,16 --backend cpu", 2, "argument 'q'"},
-      {"run --shape 100000,100000,64,128,128", 2, "host memory"},
+      {kWy + "--shape 1,64,2,16,16 --chunk-size 48 --backend cpu", 2, "chunk_size"},
+      {kWy + "--shape 1,64,3,16,16 --heads-v 4 --backend cpu", 2, "argument 'v'"},
+      {kWy + "--shape 1,64,2,300,16 --backend cpu", 2, "argument 'q'"},
+      {kIntra + "--shape 1,64,3,16 --heads-v 4 --backend cpu", 2, "argument 'g'"},
+      {kIntra + "--shape 1,64,2,300 --backend cpu", 2, "argument 'q'"},
+      {kWy + "--shape 100000,100000,64,128,128", 2, "host memory"},
+      {kIntra + "--shape 100000,100000,64,128", 2, "host memory"},
+      {small_intra + "--index-dtype i16", 2, "--index-dtype: expected i64 or i32, got 'i16'"},
+      {small_intra + "--strong-every -1", 2, "--strong-every: expected an integer >= 0"},
       // Out of range: CLI11 alone would clamp these to 2^64 - 1 and run.
       {small + "--seed -1", 2, "--seed: expected an integer from 0 to 18446744073709551615"},
       {small + "--seed 18446744073709551616", 2, "--seed: expected an integer"},
-      {"run --input '" + sparse + "'", 2, "--input: reading it needs about"},
+      {kWy + "--input '" + sparse + "'", 2, "--input: reading it needs about"},
       {small + "--heads-v 0", 2, "--heads-v: expected a positive number of value heads, got '0'"},
       {small + "--heads-v -2", 2, "--heads-v: expected a positive number"},
+      {small_intra + "--heads-v 0", 2, "--heads-v: expected a positive number"},
   };
   if (KDA_WITH_CUDA == 0) {
     calls.push_back({small + "--backend cuda", 2, "cuda backend not built"});

@@ -1,5 +1,6 @@
-// Uploads a host problem, runs libkda's cuda backend on its own stream, times the runs with CUDA
-// events and downloads the outputs. Plain C++ against the CUDA runtime API.
+// Uploads a host problem of any operator, runs the operator on libkda's cuda backend on its own
+// stream, times the runs with CUDA events and downloads the outputs. Plain C++ against the CUDA
+// runtime API.
 
 #include <cuda_runtime.h>
 
@@ -11,7 +12,6 @@
 #include <vector>
 
 #include "cuda_runner.hpp"
-#include "kda/run.hpp"
 
 namespace kda::cli {
 
@@ -89,29 +89,6 @@ class Events {
   std::vector<cudaEvent_t> events_;
 };
 
-// The Problem field that carries each tensor of a HostProblem.
-const std::pair<const char*, TensorView Problem::*> kFields[] = {
-    {"q", &Problem::q},
-    {"k", &Problem::k},
-    {"v", &Problem::v},
-    {"v_new", &Problem::v_new},
-    {"g", &Problem::g},
-    {"beta", &Problem::beta},
-    {"A", &Problem::A},
-    {"h", &Problem::h},
-    {"do", &Problem::do_},
-    {"dh", &Problem::dh},
-    {"dv", &Problem::dv},
-    {"cu_seqlens", &Problem::cu_seqlens},
-    {"chunk_indices", &Problem::chunk_indices},
-    {"dq", &Problem::dq},
-    {"dk", &Problem::dk},
-    {"dv_out", &Problem::dv_out},
-    {"db", &Problem::db},
-    {"dg", &Problem::dg},
-    {"dA", &Problem::dA},
-};
-
 }  // namespace
 
 Status cuda_ready() {
@@ -125,36 +102,39 @@ Status cuda_ready() {
   return Status::Ok();
 }
 
-Status run_timed_cuda(io::HostProblem* problem, int repeat, Timing* timing) {
+Status run_timed_cuda(const io::OpIo& op, Kernel kernel, io::HostProblem* problem, int repeat,
+                      Timing* timing) {
   if (Status s = cuda_ready(); !s.ok()) return s;
   if (Status s = cuda_check(cudaSetDevice(kDevice), "cudaSetDevice"); !s.ok()) return s;
 
-  // Upload every tensor, outputs included (poisoned), and point the views at the copies.
+  // Upload every tensor, outputs included (poisoned), and view each copy by its name.
   const Device device{DeviceType::cuda, kDevice};
-  Problem p = problem->problem();
   std::map<std::string, DeviceBuffer> buffers;
-  for (const auto& [name, member] : kFields) {
-    if (!problem->has(name)) continue;
-    const io::HostTensor& host = problem->get(name);
-    TensorView& view = p.*member;
-    view.device = device;
-    view.data = nullptr;  // an empty tensor stays null, as on the host
-    if (host.bytes.empty()) continue;
-    DeviceBuffer& buffer = buffers[name];
-    if (Status s = buffer.allocate(host.bytes.size()); !s.ok()) return s;
-    if (Status s = cuda_check(
-            cudaMemcpy(buffer.get(), host.bytes.data(), host.bytes.size(), cudaMemcpyHostToDevice),
-            "cudaMemcpy (upload)");
-        !s.ok()) {
-      return s;
+  std::map<std::string, TensorView> views;
+  for (const auto& [name, host] : problem->tensors) {
+    TensorView view = host.view(device);
+    view.data = nullptr;  // an empty tensor stays null
+    if (!host.bytes.empty()) {
+      DeviceBuffer& buffer = buffers[name];
+      if (Status s = buffer.allocate(host.bytes.size()); !s.ok()) return s;
+      if (Status s = cuda_check(cudaMemcpy(buffer.get(), host.bytes.data(), host.bytes.size(),
+                                           cudaMemcpyHostToDevice),
+                                "cudaMemcpy (upload)");
+          !s.ok()) {
+        return s;
+      }
+      view.data = buffer.get();
     }
-    view.data = buffer.get();
+    views[name] = view;
   }
 
   Stream stream;
   if (Status s = stream.create(); !s.ok()) return s;
+  const auto run_once = [&] {
+    return op.run(views, *problem, Backend::cuda, stream.get(), kernel);
+  };
   // Warm-up: first launch costs (module load, caches) stay out of the timing.
-  if (Status s = run(p, Backend::cuda, stream.get()); !s.ok()) return s;
+  if (Status s = run_once(); !s.ok()) return s;
   if (Status s = cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize (warm-up)");
       !s.ok()) {
     return s;
@@ -169,7 +149,7 @@ Status run_timed_cuda(io::HostProblem* problem, int repeat, Timing* timing) {
         !s.ok()) {
       return s;
     }
-    if (Status s = run(p, Backend::cuda, stream.get()); !s.ok()) return s;
+    if (Status s = run_once(); !s.ok()) return s;
     if (Status s = cuda_check(cudaEventRecord(events[start + 1], stream.get()), "cudaEventRecord");
         !s.ok()) {
       return s;
@@ -191,7 +171,7 @@ Status run_timed_cuda(io::HostProblem* problem, int repeat, Timing* timing) {
     timing->ms.push_back(ms);
   }
 
-  for (const char* name : io::kOutputNames) {
+  for (const std::string& name : problem->output_names()) {
     io::HostTensor& host = problem->get(name);
     if (host.bytes.empty()) continue;
     if (Status s = cuda_check(cudaMemcpy(host.bytes.data(), buffers.at(name).get(),

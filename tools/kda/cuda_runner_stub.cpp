@@ -10,7 +10,7 @@ Status cuda_ready() {
           "KDA_ENABLE_CUDA=OFF); use --backend cpu"};
 }
 
-Status run_timed_cuda(io::HostProblem*, int, Timing*) {
+Status run_timed_cuda(const io::OpIo&, Kernel, io::HostProblem*, int, Timing*) {
   return cuda_ready();
 }
 

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <utility>
 
-#include "kda/run.hpp"
 #include "kda/varlen.hpp"
 
 namespace kda::cli {
@@ -19,18 +19,24 @@ struct RowRange {
   int64_t count = 0;
 };
 
-// One chunk of the full problem: its token rows and where its states h, dh live.
+// One chunk of the full problem: its token rows and where its per-chunk inputs (states) live.
 struct Chunk {
-  RowRange tokens;  // in q, k, v, ..., and in every output
-  RowRange state;   // in h, dh (count 1)
+  RowRange tokens;  // in the token-row inputs, and in every output
+  RowRange state;   // in the inputs of OpCli::chunk_inputs() (count 1)
 };
 
-constexpr const char* kTokenInputs[] = {"q", "k", "v", "v_new", "g", "beta", "A", "do", "dv"};
-constexpr const char* kStateInputs[] = {"h", "dh"};
+bool is_output(const std::string& name) {
+  return name.starts_with("out.");
+}
+
+// The varlen index tensors: rebuilt, not gathered, for a reduced problem.
+bool is_index(const std::string& name) {
+  return name == "cu_seqlens" || name == "chunk_indices";
+}
 
 // The chunks in global order: batch-row major for fixed length, cu_seqlens order for varlen
-// (the order h is stored in).
-std::vector<Chunk> list_chunks(const io::HostProblem& problem, const Dims& d) {
+// (the order per-chunk inputs are stored in).
+std::vector<Chunk> list_chunks(const io::HostProblem& problem, const ProblemSummary& d) {
   std::vector<Chunk> chunks;
   if (!d.varlen) {
     for (int64_t b = 0; b < d.B; ++b) {
@@ -46,7 +52,7 @@ std::vector<Chunk> list_chunks(const io::HostProblem& problem, const Dims& d) {
   for (size_t i = 0; i < cu.size(); ++i)
     cu[i] = static_cast<int64_t>(cu_t.at(static_cast<int64_t>(i)));
   std::vector<ChunkIndex> indices;
-  // Already validated by Problem::validate, so this cannot fail.
+  // Already validated with the problem, so this cannot fail.
   (void)chunk_indices_from_cu_seqlens(cu, d.BT, &indices);
   for (size_t i = 0; i < indices.size(); ++i) {
     const auto seq = static_cast<size_t>(indices[i].seq);
@@ -92,20 +98,19 @@ std::vector<size_t> sample_chunks(size_t total, uint64_t seed) {
   return {picked.begin(), picked.end()};
 }
 
-// All inputs of `problem`, fresh (poisoned) outputs: cpu-ref writes its own.
-io::HostProblem copy_inputs(const io::HostProblem& problem) {
-  io::HostProblem copy;
-  for (const auto& [name, t] : problem.tensors) {
-    if (std::find_if(std::begin(io::kOutputNames), std::end(io::kOutputNames),
-                     [&](const char* out) { return name == out; }) == std::end(io::kOutputNames)) {
-      copy.tensors[name] = t;
-    }
-  }
-  copy.scale = problem.scale;
-  copy.chunk_size = problem.chunk_size;
-  copy.state_v_first = problem.state_v_first;
-  copy.allocate_outputs();
-  return copy;
+// A problem of `p`'s operator with all its options and no tensors: whatever options the operator
+// has, they are copied. The tensors are set aside meanwhile, so nothing large is copied.
+io::HostProblem options_only(io::HostProblem* p) {
+  std::map<std::string, io::HostTensor> tensors = std::move(p->tensors);
+  p->tensors.clear();
+  io::HostProblem out = *p;
+  p->tensors = std::move(tensors);
+  return out;
+}
+
+Status run_reference(const io::OpIo& op, io::HostProblem* ref) {
+  ref->allocate_outputs();
+  return op.run(ref->views(), *ref, Backend::cpu_ref, nullptr, Kernel::auto_);
 }
 
 }  // namespace
@@ -115,39 +120,45 @@ bool CheckReport::passed() const {
                      [](const OutputError& e) { return e.within_bar(); });
 }
 
-CheckReport check_against_expected(const io::HostProblem& problem,
+CheckReport check_against_expected(const io::OpIo& op, const io::HostProblem& problem,
+                                   const ProblemSummary& summary,
                                    const std::map<std::string, io::HostTensor>& expected) {
   CheckReport report;
   report.against = "the file's out.* tensors";
   report.bar_name = "golden bar";
-  const double bar = io::golden_bar(problem.get("q").dtype);
-  for (const char* name : io::kOutputNames) {
+  const double bar = op.golden_bar(summary.x_dtype);
+  const std::vector<std::string> outputs = problem.output_names();
+  for (const std::string& name : outputs) {
     const auto it = expected.find(name);
     if (it == expected.end()) continue;
     report.errors.push_back({name, io::err_ratio(problem.get(name), it->second), bar});
   }
-  report.scope =
-      "every row (" + std::to_string(report.errors.size()) + " of 6 outputs in the file)";
+  report.scope = "every row (" + std::to_string(report.errors.size()) + " of " +
+                 std::to_string(outputs.size()) + " outputs in the file)";
   return report;
 }
 
-Status check_against_reference(const io::HostProblem& problem, const Dims& dims, uint64_t seed,
-                               CheckReport* report) {
+Status check_against_reference(const io::OpIo& op, const OpCli& cli, io::HostProblem* problem,
+                               const ProblemSummary& d, uint64_t seed, CheckReport* report) {
   report->against = "cpu-ref (float64)";
   report->bar_name = "SPEC pass bar";
   report->errors.clear();
-  const double bar = io::pass_bar(dims.x_dtype);
-  const std::vector<Chunk> chunks = list_chunks(problem, dims);
+  const double bar = op.pass_bar(d.x_dtype);
+  const std::vector<std::string> outputs = problem->output_names();
+  const std::vector<Chunk> chunks = list_chunks(*problem, d);
   const auto total = static_cast<int64_t>(chunks.size());
 
-  if (total * dims.HV <= kFullCheckMaxChunkHeads || total <= kSampledChunks) {
-    io::HostProblem ref = copy_inputs(problem);
-    if (Status s = run(ref.problem(), Backend::cpu_ref); !s.ok()) return s;
-    for (const char* name : io::kOutputNames) {
-      report->errors.push_back({name, io::err_ratio(problem.get(name), ref.get(name)), bar});
+  if (total * d.HV <= kFullCheckMaxChunkHeads || total <= kSampledChunks) {
+    io::HostProblem ref = options_only(problem);
+    for (const auto& [name, t] : problem->tensors) {
+      if (!is_output(name)) ref.tensors[name] = t;
     }
-    report->scope = "every row (all " + std::to_string(total) + " chunks x " +
-                    std::to_string(dims.HV) + " heads)";
+    if (Status s = run_reference(op, &ref); !s.ok()) return s;
+    for (const std::string& name : outputs) {
+      report->errors.push_back({name, io::err_ratio(problem->get(name), ref.get(name)), bar});
+    }
+    report->scope =
+        "every row (all " + std::to_string(total) + " chunks x " + std::to_string(d.HV) + " heads)";
     return Status::Ok();
   }
 
@@ -162,30 +173,27 @@ Status check_against_reference(const io::HostProblem& problem, const Dims& dims,
     rows += c.tokens.count;
     cu.set(static_cast<int64_t>(i) + 1, static_cast<double>(rows));
   }
-  io::HostProblem reduced;
-  for (const char* name : kTokenInputs) {
-    reduced.tensors[name] = gather_rows(problem.get(name), token_rows);
-  }
-  for (const char* name : kStateInputs) {
-    reduced.tensors[name] = gather_rows(problem.get(name), state_rows);
+  // Options unchanged: e.g. a scale of None stays None (K, hence K ** -0.5, is the same).
+  io::HostProblem reduced = options_only(problem);
+  const std::vector<std::string> per_chunk = cli.chunk_inputs();
+  for (const auto& [name, t] : problem->tensors) {
+    if (is_output(name) || is_index(name)) continue;
+    const bool by_chunk = std::find(per_chunk.begin(), per_chunk.end(), name) != per_chunk.end();
+    reduced.tensors[name] = gather_rows(t, by_chunk ? state_rows : token_rows);
   }
   reduced.tensors["cu_seqlens"] = std::move(cu);
-  reduced.scale = problem.scale;  // None stays None: K, hence K ** -0.5, is unchanged
-  reduced.chunk_size = problem.chunk_size;
-  reduced.state_v_first = problem.state_v_first;
-  reduced.allocate_outputs();
-  if (Status s = run(reduced.problem(), Backend::cpu_ref); !s.ok()) {
+  if (Status s = run_reference(op, &reduced); !s.ok()) {
     return {s.code, "reference check on sampled chunks: " + s.message};
   }
-  for (const char* name : io::kOutputNames) {
-    const io::HostTensor mine = gather_rows(problem.get(name), token_rows);
+  for (const std::string& name : outputs) {
+    const io::HostTensor mine = gather_rows(problem->get(name), token_rows);
     report->errors.push_back({name, io::err_ratio(mine, reduced.get(name)), bar});
   }
-  report->scope =
-      std::to_string(sample.size()) + " sampled chunks of " + std::to_string(total) +
-      " (first, last, " + std::to_string(sample.size() - std::min<size_t>(2, sample.size())) +
-      " at random; all " + std::to_string(dims.HV) + " heads): " + std::to_string(rows) + " of " +
-      std::to_string(dims.B * dims.T) + " rows";
+  report->scope = std::to_string(sample.size()) + " sampled chunks of " + std::to_string(total) +
+                  " (first, last, " +
+                  std::to_string(sample.size() - std::min<size_t>(2, sample.size())) +
+                  " at random; all " + std::to_string(d.HV) + " heads): " + std::to_string(rows) +
+                  " of " + std::to_string(d.B * d.T) + " rows";
   return Status::Ok();
 }
 

@@ -1,7 +1,7 @@
 #pragma once
-// Judging a backend's outputs: against the expected tensors a file carries (golden bar), or
-// against the float64 cpu-ref backend (SPEC pass bar) -- on the whole problem when it is small,
-// else on a sample of chunks.
+// Judging a backend's outputs: against the expected tensors a file carries (the operator's golden
+// bar), or against the float64 cpu-ref backend (its SPEC pass bar) -- on the whole problem when it
+// is small, else on a sample of chunks.
 
 #include <cstdint>
 #include <map>
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "io/host_problem.hpp"
-#include "kda/problem.hpp"
 #include "kda/status.hpp"
+#include "op_cli.hpp"
 
 namespace kda::cli {
 
@@ -34,16 +34,20 @@ inline constexpr int64_t kFullCheckMaxChunkHeads = 512;
 // Chunks in a sample: the first, the last and the rest drawn at random.
 inline constexpr int64_t kSampledChunks = 8;
 
-// Compares the outputs of `problem` with expected tensors (by output name) using golden_bar.
-CheckReport check_against_expected(const io::HostProblem& problem,
+// Compares the outputs of `problem` with expected tensors (by output name) using the operator's
+// golden bar.
+CheckReport check_against_expected(const io::OpIo& op, const io::HostProblem& problem,
+                                   const ProblemSummary& summary,
                                    const std::map<std::string, io::HostTensor>& expected);
 
-// Runs cpu-ref and compares using pass_bar. Small problems are recomputed whole. Large ones on a
-// reduced problem: each sampled chunk (all heads) becomes its own sequence of a varlen batch with
-// its h, dh gathered to [1, n_sampled, HV, ...]; the corresponding rows of the full outputs are
-// compared with it. The per-chunk math only reads the chunk's rows and states, so the reduced
-// problem gives exactly the rows cpu-ref would give on the full one.
-Status check_against_reference(const io::HostProblem& problem, const Dims& dims, uint64_t seed,
-                               CheckReport* report);
+// Runs cpu-ref and compares using the operator's pass bar. Small problems are recomputed whole.
+// Large ones on a reduced problem: each sampled chunk (all heads) becomes its own sequence of a
+// varlen batch, with the inputs of cli.chunk_inputs() gathered by chunk and the others by token
+// rows; the corresponding rows of the full outputs are compared with it. The per-chunk math only
+// reads the chunk's rows and states, so the reduced problem gives exactly the rows cpu-ref would
+// give on the full one. `problem` is left as it was (its tensors are set aside while its options
+// are copied).
+Status check_against_reference(const io::OpIo& op, const OpCli& cli, io::HostProblem* problem,
+                               const ProblemSummary& summary, uint64_t seed, CheckReport* report);
 
 }  // namespace kda::cli

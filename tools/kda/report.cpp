@@ -1,5 +1,6 @@
 #include "report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace kda::cli {
@@ -32,48 +33,40 @@ std::string format_bytes(int64_t bytes) {
   return text;
 }
 
-}  // namespace
-
-int64_t bytes_moved(const io::HostProblem& problem) {
-  int64_t bytes = 0;
-  for (const auto& [name, t] : problem.tensors) bytes += static_cast<int64_t>(t.bytes.size());
-  return bytes;
+void print_row(const std::string& label, const std::string& text) {
+  std::printf("  %-8s %s\n", label.c_str(), text.c_str());
 }
 
-void print_problem(const std::string& source, const io::HostProblem& problem, const Dims& d,
-                   Backend backend) {
+}  // namespace
+
+void print_problem(const std::string& source, const io::OpIo& op, const io::HostProblem& problem,
+                   const ProblemSummary& d, Backend backend, Kernel kernel) {
   std::printf("kda run: %s\n", source.c_str());
-  std::printf("  problem  B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld BT=%lld NT=%lld",
-              static_cast<long long>(d.B), static_cast<long long>(d.T), static_cast<long long>(d.H),
-              static_cast<long long>(d.HV), static_cast<long long>(d.K),
-              static_cast<long long>(d.V), static_cast<long long>(d.BT),
-              static_cast<long long>(d.NT));
+  print_row("operator", std::string(op.name) + " (fla's " + op.fla_name + ", " + op.spec + ")");
+  std::string sizes = d.sizes;
   if (d.varlen) {
-    std::printf(" (%lld sequences%s)", static_cast<long long>(d.num_seqs),
-                problem.has("chunk_indices") ? ", chunk_indices given" : "");
+    sizes += " (" + std::to_string(d.num_seqs) + " sequences" +
+             (problem.has("chunk_indices") ? ", chunk_indices given" : "") + ")";
   }
-  std::printf("\n");
-  std::printf("  dtypes   X=%s h=%s beta=%s%s\n", std::string(dtype_name(d.x_dtype)).c_str(),
-              std::string(dtype_name(d.h_dtype)).c_str(),
-              std::string(dtype_name(d.beta_dtype)).c_str(),
-              problem.state_v_first ? "  (h, dh stored [.., V, K])" : "");
-  if (problem.scale) {
-    std::printf("  scale    %g\n", *problem.scale);
-  } else {
-    std::printf("  scale    None (K ** -0.5 = %g)\n", problem.problem().effective_scale());
-  }
-  std::printf("  backend  %s\n", std::string(backend_name(backend)).c_str());
+  print_row("problem", sizes);
+  for (const auto& [label, text] : d.details) print_row(label, text);
+  // One word on the backend line: scripts read it (dev/gpu-check.sh).
+  print_row("backend", std::string(backend_name(backend)));
+  print_row("kernel", std::string(kernel_name(kernel)));
 }
 
 void print_check(const CheckReport& r) {
   std::printf("\ncheck against %s, %s; compared %s\n", r.against.c_str(), r.bar_name.c_str(),
               r.scope.c_str());
-  std::printf("  %-8s %-12s %-10s %s\n", "output", "err_ratio", "bar", "result");
+  int width = 8;
+  for (const OutputError& e : r.errors) width = std::max(width, static_cast<int>(e.name.size()));
+  std::printf("  %-*s %-12s %-10s %s\n", width, "output", "err_ratio", "bar", "result");
   int failed = 0;
   for (const OutputError& e : r.errors) {
     const bool ok = e.within_bar();
     failed += ok ? 0 : 1;
-    std::printf("  %-8s %-12.3e %-10.1e %s\n", e.name.c_str(), e.err, e.bar, ok ? "ok" : "FAIL");
+    std::printf("  %-*s %-12.3e %-10.1e %s\n", width, e.name.c_str(), e.err, e.bar,
+                ok ? "ok" : "FAIL");
   }
   if (failed == 0) {
     std::printf("  PASS: all %zu outputs within the bar\n", r.errors.size());
@@ -87,10 +80,11 @@ void print_check_skipped(const std::string& why) {
   std::printf("\ncheck skipped: %s\n", why.c_str());
 }
 
-void print_timing(Backend backend, const Timing& t, int64_t bytes) {
+void print_timing(Backend backend, const Timing& t, std::pair<int64_t, int64_t> bytes) {
+  const int64_t total = bytes.first + bytes.second;
   // One row per statistic, so `grep median` finds the figure itself.
   const auto gb_per_s = [&](double ms) {
-    return ms > 0 ? static_cast<double>(bytes) / (ms * 1e-3) * 1e-9 : 0.0;
+    return ms > 0 ? static_cast<double>(total) / (ms * 1e-3) * 1e-9 : 0.0;
   };
   std::printf(
       "\ntiming: %s, %zu timed run%s after 1 warm-up; bytes = inputs read once + outputs "
@@ -100,7 +94,8 @@ void print_timing(Backend backend, const Timing& t, int64_t bytes) {
   std::printf("  %-8s %-12s %.2f\n", "median", format_time(t.median_ms()).c_str(),
               gb_per_s(t.median_ms()));
   std::printf("  %-8s %-12s %.2f\n", "min", format_time(t.min_ms()).c_str(), gb_per_s(t.min_ms()));
-  std::printf("  %-8s %s\n", "bytes", format_bytes(bytes).c_str());
+  std::printf("  %-8s %s (read %s, written %s)\n", "bytes", format_bytes(total).c_str(),
+              format_bytes(bytes.first).c_str(), format_bytes(bytes.second).c_str());
   if (backend == Backend::cuda) {
     std::printf(
         "  note: the same inputs every run (no L2 flush or rotation), so a problem that fits in "

@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <iterator>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -19,10 +18,7 @@ namespace kda::cli {
 namespace {
 
 bool is_output(const std::string& name) {
-  for (const char* out : io::kOutputNames) {
-    if (name == out) return true;
-  }
-  return false;
+  return name.starts_with("out.");
 }
 
 bool all_finite(const io::HostTensor& t) {
@@ -38,36 +34,39 @@ std::string non_finite_outputs(const io::HostProblem& problem) {
     if (!is_output(name) && dtype_is_float(t.dtype) && !all_finite(t)) return {};
   }
   std::string bad;
-  for (const char* name : io::kOutputNames) {
-    if (!all_finite(problem.get(name))) bad += (bad.empty() ? "" : ", ") + std::string(name);
+  for (const std::string& name : problem.output_names()) {
+    if (!all_finite(problem.get(name))) bad += (bad.empty() ? "" : ", ") + name;
   }
   return bad;
 }
 
-Status load_problem(const RunOptions& o, io::HostProblem* problem,
-                    std::map<std::string, io::HostTensor>* expected, std::string* source) {
+Status load_problem(const io::OpIo& op, const OpCli& cli, const RunOptions& o,
+                    io::HostProblem* problem, std::map<std::string, io::HostTensor>* expected,
+                    std::string* source) {
   if (!o.input.empty()) {
     if (Status s = check_input_fits(o.input); !s.ok()) return s;
     progress("reading " + o.input);
     io::SafetensorsFile file;
     if (Status s = io::read_safetensors(o.input, &file); !s.ok()) return s;
     *source = o.input;
-    Status s = io::problem_from_safetensors(file, problem, expected);
+    Status s = io::problem_from_safetensors(file, op, problem, expected);
     if (const std::string prefix = "safetensors: "; !s.ok() && s.message.starts_with(prefix)) {
       s.message = prefix + o.input + ": " + s.message.substr(prefix.size());  // name the file
     }
     return s;
   }
   if (o.shape.empty()) {
-    return invalid_argument("run: give --input FILE.safetensors or --shape B,T,H,K,V");
+    return invalid_argument("run " + std::string(op.name) +
+                            ": give --input FILE.safetensors or --shape " +
+                            shape_text(cli.shape_names()));
   }
-  io::ProblemConfig config;
-  if (Status s = make_problem_config(o, &config); !s.ok()) return s;
   progress("generating inputs for --shape " + o.shape + " (seed " + std::to_string(o.seed) + ")");
   try {
     // Validated once allocated, before the values are drawn (minutes for the largest shapes).
-    const auto validate = [](const Problem& p) { return p.validate(); };
-    if (Status s = io::make_random_problem(config, validate, problem); !s.ok()) return s;
+    const auto validate = [&op](const io::HostProblem& p) { return op.validate(p); };
+    GeneratedBasics basics;
+    if (Status s = parse_generated_basics(o, cli.shape_names(), &basics); !s.ok()) return s;
+    if (Status s = cli.generate(basics, validate, problem); !s.ok()) return s;
   } catch (const std::invalid_argument& e) {
     return invalid_argument(std::string("--seqlens: ") + e.what());
   }
@@ -77,9 +76,11 @@ Status load_problem(const RunOptions& o, io::HostProblem* problem,
 
 }  // namespace
 
-int run_command(const RunOptions& o) {
+int run_command(const io::OpIo& op, const OpCli& cli, const RunOptions& o) {
   Backend backend = Backend::cpu;
   if (Status s = resolve_backend(o, &backend); !s.ok()) return report_error(s.message, kExitUsage);
+  Kernel kernel = Kernel::auto_;
+  if (Status s = resolve_kernel(o, &kernel); !s.ok()) return report_error(s.message, kExitUsage);
   if (backend == Backend::cuda) {
     if (Status s = cuda_ready(); !s.ok()) return report_error(s.message, exit_code_for(s));
   }
@@ -87,37 +88,37 @@ int run_command(const RunOptions& o) {
   io::HostProblem problem;
   std::map<std::string, io::HostTensor> expected;
   std::string source;
-  if (Status s = load_problem(o, &problem, &expected, &source); !s.ok()) {
+  if (Status s = load_problem(op, cli, o, &problem, &expected, &source); !s.ok()) {
     return report_error(s.message, exit_code_for(s));
   }
-  Dims dims;
-  if (Status s = problem.problem().validate(&dims); !s.ok()) {
+  ProblemSummary summary;
+  if (Status s = cli.summarize(problem, &summary); !s.ok()) {
     return report_error(s.message, kExitUsage);
   }
-  print_problem(source, problem, dims, backend);
+  print_problem(source, op, problem, summary, backend, kernel);
   std::fflush(stdout);
 
   const int repeat = o.repeat > 0 ? o.repeat : default_repeat(backend);
   progress("running " + std::string(backend_name(backend)) + ": 1 warm-up + " +
            std::to_string(repeat) + " timed run" + (repeat == 1 ? "" : "s"));
   Timing timing;
-  if (Status s = run_timed(backend, &problem, repeat, &timing); !s.ok()) {
+  if (Status s = run_timed(op, backend, kernel, &problem, repeat, &timing); !s.ok()) {
     return report_error(s.message, exit_code_for(s));
   }
 
   bool passed = true;
   if (!expected.empty()) {
-    const CheckReport report = check_against_expected(problem, expected);
+    const CheckReport report = check_against_expected(op, problem, summary, expected);
     print_check(report);
     passed = report.passed();
   }
   // Without out.* tensors, or with only some of them (the others would go unchecked), every
   // output is also checked against cpu-ref.
-  const bool some_outputs_missing = expected.size() < std::size(io::kOutputNames);
+  const bool some_outputs_missing = expected.size() < problem.output_names().size();
   if (some_outputs_missing && backend != Backend::cpu_ref) {
     progress("checking against cpu-ref");
     CheckReport report;
-    if (Status s = check_against_reference(problem, dims, o.seed, &report); !s.ok()) {
+    if (Status s = check_against_reference(op, cli, &problem, summary, o.seed, &report); !s.ok()) {
       return report_error(s.message, exit_code_for(s));
     }
     print_check(report);
@@ -132,7 +133,7 @@ int run_command(const RunOptions& o) {
     std::printf("  NaN or Inf in outputs %s (the inputs are finite)\n", bad.c_str());
     passed = false;
   }
-  print_timing(backend, timing, bytes_moved(problem));
+  print_timing(backend, timing, op.bytes(problem));
   std::fflush(stdout);
 
   if (!o.output.empty()) {

@@ -1,11 +1,11 @@
 #pragma once
-// Runs a backend on a host problem: one warm-up run, then timed runs. The outputs of the problem
-// hold the last run's results.
+// Runs an operator on a backend over a host problem: one warm-up run, then timed runs. The outputs
+// of the problem hold the last run's results.
 
 #include <vector>
 
 #include "io/host_problem.hpp"
-#include "kda/run.hpp"
+#include "kda/backend.hpp"
 #include "kda/status.hpp"
 
 namespace kda::cli {
@@ -16,8 +16,9 @@ struct Timing {
   double min_ms() const;
 };
 
-// CPU backends are timed with a steady clock around kda::run; the cuda backend uploads the
-// problem, times with CUDA events and downloads the outputs (cuda_runner.hpp).
-Status run_timed(Backend backend, io::HostProblem* problem, int repeat, Timing* timing);
+// CPU backends are timed with a steady clock around the operator's run; the cuda backend uploads
+// the problem, times with CUDA events and downloads the outputs (cuda_runner.hpp).
+Status run_timed(const io::OpIo& op, Backend backend, Kernel kernel, io::HostProblem* problem,
+                 int repeat, Timing* timing);
 
 }  // namespace kda::cli

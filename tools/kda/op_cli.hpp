@@ -1,0 +1,79 @@
+#pragma once
+// An operator's own part of `kda run`: one file per operator, ops/<op>.cpp defining
+// make_<op>_cli(), listed once in KDA_CLI_OPS (tools/CMakeLists.txt). It declares the options of
+// the operator's generated problems, builds one from --shape, and summarizes a problem for the
+// printout. Everything else (files, the checks, the timing, the backends) is generic and goes
+// through the operator's io::OpIo.
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "io/host_problem.hpp"
+#include "kda/status.hpp"
+#include "options.hpp"
+
+namespace kda::cli {
+
+// Run on a generated problem once its tensors are allocated, before their values are drawn: a
+// problem the library will refuse is refused in a moment, not after filling gigabytes.
+using CheckBeforeFilling = std::function<Status(const io::HostProblem&)>;
+
+// What the generic code needs of a valid problem, and what it prints about it.
+struct ProblemSummary {
+  int64_t B = 0;   // batch rows (1 when varlen)
+  int64_t T = 0;   // tokens per batch row
+  int64_t HV = 0;  // heads of the outputs (value heads)
+  int64_t BT = 0;  // chunk size
+  int64_t NT = 0;  // chunks: per batch row (fixed length) or in total (varlen)
+  int64_t num_seqs = 0;
+  bool varlen = false;
+  DType x_dtype = DType::f32;  // picks the operator's bars
+  std::string sizes;           // "B=1 T=100 H=3 HV=3 K=32 V=48 BT=16 NT=7"
+  // Further lines as (label, text): ("dtypes", "X=bfloat16 ..."), ("scale", "0.125").
+  std::vector<std::pair<std::string, std::string>> details;
+};
+
+class OpCli {
+ public:
+  virtual ~OpCli() = default;
+  // The sizes --shape takes, in order (they start with B, T): {"B", "T", "H", "K", "V"}.
+  virtual std::span<const char* const> shape_names() const = 0;
+  // A --shape for the help: "1,2048,32,128,128".
+  virtual const char* shape_example() const = 0;
+  // Declares the operator's own options on its subcommand. Each describes a generated problem,
+  // so each goes through `generated` (which makes --input exclude it).
+  virtual void add_options(CLI::App* command, const GeneratedOption& generated) = 0;
+  // Builds a random problem from the generic options (`basics`, --shape parsed by shape_names())
+  // and the operator's own: io::make_random_problem with `check` run before the values are drawn.
+  // Usage errors name the option; std::invalid_argument from the generator is reported as a
+  // --seqlens error.
+  virtual Status generate(const GeneratedBasics& basics, const CheckBeforeFilling& check,
+                          io::HostProblem* out) const = 0;
+  // Validates `problem` (outputs allocated) and summarizes it.
+  virtual Status summarize(const io::HostProblem& problem, ProblemSummary* out) const = 0;
+  // Inputs whose dimension 1 counts chunks in global order (chunk_bwd_wy_dqkg's h, dh) rather
+  // than tokens. The reference check of a large problem runs cpu-ref on a sample of chunks made
+  // into a varlen batch: it gathers these by chunk and every other input (but cu_seqlens and
+  // chunk_indices) by token rows, which holds for an operator whose outputs for a chunk read only
+  // that chunk's rows and states.
+  virtual std::vector<std::string> chunk_inputs() const { return {}; }
+};
+
+struct OpCliEntry {
+  const char* name;  // the operator's io::OpIo name
+  std::unique_ptr<OpCli> (*make)();
+};
+
+// The operators' parts, in KDA_CLI_OPS order (ops/registry.cpp); find_op_cli returns nullptr for an
+// unknown name.
+std::span<const OpCliEntry> op_clis();
+const OpCliEntry* find_op_cli(std::string_view name);
+
+}  // namespace kda::cli

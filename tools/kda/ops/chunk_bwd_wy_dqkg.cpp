@@ -1,0 +1,129 @@
+// chunk_bwd_wy_dqkg's part of `kda run`: --shape B,T,H,K,V and the options of its generated
+// problems (--heads-v, --h-dtype, --scale, --state-v-first), and its printout.
+
+#include <cmath>
+#include <cstdio>
+
+#include "op_cli.hpp"
+
+namespace kda::cli {
+
+namespace {
+
+using P = ChunkBwdWyDqkgProblem;
+
+constexpr const char* kShapeNames[] = {"B", "T", "H", "K", "V"};
+
+// Bytes of every input and output, in double so absurd shapes cannot overflow.
+double problem_bytes(const io::WyDqkgConfig& c) {
+  const double HV = static_cast<double>(c.HV ? c.HV : c.H);
+  const double BT = static_cast<double>(c.BT);
+  const double rows = static_cast<double>(c.B) * static_cast<double>(c.T);  // tokens
+  const double H = static_cast<double>(c.H), K = static_cast<double>(c.K);
+  const double V = static_cast<double>(c.V);
+  const double chunks = static_cast<double>(c.B) * std::ceil(static_cast<double>(c.T) / BT) +
+                        static_cast<double>(c.seqlens.size());
+  const auto x = static_cast<double>(dtype_size(c.x_dtype));
+  const auto hs = static_cast<double>(dtype_size(c.h_dtype));
+  const auto bs = static_cast<double>(dtype_size(c.beta_dtype));
+  return rows * (2 * H * K * x            // q, k
+                 + 5 * HV * V * x         // v, v_new, do, dv, dv_out
+                 + 4 * HV * K * 4         // g, dq, dk, dg
+                 + HV * (bs + 4)          // beta, db
+                 + HV * BT * (x + 4))     // A, dA
+         + chunks * 2 * HV * K * V * hs;  // h, dh
+}
+
+std::string number_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+class WyDqkgCli final : public OpCli {
+ public:
+  std::span<const char* const> shape_names() const override { return kShapeNames; }
+  const char* shape_example() const override { return "1,2048,32,128,128"; }
+
+  void add_options(CLI::App* command, const GeneratedOption& generated) override {
+    generated(add_heads_v_option(command, &heads_v_));
+    generated(command->add_option("--h-dtype", h_dtype_, "h, dh: fp32 or x (the dtype X)")
+                  ->capture_default_str());
+    generated(command->add_option("--scale", scale_, "scale (default: K ** -0.5)"));
+    generated(command->add_flag("--state-v-first", state_v_first_, "h, dh stored [.., V, K]"));
+  }
+
+  Status generate(const GeneratedBasics& b, const CheckBeforeFilling& check,
+                  io::HostProblem* out) const override {
+    io::WyDqkgConfig c;
+    c.B = b.dims[0];
+    c.T = b.dims[1];
+    c.H = b.dims[2];
+    c.K = b.dims[3];
+    c.V = b.dims[4];
+    c.HV = heads_v_;
+    c.BT = b.chunk_size;
+    c.x_dtype = b.x_dtype;
+    c.beta_dtype = b.beta_dtype;
+    c.seqlens = b.seqlens;
+    c.pass_chunk_indices = b.pass_chunk_indices;
+    c.seed = b.seed;
+    if (Status s = parse_x_or_fp32("--h-dtype", h_dtype_, c.x_dtype, &c.h_dtype); !s.ok()) {
+      return s;
+    }
+    c.state_v_first = state_v_first_;
+    if (!scale_.empty()) {
+      double value = 0.0;
+      if (!parse_whole(scale_, &value) || !std::isfinite(value)) {
+        return invalid_argument("--scale: expected a finite number, got '" + scale_ + "'");
+      }
+      c.scale = value;
+    }
+    if (Status s = check_host_memory(problem_bytes(c)); !s.ok()) return s;
+    return io::make_random_problem(c, check, out);
+  }
+
+  Status summarize(const io::HostProblem& hp, ProblemSummary* out) const override {
+    const P p = hp.as<P>();
+    ChunkBwdWyDqkgDims d;
+    if (Status s = p.validate(&d); !s.ok()) return s;
+    *out = {};
+    out->B = d.B;
+    out->T = d.T;
+    out->HV = d.HV;
+    out->BT = d.BT;
+    out->NT = d.NT;
+    out->num_seqs = d.num_seqs;
+    out->varlen = d.varlen;
+    out->x_dtype = d.x_dtype;
+    out->sizes = "B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) +
+                 " H=" + std::to_string(d.H) + " HV=" + std::to_string(d.HV) +
+                 " K=" + std::to_string(d.K) + " V=" + std::to_string(d.V) +
+                 " BT=" + std::to_string(d.BT) + " NT=" + std::to_string(d.NT);
+    out->details.emplace_back("dtypes", "X=" + std::string(dtype_name(d.x_dtype)) +
+                                            " h=" + std::string(dtype_name(d.h_dtype)) +
+                                            " beta=" + std::string(dtype_name(d.beta_dtype)) +
+                                            (p.state_v_first ? "  (h, dh stored [.., V, K])" : ""));
+    out->details.emplace_back(
+        "scale", p.scale ? number_text(*p.scale)
+                         : "None (K ** -0.5 = " + number_text(p.effective_scale()) + ")");
+    return Status::Ok();
+  }
+
+  // h, dh: [B, NT, HV, K, V], one state per chunk.
+  std::vector<std::string> chunk_inputs() const override { return {"h", "dh"}; }
+
+ private:
+  int64_t heads_v_ = 0;  // 0: HV = H
+  std::string h_dtype_ = "fp32";
+  std::string scale_;  // empty: None (K ** -0.5)
+  bool state_v_first_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<OpCli> make_chunk_bwd_wy_dqkg_cli() {
+  return std::make_unique<WyDqkgCli>();
+}
+
+}  // namespace kda::cli
