@@ -2,7 +2,8 @@
 // strides, cu_seqlens, chunk_indices, state_v_first, scale), sometimes broken on purpose
 // (shapes, ranks, dtypes, strides, devices, missing or null or misaligned or aliased tensors),
 // and checks what the library promises:
-//   - validate() and kda_validate() never crash and agree; they reject every problem the harness
+//   - validate() and kda_chunk_bwd_wy_dqkg_validate() never crash and agree; they reject every
+//   problem the harness
 //     knows to be invalid and accept every problem it knows to be valid;
 //   - a rejected problem is rejected by run() with the same message and no buffer changes;
 //   - an accepted problem runs on cpu-ref and cpu without a sanitizer finding, writes every
@@ -35,7 +36,7 @@
 namespace {
 
 using kda::DType;
-using kda::Problem;
+using Problem = kda::ChunkBwdWyDqkgProblem;
 using kda::TensorView;
 
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
@@ -43,34 +44,17 @@ constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
 // Larger views are never backed by memory (see the header comment).
 constexpr int64_t kMaxSpanBytes = int64_t{1} << 22;
 
-// The views of a Problem, in kda_problem's field order.
+// The views of a Problem, from its argument table (kda_chunk_bwd_wy_dqkg_problem's field order).
 struct Slot {
   const char* name;
   TensorView Problem::*member;
   bool is_output;
   bool is_index;
 };
-constexpr Slot kSlots[] = {
-    {"q", &Problem::q, false, false},
-    {"k", &Problem::k, false, false},
-    {"v", &Problem::v, false, false},
-    {"v_new", &Problem::v_new, false, false},
-    {"g", &Problem::g, false, false},
-    {"beta", &Problem::beta, false, false},
-    {"A", &Problem::A, false, false},
-    {"h", &Problem::h, false, false},
-    {"do", &Problem::do_, false, false},
-    {"dh", &Problem::dh, false, false},
-    {"dv", &Problem::dv, false, false},
-    {"cu_seqlens", &Problem::cu_seqlens, false, true},
-    {"chunk_indices", &Problem::chunk_indices, false, true},
-    {"dq", &Problem::dq, true, false},
-    {"dk", &Problem::dk, true, false},
-    {"dv_out", &Problem::dv_out, true, false},
-    {"db", &Problem::db, true, false},
-    {"dg", &Problem::dg, true, false},
-    {"dA", &Problem::dA, true, false},
-};
+#define KDA_FUZZ_SLOT(member, name, role, rank, doc) \
+  Slot{name, &Problem::member, role == KDA_ARG_OUTPUT, role == KDA_ARG_OPTIONAL},
+constexpr Slot kSlots[] = {KDA_CHUNK_BWD_WY_DQKG_ARGS(KDA_FUZZ_SLOT)};
+#undef KDA_FUZZ_SLOT
 constexpr int kNumSlots = static_cast<int>(sizeof(kSlots) / sizeof(kSlots[0]));
 enum SlotId : int { kQ = 0, kG = 4, kBeta = 5, kA = 6, kCu = 11, kCi = 12 };
 
@@ -227,9 +211,9 @@ Intended intended(const Plan& p, int slot) {
   if (name == "h" || name == "dh") return {state, p.h_dtype};
   if (name == "cu_seqlens") return {{static_cast<int64_t>(p.cu.size())}, p.cu_dtype};
   if (name == "chunk_indices") return {{p.NT, 2}, p.ci_dtype};
-  if (name == "dv_out") return {vv, p.x};
-  if (name == "db") return {{p.B, p.T, p.HV}, DType::f32};
-  if (name == "dA") return {{p.B, p.T, p.HV, p.BT}, DType::f32};
+  if (name == "out.dv_out") return {vv, p.x};
+  if (name == "out.db") return {{p.B, p.T, p.HV}, DType::f32};
+  if (name == "out.dA") return {{p.B, p.T, p.HV, p.BT}, DType::f32};
   return {gk, DType::f32};  // dq, dk, dg
 }
 
@@ -821,8 +805,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool must_accept = !c.perturbed && c.must_reject.empty();
 
   // The C face first: it guards enum values, so it must answer even where the C++ face may not.
-  const kda_problem c_problem = kda::testing::to_c(c.problem);
-  const kda_status c_status = kda_validate(&c_problem);
+  const kda_chunk_bwd_wy_dqkg_problem c_problem = kda::testing::to_c(c.problem);
+  const kda_status c_status = kda_chunk_bwd_wy_dqkg_validate(&c_problem);
   const std::string c_message = kda_last_error();
 
   const auto before = snapshot(mem);
@@ -839,11 +823,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   KDA_FUZZ_CHECK(status.ok() || !must_accept, "validate() rejected a valid problem: %s\n%s",
                  status.message.c_str(), c.problem.describe().c_str());
   KDA_FUZZ_CHECK(c_status == static_cast<kda_status>(status.code),
-                 "kda_validate() says %d (%s), validate() says %d (%s)", c_status,
+                 "kda_chunk_bwd_wy_dqkg_validate() says %d (%s), validate() says %d (%s)", c_status,
                  c_message.c_str(), static_cast<int>(status.code), status.message.c_str());
-  KDA_FUZZ_CHECK(c.garbage_enum || c_message == status.message,
-                 "kda_validate() message '%s' differs from validate() message '%s'",
-                 c_message.c_str(), status.message.c_str());
+  KDA_FUZZ_CHECK(
+      c.garbage_enum || c_message == status.message,
+      "kda_chunk_bwd_wy_dqkg_validate() message '%s' differs from validate() message '%s'",
+      c_message.c_str(), status.message.c_str());
 
   if (!status.ok()) {
     // No partial outputs on error: run() refuses with the same message and touches nothing.

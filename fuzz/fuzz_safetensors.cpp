@@ -5,6 +5,7 @@
 //   - when the tensors form a problem (problem_from_safetensors), it validates, runs on cpu-ref
 //     and cpu writing every output element, and survives problem_to_safetensors and back.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -51,41 +52,46 @@ void check_round_trip(const SafetensorsFile& file) {
   KDA_FUZZ_CHECK(bytes == bytes2, "the writer is not deterministic");
 }
 
-// Small enough to run both CPU backends on every input: the reference is O(T * HV * K * V).
+// Small enough to run both CPU backends on every input: the references cost about
+// T * HV * K * (V or BT) per batch row.
 bool small_enough_to_run(const HostProblem& p) {
   const auto& q = p.get("q").shape;
-  const auto& v = p.get("v").shape;
-  const int64_t work = q[0] * q[1] * v[2] * q[3] * v[3];
+  int64_t inner = 64;  // BT at most
+  if (p.has("v")) inner = std::max<int64_t>(inner, p.get("v").shape.back());
+  int64_t heads = q[2];
+  if (p.has("g")) heads = p.get("g").shape[2];
+  const int64_t work = q[0] * q[1] * heads * q[3] * inner;
   return work <= (int64_t{1} << 22);
 }
 
 void check_runs(HostProblem& p) {
-  const kda::Status valid = p.problem().validate();
+  const kda::io::OpIo& op = kda::io::op_of(p);
+  const kda::Status valid = op.validate(p);
   KDA_FUZZ_CHECK(valid.ok(), "problem_from_safetensors accepted a problem validate() rejects: %s",
                  valid.message.c_str());
   if (!small_enough_to_run(p)) return;
   for (kda::Backend backend : {kda::Backend::cpu_ref, kda::Backend::cpu}) {
-    for (const char* name : kda::io::kOutputNames) {
+    for (const std::string& name : p.output_names()) {
       HostTensor& out = p.get(name);
       kda::fuzz::poison(out.bytes.data(), out.dtype, out.numel());
     }
-    const kda::Status s = kda::run(p.problem(), backend);
-    KDA_FUZZ_CHECK(s.ok(), "%s failed on a valid problem: %s",
+    const kda::Status s = op.run(p.views(), p, backend, nullptr, kda::Kernel::auto_);
+    KDA_FUZZ_CHECK(s.ok(), "%s %s failed on a valid problem: %s", op.name,
                    std::string(kda::backend_name(backend)).c_str(), s.message.c_str());
-    for (const char* name : kda::io::kOutputNames) {
+    for (const std::string& name : p.output_names()) {
       const HostTensor& out = p.get(name);
       const size_t elem = kda::dtype_size(out.dtype);
       for (int64_t i = 0; i < out.numel(); ++i) {
         KDA_FUZZ_CHECK(!kda::fuzz::is_poison(out.bytes.data() + i * elem, out.dtype),
-                       "%s left %s[%lld] unwritten",
-                       std::string(kda::backend_name(backend)).c_str(), name,
+                       "%s %s left %s[%lld] unwritten", op.name,
+                       std::string(kda::backend_name(backend)).c_str(), name.c_str(),
                        static_cast<long long>(i));
       }
     }
   }
 }
 
-// problem -> file -> bytes -> file -> problem keeps every input and (as out.<name>) output.
+// problem -> file -> bytes -> file -> problem keeps every input, output and option.
 void check_problem_round_trip(const HostProblem& p) {
   const SafetensorsFile file = kda::io::problem_to_safetensors(p);
   std::vector<uint8_t> bytes;
@@ -96,11 +102,11 @@ void check_problem_round_trip(const HostProblem& p) {
                  "re-parse of a written problem failed");
   HostProblem back;
   std::map<std::string, HostTensor> expected;
-  const Status s = kda::io::problem_from_safetensors(parsed, &back, &expected);
+  const Status s = kda::io::problem_from_safetensors(parsed, kda::io::op_of(p), &back, &expected);
   KDA_FUZZ_CHECK(s.ok(), "a written problem does not load again: %s", s.message.c_str());
   KDA_FUZZ_CHECK(back.scale == p.scale && back.chunk_size == p.chunk_size &&
-                     back.state_v_first == p.state_v_first,
-                 "scale, chunk_size or state_v_first changed in the round trip");
+                     back.state_v_first == p.state_v_first && back.safe_gate == p.safe_gate,
+                 "an option changed in the round trip");
   for (const auto& [name, t] : p.tensors) {
     const bool is_output = expected.count(name) != 0;
     const HostTensor& u = is_output ? expected.at(name) : back.get(name);
@@ -130,17 +136,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   check_round_trip(file);
 
-  HostProblem problem;
-  std::map<std::string, HostTensor> expected;
-  const Status p = kda::io::problem_from_safetensors(file, &problem, &expected);
-  if (!p.ok()) {
-    KDA_FUZZ_CHECK(p.message.rfind("safetensors: ", 0) == 0, "message lacks the prefix: %s",
-                   p.message.c_str());
-    KDA_FUZZ_CHECK(p.message.find('\n') == std::string::npos, "message is not one line: %s",
-                   p.message.c_str());
-    return 0;
+  // Every operator reads the file its own way: each must load it or refuse it cleanly.
+  for (const kda::io::OpIo* op : kda::io::ops()) {
+    HostProblem problem;
+    std::map<std::string, HostTensor> expected;
+    const Status p = kda::io::problem_from_safetensors(file, *op, &problem, &expected);
+    if (!p.ok()) {
+      KDA_FUZZ_CHECK(p.message.rfind("safetensors: ", 0) == 0, "message lacks the prefix: %s",
+                     p.message.c_str());
+      KDA_FUZZ_CHECK(p.message.find('\n') == std::string::npos, "message is not one line: %s",
+                     p.message.c_str());
+      continue;
+    }
+    check_runs(problem);
+    check_problem_round_trip(problem);
   }
-  check_runs(problem);
-  check_problem_round_trip(problem);
   return 0;
 }

@@ -14,13 +14,13 @@ namespace {
 
 using kda::DType;
 using kda::io::HostTensor;
-using kda::io::ProblemConfig;
 using kda::io::SafetensorsFile;
+using kda::io::WyDqkgConfig;
 
 // A problem with its cpu-ref outputs as out.<name>, like the golden files but tiny.
-SafetensorsFile solved(const ProblemConfig& c) {
+SafetensorsFile solved(const WyDqkgConfig& c) {
   kda::io::HostProblem p = kda::io::make_random_problem(c);
-  const kda::Status s = kda::run(p.problem(), kda::Backend::cpu_ref);
+  const kda::Status s = kda::run(p.as<kda::ChunkBwdWyDqkgProblem>(), kda::Backend::cpu_ref);
   if (!s.ok()) std::fprintf(stderr, "make_seeds: %s\n", s.message.c_str());
   return kda::io::problem_to_safetensors(p);
 }
@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
     }
   };
 
-  ProblemConfig fixed;  // fixed length, a tail chunk, f32
+  WyDqkgConfig fixed;  // fixed length, a tail chunk, f32
   fixed.B = 1;
   fixed.T = 20;
   fixed.H = 1;
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   fixed.seed = 1;
   write("problem_fixed_f32.safetensors", solved(fixed));
 
-  ProblemConfig varlen;  // cu_seqlens + chunk_indices, GVA, state_v_first, bf16 states
+  WyDqkgConfig varlen;  // cu_seqlens + chunk_indices, GVA, state_v_first, bf16 states
   varlen.B = 1;
   varlen.H = 1;
   varlen.HV = 2;
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   varlen.seed = 2;
   write("problem_varlen_bf16.safetensors", solved(varlen));
 
-  ProblemConfig half;  // two batch rows, BT = 32, f16 states
+  WyDqkgConfig half;  // two batch rows, BT = 32, f16 states
   half.B = 2;
   half.T = 9;
   half.H = 1;

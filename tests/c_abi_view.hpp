@@ -1,6 +1,7 @@
 #pragma once
-// The C ABI's view (kda_tensor, kda_problem) of the C++ types, for the tests and the fuzzers
-// that drive both faces of the library with one problem. Header-only, no test framework.
+// The C ABI's view (kda_tensor, the operators' C problem structs) of the C++ types, for the tests
+// and the fuzzers that drive both faces of the library with one problem. Header-only, no test
+// framework. The tensors go by the operators' argument tables (the same X-macro lists both).
 
 #include <cstdint>
 
@@ -9,7 +10,7 @@
 
 namespace kda::testing {
 
-// The C ABI's view of a C++ tensor view and problem.
+// The C ABI's view of a C++ tensor view.
 inline kda_tensor to_c(const TensorView& t) {
   kda_tensor c{};
   c.data = t.data;
@@ -24,33 +25,28 @@ inline kda_tensor to_c(const TensorView& t) {
   return c;
 }
 
-inline kda_problem to_c(const Problem& p) {
-  kda_problem c{};
+#define KDA_TEST_COPY_TO_C(member, name, role, rank, doc) c.member = to_c(p.member);
+
+inline kda_chunk_bwd_wy_dqkg_problem to_c(const ChunkBwdWyDqkgProblem& p) {
+  kda_chunk_bwd_wy_dqkg_problem c{};
   c.abi_version = KDA_ABI_VERSION;
   c.state_v_first = p.state_v_first ? 1 : 0;
   c.chunk_size = p.chunk_size;
   c.has_scale = p.scale.has_value() ? 1 : 0;
   c.scale = p.scale.value_or(0.0);
-  c.q = to_c(p.q);
-  c.k = to_c(p.k);
-  c.v = to_c(p.v);
-  c.v_new = to_c(p.v_new);
-  c.g = to_c(p.g);
-  c.beta = to_c(p.beta);
-  c.A = to_c(p.A);
-  c.h = to_c(p.h);
-  c.do_ = to_c(p.do_);
-  c.dh = to_c(p.dh);
-  c.dv = to_c(p.dv);
-  c.cu_seqlens = to_c(p.cu_seqlens);
-  c.chunk_indices = to_c(p.chunk_indices);
-  c.dq = to_c(p.dq);
-  c.dk = to_c(p.dk);
-  c.dv_out = to_c(p.dv_out);
-  c.db = to_c(p.db);
-  c.dg = to_c(p.dg);
-  c.dA = to_c(p.dA);
+  KDA_CHUNK_BWD_WY_DQKG_ARGS(KDA_TEST_COPY_TO_C)
   return c;
 }
+
+inline kda_chunk_bwd_intra_problem to_c(const ChunkBwdIntraProblem& p) {
+  kda_chunk_bwd_intra_problem c{};
+  c.abi_version = KDA_ABI_VERSION;
+  c.safe_gate = p.safe_gate ? 1 : 0;
+  c.chunk_size = p.chunk_size;
+  KDA_CHUNK_BWD_INTRA_ARGS(KDA_TEST_COPY_TO_C)
+  return c;
+}
+
+#undef KDA_TEST_COPY_TO_C
 
 }  // namespace kda::testing

@@ -25,8 +25,8 @@ void check_cuda(cudaError_t status, const char* what) {
 
 namespace {
 
-bool is_output(const std::string& name) {
-  for (const char* out : io::kOutputNames) {
+bool is_output(const io::HostProblem& hp, const std::string& name) {
+  for (const std::string& out : hp.output_names()) {
     if (name == out) return true;
   }
   return false;
@@ -71,30 +71,6 @@ DeviceProblem::DeviceProblem(const io::HostProblem& host, int device,
     buffers_[name] = buf;
     views_[name] = view;
   }
-  problem_ = host.problem();
-  auto bind = [&](const char* name, TensorView& v) {
-    auto it = views_.find(name);
-    v = it == views_.end() ? TensorView{} : it->second;
-  };
-  bind("q", problem_.q);
-  bind("k", problem_.k);
-  bind("v", problem_.v);
-  bind("v_new", problem_.v_new);
-  bind("g", problem_.g);
-  bind("beta", problem_.beta);
-  bind("A", problem_.A);
-  bind("h", problem_.h);
-  bind("do", problem_.do_);
-  bind("dh", problem_.dh);
-  bind("dv", problem_.dv);
-  bind("cu_seqlens", problem_.cu_seqlens);
-  bind("chunk_indices", problem_.chunk_indices);
-  bind("dq", problem_.dq);
-  bind("dk", problem_.dk);
-  bind("dv_out", problem_.dv_out);
-  bind("db", problem_.db);
-  bind("dg", problem_.dg);
-  bind("dA", problem_.dA);
 }
 
 DeviceProblem::~DeviceProblem() {
@@ -102,7 +78,7 @@ DeviceProblem::~DeviceProblem() {
 }
 
 void DeviceProblem::poison_outputs() {
-  for (const char* name : io::kOutputNames) {
+  for (const std::string& name : host_.output_names()) {
     const Buffer& buf = buffers_.at(name);
     check_cuda(cudaMemset(buf.ptr, 0xff, buf.bytes), "cudaMemset poison");
   }
@@ -119,12 +95,12 @@ io::HostTensor DeviceProblem::download(const std::string& name) const {
 
 io::HostProblem DeviceProblem::download_outputs() const {
   io::HostProblem out = host_;
-  for (const char* name : io::kOutputNames) out.tensors[name] = download(name);
+  for (const std::string& name : host_.output_names()) out.tensors[name] = download(name);
   return out;
 }
 
 void DeviceProblem::poison_outputs_async(cudaStream_t stream) {
-  for (const char* name : io::kOutputNames) {
+  for (const std::string& name : host_.output_names()) {
     const Buffer& buf = buffers_.at(name);
     check_cuda(cudaMemsetAsync(buf.ptr, 0xff, buf.bytes, stream), "cudaMemsetAsync poison");
   }
@@ -132,7 +108,7 @@ void DeviceProblem::poison_outputs_async(cudaStream_t stream) {
 
 io::HostProblem DeviceProblem::download_outputs_on(cudaStream_t stream) const {
   io::HostProblem out = host_;
-  for (const char* name : io::kOutputNames) {
+  for (const std::string& name : host_.output_names()) {
     io::HostTensor& t = out.tensors[name];
     check_cuda(cudaMemcpyAsync(t.bytes.data(), buffers_.at(name).ptr, t.bytes.size(),
                                cudaMemcpyDeviceToHost, stream),
@@ -144,7 +120,7 @@ io::HostProblem DeviceProblem::download_outputs_on(cudaStream_t stream) const {
 
 bool DeviceProblem::inputs_unchanged(std::string* which) const {
   for (const auto& [name, buf] : buffers_) {
-    if (is_output(name)) continue;
+    if (is_output(host_, name)) continue;
     std::vector<uint8_t> now(buf.bytes);
     check_cuda(cudaMemcpy(now.data(), buf.ptr, buf.bytes, cudaMemcpyDeviceToHost), "D2H");
     const io::HostTensor& t = host_.get(name);

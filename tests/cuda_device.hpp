@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "io/host_problem.hpp"
-#include "kda/problem.hpp"
+#include "kda/kda.hpp"
 
 // Skips the calling test, saying why, when no CUDA device is visible (CI has none).
 #define SKIP_WITHOUT_GPU()                                                         \
@@ -35,18 +35,26 @@ class DeviceProblem {
   DeviceProblem(const DeviceProblem&) = delete;
   DeviceProblem& operator=(const DeviceProblem&) = delete;
 
-  Problem problem() const { return problem_; }
+  // The problem over the device copies, as operator P's (the host problem's operator).
+  template <typename P>
+  P as() const {
+    return io::problem_from_views<P>(views_, host_);
+  }
+  // Runs the host problem's operator on the device copies.
+  Status run(Backend backend, void* stream = nullptr, Kernel kernel = Kernel::auto_) const {
+    return io::op_of(host_).run(views_, host_, backend, stream, kernel);
+  }
   // Fills every output with all-ones bits (NaN in f32, f16 and bf16).
   void poison_outputs();
   // Output `name` as a host tensor.
   io::HostTensor download(const std::string& name) const;
-  // All six outputs into a copy of the host problem's tensors.
+  // All outputs into a copy of the host problem's tensors.
   io::HostProblem download_outputs() const;
   // True when every input's device bytes still equal the host bytes they were uploaded from.
   bool inputs_unchanged(std::string* which) const;
 
   // For tests that share the GPU between streams or host threads: like poison_outputs, but queued
-  // on `stream` with no synchronization; and all six outputs copied on `stream` after the work
+  // on `stream` with no synchronization; and all outputs copied on `stream` after the work
   // queued there, returning once they have landed. The device must be current.
   void poison_outputs_async(cudaStream_t stream);
   io::HostProblem download_outputs_on(cudaStream_t stream) const;
@@ -61,7 +69,6 @@ class DeviceProblem {
   int device_;
   std::map<std::string, Buffer> buffers_;
   std::map<std::string, TensorView> views_;
-  Problem problem_;
 };
 
 // Aborts the test with the CUDA error text when `status` is not cudaSuccess.

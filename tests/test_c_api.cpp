@@ -1,8 +1,10 @@
-// The C ABI: version queries, status codes with thread-local messages, and a run through kda_run
-// that gives the same bits as the C++ entry point.
+// The C ABI: version queries, status codes with thread-local messages, the operators' argument
+// tables, kernel choice, and runs through each operator's kda_<op>_run that give the same bits as
+// the C++ entry point.
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -16,8 +18,8 @@ namespace {
 
 using kda::testing::to_c;
 
-kda::io::ProblemConfig config() {
-  kda::io::ProblemConfig c;
+kda::io::WyDqkgConfig config() {
+  kda::io::WyDqkgConfig c;
   c.B = 1;
   c.T = 37;
   c.H = 2;
@@ -31,7 +33,7 @@ kda::io::ProblemConfig config() {
 
 TEST(CApi, Version) {
   EXPECT_STREQ(kda_version(), kda::kVersionString);
-  EXPECT_EQ(kda_version_number(), 100);
+  EXPECT_EQ(kda_version_number(), 200);
   EXPECT_EQ(kda_abi_version(), KDA_ABI_VERSION);
   EXPECT_STREQ(kda_status_name(KDA_STATUS_INVALID_ARGUMENT), "invalid_argument");
   EXPECT_STREQ(kda_status_name(99), "unknown_status");
@@ -41,51 +43,52 @@ TEST(CApi, Version) {
 }
 
 TEST(CApi, NullProblem) {
-  EXPECT_EQ(kda_validate(nullptr), KDA_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(kda_chunk_bwd_wy_dqkg_validate(nullptr), KDA_STATUS_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kda_last_error()).find("'problem'"), std::string::npos);
 }
 
 TEST(CApi, AbiVersionMismatch) {
   kda::io::HostProblem hp = kda::io::make_random_problem(config());
-  kda_problem c = to_c(hp.problem());
+  kda_chunk_bwd_wy_dqkg_problem c = to_c(hp.as<kda::ChunkBwdWyDqkgProblem>());
   c.abi_version = KDA_ABI_VERSION + 1;
-  EXPECT_EQ(kda_validate(&c), KDA_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(kda_chunk_bwd_wy_dqkg_validate(&c), KDA_STATUS_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kda_last_error()).find("abi_version"), std::string::npos);
 }
 
 TEST(CApi, UnknownCodes) {
   kda::io::HostProblem hp = kda::io::make_random_problem(config());
-  kda_problem c = to_c(hp.problem());
+  kda_chunk_bwd_wy_dqkg_problem c = to_c(hp.as<kda::ChunkBwdWyDqkgProblem>());
   c.g.dtype = 42;
-  EXPECT_EQ(kda_validate(&c), KDA_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(kda_chunk_bwd_wy_dqkg_validate(&c), KDA_STATUS_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kda_last_error()).find("'g': unknown dtype code 42"), std::string::npos)
       << kda_last_error();
-  c = to_c(hp.problem());
+  c = to_c(hp.as<kda::ChunkBwdWyDqkgProblem>());
   c.h.device_type = 9;
-  EXPECT_EQ(kda_validate(&c), KDA_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(kda_chunk_bwd_wy_dqkg_validate(&c), KDA_STATUS_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kda_last_error()).find("'h': unknown device type"), std::string::npos);
-  c = to_c(hp.problem());
+  c = to_c(hp.as<kda::ChunkBwdWyDqkgProblem>());
   c.dq.rank = 99;
-  EXPECT_EQ(kda_validate(&c), KDA_STATUS_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(kda_last_error()).find("'dq': rank 99"), std::string::npos);
-  c = to_c(hp.problem());
-  EXPECT_EQ(kda_run(&c, 5, nullptr), KDA_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(kda_chunk_bwd_wy_dqkg_validate(&c), KDA_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kda_last_error()).find("'out.dq': rank 99"), std::string::npos);
+  c = to_c(hp.as<kda::ChunkBwdWyDqkgProblem>());
+  EXPECT_EQ(kda_chunk_bwd_wy_dqkg_run(&c, 5, KDA_KERNEL_AUTO, nullptr),
+            KDA_STATUS_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kda_last_error()).find("'backend'"), std::string::npos);
 }
 
 TEST(CApi, ValidationMessageReachesCaller) {
   kda::io::HostProblem hp = kda::io::make_random_problem(config());
-  kda_problem c = to_c(hp.problem());
+  kda_chunk_bwd_wy_dqkg_problem c = to_c(hp.as<kda::ChunkBwdWyDqkgProblem>());
   c.chunk_size = 32;
-  EXPECT_EQ(kda_validate(&c), KDA_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(kda_chunk_bwd_wy_dqkg_validate(&c), KDA_STATUS_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kda_last_error()).find("'A'"), std::string::npos);
   c.chunk_size = 16;
-  EXPECT_EQ(kda_validate(&c), KDA_STATUS_OK);
+  EXPECT_EQ(kda_chunk_bwd_wy_dqkg_validate(&c), KDA_STATUS_OK);
   EXPECT_STREQ(kda_last_error(), "");
 }
 
 TEST(CApi, LastErrorIsPerThread) {
-  EXPECT_EQ(kda_validate(nullptr), KDA_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(kda_chunk_bwd_wy_dqkg_validate(nullptr), KDA_STATUS_INVALID_ARGUMENT);
   std::string other;
   std::thread t([&] { other = kda_last_error(); });
   t.join();
@@ -113,12 +116,110 @@ TEST(CApi, ChunkIndices) {
 TEST(CApi, RunMatchesCppApiBitwise) {
   kda::io::HostProblem via_c = kda::io::make_random_problem(config());
   kda::io::HostProblem via_cpp = kda::io::make_random_problem(config());
-  kda_problem c = to_c(via_c.problem());
-  ASSERT_EQ(kda_run(&c, KDA_BACKEND_CPU, nullptr), KDA_STATUS_OK) << kda_last_error();
-  ASSERT_TRUE(kda::run(via_cpp.problem(), kda::Backend::cpu).ok());
-  for (const char* name : kda::io::kOutputNames) {
+  kda_chunk_bwd_wy_dqkg_problem c = to_c(via_c.as<kda::ChunkBwdWyDqkgProblem>());
+  ASSERT_EQ(kda_chunk_bwd_wy_dqkg_run(&c, KDA_BACKEND_CPU, KDA_KERNEL_AUTO, nullptr), KDA_STATUS_OK)
+      << kda_last_error();
+  ASSERT_TRUE(kda::run(via_cpp.as<kda::ChunkBwdWyDqkgProblem>(), kda::Backend::cpu).ok());
+  for (const std::string& name : kda::testing::wy_outputs()) {
     EXPECT_EQ(via_c.get(name).bytes, via_cpp.get(name).bytes) << name;
   }
+}
+
+TEST(CApi, OperatorTablesDescribeTheStructs) {
+  ASSERT_EQ(kda_op_name(KDA_OP_CHUNK_BWD_WY_DQKG), std::string("chunk_bwd_wy_dqkg"));
+  ASSERT_EQ(kda_op_name(KDA_OP_CHUNK_BWD_INTRA), std::string("chunk_bwd_intra"));
+  EXPECT_EQ(kda_op_name(KDA_NUM_OPS), nullptr);
+  EXPECT_EQ(kda_op_name(-1), nullptr);
+  EXPECT_EQ(kda_op_num_args(KDA_NUM_OPS), -1);
+  EXPECT_EQ(kda_op_problem_size(KDA_OP_CHUNK_BWD_WY_DQKG),
+            static_cast<int64_t>(sizeof(kda_chunk_bwd_wy_dqkg_problem)));
+  EXPECT_EQ(kda_op_problem_size(KDA_OP_CHUNK_BWD_INTRA),
+            static_cast<int64_t>(sizeof(kda_chunk_bwd_intra_problem)));
+  // Every row: the C++ table's name, role and rank, and the offset of the C struct's member.
+  struct Expected {
+    const char* name;
+    int32_t role, rank;
+    size_t offset;
+  };
+#define KDA_TEST_ROW(member, name, role, rank, doc) \
+  Expected{name, role, rank, offsetof(CP, member)},
+  {
+    using CP = kda_chunk_bwd_wy_dqkg_problem;
+    const Expected rows[] = {KDA_CHUNK_BWD_WY_DQKG_ARGS(KDA_TEST_ROW)};
+    ASSERT_EQ(kda_op_num_args(KDA_OP_CHUNK_BWD_WY_DQKG), 19);
+    for (int32_t i = 0; i < 19; ++i) {
+      kda_arg_info info{};
+      ASSERT_EQ(kda_op_arg(KDA_OP_CHUNK_BWD_WY_DQKG, i, &info), KDA_STATUS_OK);
+      EXPECT_STREQ(info.name, rows[i].name);
+      EXPECT_EQ(info.role, rows[i].role) << info.name;
+      EXPECT_EQ(info.rank, rows[i].rank) << info.name;
+      EXPECT_EQ(info.offset, static_cast<int64_t>(rows[i].offset)) << info.name;
+      EXPECT_STREQ(info.name, kda::ChunkBwdWyDqkgProblem::args()[i].info.name);
+    }
+  }
+  {
+    using CP = kda_chunk_bwd_intra_problem;
+    const Expected rows[] = {KDA_CHUNK_BWD_INTRA_ARGS(KDA_TEST_ROW)};
+    ASSERT_EQ(kda_op_num_args(KDA_OP_CHUNK_BWD_INTRA), 16);
+    for (int32_t i = 0; i < 16; ++i) {
+      kda_arg_info info{};
+      ASSERT_EQ(kda_op_arg(KDA_OP_CHUNK_BWD_INTRA, i, &info), KDA_STATUS_OK);
+      EXPECT_STREQ(info.name, rows[i].name);
+      EXPECT_EQ(info.offset, static_cast<int64_t>(rows[i].offset)) << info.name;
+      EXPECT_STREQ(info.name, kda::ChunkBwdIntraProblem::args()[i].info.name);
+    }
+  }
+#undef KDA_TEST_ROW
+  kda_arg_info info{};
+  EXPECT_EQ(kda_op_arg(KDA_OP_CHUNK_BWD_INTRA, 16, &info), KDA_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kda_last_error()).find("'index'"), std::string::npos);
+  EXPECT_EQ(kda_op_arg(7, 0, &info), KDA_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kda_last_error()).find("'op'"), std::string::npos);
+  EXPECT_EQ(kda_op_arg(KDA_OP_CHUNK_BWD_INTRA, 0, nullptr), KDA_STATUS_INVALID_ARGUMENT);
+}
+
+TEST(CApi, KernelChoice) {
+  EXPECT_STREQ(kda_kernel_name(KDA_KERNEL_AUTO), "auto");
+  EXPECT_STREQ(kda_kernel_name(KDA_KERNEL_SIMT), "simt");
+  EXPECT_STREQ(kda_kernel_name(KDA_KERNEL_SM80_MMA), "sm80_mma");
+  EXPECT_EQ(kda_kernel_name(3), nullptr);
+  kda::io::HostProblem hp = kda::io::make_random_problem(config());
+  const kda_chunk_bwd_wy_dqkg_problem c = to_c(hp.as<kda::ChunkBwdWyDqkgProblem>());
+  for (int32_t kernel : {-1, 3, 1000}) {
+    EXPECT_EQ(kda_chunk_bwd_wy_dqkg_run(&c, KDA_BACKEND_CPU, kernel, nullptr),
+              KDA_STATUS_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kda_last_error()).find("'kernel'"), std::string::npos);
+  }
+  // CPU backends take auto only: a CUDA kernel named with them is refused, naming it.
+  EXPECT_EQ(kda_chunk_bwd_wy_dqkg_run(&c, KDA_BACKEND_CPU, KDA_KERNEL_SM80_MMA, nullptr),
+            KDA_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kda_last_error()).find("sm80_mma"), std::string::npos);
+  EXPECT_TRUE(kda::testing::all_outputs_poisoned(hp));
+}
+
+TEST(CApi, IntraRunMatchesCppApiBitwise) {
+  kda::io::IntraConfig ic;
+  ic.T = 45;
+  ic.H = 2;
+  ic.HV = 4;
+  ic.K = 20;
+  ic.BT = 16;
+  ic.x_dtype = kda::DType::f16;
+  ic.seed = 5;
+  kda::io::HostProblem via_c = kda::io::make_random_problem(ic);
+  kda::io::HostProblem via_cpp = kda::io::make_random_problem(ic);
+  kda_chunk_bwd_intra_problem c = to_c(via_c.as<kda::ChunkBwdIntraProblem>());
+  ASSERT_EQ(kda_chunk_bwd_intra_validate(&c), KDA_STATUS_OK) << kda_last_error();
+  ASSERT_EQ(kda_chunk_bwd_intra_run(&c, KDA_BACKEND_CPU, KDA_KERNEL_AUTO, nullptr), KDA_STATUS_OK)
+      << kda_last_error();
+  ASSERT_TRUE(kda::run(via_cpp.as<kda::ChunkBwdIntraProblem>(), kda::Backend::cpu).ok());
+  for (const std::string& name : via_c.output_names()) {
+    EXPECT_EQ(via_c.get(name).bytes, via_cpp.get(name).bytes) << name;
+  }
+  c.abi_version = 1;
+  EXPECT_EQ(kda_chunk_bwd_intra_run(&c, KDA_BACKEND_CPU, KDA_KERNEL_AUTO, nullptr),
+            KDA_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kda_last_error()).find("abi_version"), std::string::npos);
 }
 
 }  // namespace

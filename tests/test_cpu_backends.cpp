@@ -24,16 +24,17 @@
 
 #include "io/host_problem.hpp"
 #include "kda/kda.hpp"
+#include "test_support.hpp"
 
 namespace {
 
 using kda::Backend;
 using kda::DType;
-using kda::Problem;
+using Problem = kda::ChunkBwdWyDqkgProblem;
 using kda::TensorView;
 using kda::io::HostProblem;
 using kda::io::HostTensor;
-using kda::io::ProblemConfig;
+using kda::io::WyDqkgConfig;
 
 uint64_t base_seed() {
   static const uint64_t seed = []() -> uint64_t {
@@ -50,7 +51,7 @@ uint64_t next_seed() {
   return base_seed() + 0x9e3779b97f4a7c15ull * ++counter;
 }
 
-std::string describe(const ProblemConfig& c) {
+std::string describe(const WyDqkgConfig& c) {
   std::string s = "B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) +
                   " H=" + std::to_string(c.H) + " HV=" + std::to_string(c.HV ? c.HV : c.H) +
                   " K=" + std::to_string(c.K) + " V=" + std::to_string(c.V) +
@@ -64,8 +65,8 @@ std::string describe(const ProblemConfig& c) {
          ")";
 }
 
-ProblemConfig small_config(int64_t T, int64_t K, int64_t V, int64_t BT) {
-  ProblemConfig c;
+WyDqkgConfig small_config(int64_t T, int64_t K, int64_t V, int64_t BT) {
+  WyDqkgConfig c;
   c.B = 1;
   c.T = T;
   c.H = 1;
@@ -84,12 +85,12 @@ void run_ok(const Problem& p, Backend backend) {
 
 std::map<std::string, HostTensor> outputs_of(const HostProblem& hp) {
   std::map<std::string, HostTensor> out;
-  for (const char* name : kda::io::kOutputNames) out[name] = hp.get(name);
+  for (const std::string& name : kda::testing::wy_outputs()) out[name] = hp.get(name);
   return out;
 }
 
 void expect_all_finite(const HostProblem& hp, Backend backend) {
-  for (const char* name : kda::io::kOutputNames) {
+  for (const std::string& name : kda::testing::wy_outputs()) {
     const HostTensor& t = hp.get(name);
     int64_t bad = 0;
     for (int64_t i = 0; i < t.numel(); ++i) bad += std::isfinite(t.at(i)) ? 0 : 1;
@@ -100,7 +101,7 @@ void expect_all_finite(const HostProblem& hp, Backend backend) {
 
 void expect_bitwise_equal(const std::map<std::string, HostTensor>& a,
                           const std::map<std::string, HostTensor>& b, const std::string& what) {
-  for (const char* name : kda::io::kOutputNames) {
+  for (const std::string& name : kda::testing::wy_outputs()) {
     EXPECT_TRUE(a.at(name).bytes == b.at(name).bytes) << what << ": output " << name << " differs";
   }
 }
@@ -108,20 +109,20 @@ void expect_bitwise_equal(const std::map<std::string, HostTensor>& a,
 // Runs cpu-ref, then cpu on the same inputs (outputs poisoned again in between), and checks both
 // wrote every element and cpu is within SPEC's pass bar of cpu-ref on every output.
 void check_cpu_against_ref(HostProblem& hp) {
-  ASSERT_NO_FATAL_FAILURE(run_ok(hp.problem(), Backend::cpu_ref));
+  ASSERT_NO_FATAL_FAILURE(run_ok(hp.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cpu_ref));
   expect_all_finite(hp, Backend::cpu_ref);
   const std::map<std::string, HostTensor> ref = outputs_of(hp);
   hp.allocate_outputs();
-  ASSERT_NO_FATAL_FAILURE(run_ok(hp.problem(), Backend::cpu));
+  ASSERT_NO_FATAL_FAILURE(run_ok(hp.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cpu));
   expect_all_finite(hp, Backend::cpu);
   const double bar = kda::io::pass_bar(hp.get("q").dtype);
-  for (const char* name : kda::io::kOutputNames) {
+  for (const std::string& name : kda::testing::wy_outputs()) {
     const double err = kda::io::err_ratio(hp.get(name), ref.at(name));
     EXPECT_LE(err, bar) << "output " << name;  // a NaN err fails too
   }
 }
 
-void check_cpu_against_ref(const ProblemConfig& config) {
+void check_cpu_against_ref(const WyDqkgConfig& config) {
   SCOPED_TRACE(describe(config));
   HostProblem hp = kda::io::make_random_problem(config);
   check_cpu_against_ref(hp);
@@ -144,10 +145,10 @@ void expect_close(double got, double expected, const std::string& what) {
 // Two rows, K = V = 1: every quantity of SPEC's steps 1..12 is a scalar, written out by hand.
 // With L = 2 only dA[1][0] can be non-zero: (Āᵀ X Āᵀ)[1][0] = Ā[1][1] · X[1][0] · Ā[0][0].
 TEST(CpuRefByHand, TwoRowsScalarHeads) {
-  ProblemConfig c = small_config(/*T=*/2, /*K=*/1, /*V=*/1, /*BT=*/16);
+  WyDqkgConfig c = small_config(/*T=*/2, /*K=*/1, /*V=*/1, /*BT=*/16);
   c.scale = 0.7;
   HostProblem hp = kda::io::make_random_problem(c);
-  ASSERT_NO_FATAL_FAILURE(run_ok(hp.problem(), Backend::cpu_ref));
+  ASSERT_NO_FATAL_FAILURE(run_ok(hp.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cpu_ref));
   auto in = [&](const char* name, int64_t i) { return hp.get(name).at(i); };
   const double s = in("h", 0), ds = in("dh", 0), scale = 0.7;
   const double a00 = in("A", 0), a01 = in("A", 1), a10 = in("A", 16), a11 = in("A", 17);
@@ -172,15 +173,15 @@ TEST(CpuRefByHand, TwoRowsScalarHeads) {
   const double dA10 = -(a11 * X10 * a00);                                         // step 12
   for (int i = 0; i < 2; ++i) {
     const std::string row = " row " + std::to_string(i);
-    expect_close(hp.get("dq").at(i), dQ[i], "dq" + row);
-    expect_close(hp.get("dk").at(i), dK0[i] + dkgb[i] * E[i] * b[i], "dk" + row);
-    expect_close(hp.get("dv_out").at(i), b[i] * dvb[i], "dv_out" + row);
-    expect_close(hp.get("db").at(i), dvb[i] * v[i] + dkgb[i] * KG[i], "db" + row);
+    expect_close(hp.get("out.dq").at(i), dQ[i], "dq" + row);
+    expect_close(hp.get("out.dk").at(i), dK0[i] + dkgb[i] * E[i] * b[i], "dk" + row);
+    expect_close(hp.get("out.dv_out").at(i), b[i] * dvb[i], "dv_out" + row);
+    expect_close(hp.get("out.db").at(i), dvb[i] * v[i] + dkgb[i] * KG[i], "db" + row);
     const double dg = q[i] * dQ[i] - k[i] * dK0[i] + KG[i] * dkgb[i] * b[i] + (i == 1 ? dgk : 0.0);
-    expect_close(hp.get("dg").at(i), dg, "dg" + row);
+    expect_close(hp.get("out.dg").at(i), dg, "dg" + row);
     for (int j = 0; j < 16; ++j) {
       const double expected = (i == 1 && j == 0) ? dA10 : 0.0;
-      EXPECT_EQ(hp.get("dA").at(16 * i + j), static_cast<float>(expected)) << "dA" << row << j;
+      EXPECT_EQ(hp.get("out.dA").at(16 * i + j), static_cast<float>(expected)) << "dA" << row << j;
     }
   }
 }
@@ -188,11 +189,11 @@ TEST(CpuRefByHand, TwoRowsScalarHeads) {
 // SPEC's steps written as element-wise sums straight over the stored tensors (no tiles), on a
 // problem with a full and a short chunk, GVA (H=1, HV=2), state_v_first and K != V.
 TEST(CpuRefByHand, ElementwiseSumsTwoChunksGvaStateVFirst) {
-  ProblemConfig c = small_config(/*T=*/19, /*K=*/2, /*V=*/3, /*BT=*/16);
+  WyDqkgConfig c = small_config(/*T=*/19, /*K=*/2, /*V=*/3, /*BT=*/16);
   c.HV = 2;
   c.state_v_first = true;
   HostProblem hp = kda::io::make_random_problem(c);
-  ASSERT_NO_FATAL_FAILURE(run_ok(hp.problem(), Backend::cpu_ref));
+  ASSERT_NO_FATAL_FAILURE(run_ok(hp.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cpu_ref));
   const int64_t K = 2, V = 3, BT = 16, T = 19;
   const double scale = 1.0 / std::sqrt(2.0);
   const HostTensor &q = hp.get("q"), &k = hp.get("k"), &v = hp.get("v"), &vn = hp.get("v_new");
@@ -252,13 +253,14 @@ TEST(CpuRefByHand, ElementwiseSumsTwoChunksGvaStateVFirst) {
         double db = 0;  // step 6
         for (int64_t vv = 0; vv < V; ++vv) {
           db += dvb(i, vv) * X4(v, i, vv);
-          expect_close(at(hp.get("dv_out"), {0, t, hv, vv}), b(i) * dvb(i, vv), "dv_out");
+          expect_close(at(hp.get("out.dv_out"), {0, t, hv, vv}), b(i) * dvb(i, vv), "dv_out");
         }
         for (int64_t kk = 0; kk < K; ++kk) db += dkgb(i, kk) * KG(i, kk);
-        expect_close(at(hp.get("db"), {0, t, hv}), db, "db");
+        expect_close(at(hp.get("out.db"), {0, t, hv}), db, "db");
         for (int64_t kk = 0; kk < K; ++kk) {
-          expect_close(at(hp.get("dq"), {0, t, hv, kk}), dQ(i, kk), "dq");
-          expect_close(at(hp.get("dk"), {0, t, hv, kk}), dK0(i, kk) + dkgb(i, kk) * E(i, kk) * b(i),
+          expect_close(at(hp.get("out.dq"), {0, t, hv, kk}), dQ(i, kk), "dq");
+          expect_close(at(hp.get("out.dk"), {0, t, hv, kk}),
+                       dK0(i, kk) + dkgb(i, kk) * E(i, kk) * b(i),
                        "dk");  // step 7
           double dg = Q(i, kk) * dQ(i, kk) - Kk(i, kk) * dK0(i, kk) +
                       KG(i, kk) * dkgb(i, kk) * b(i);  // step 9
@@ -268,7 +270,7 @@ TEST(CpuRefByHand, ElementwiseSumsTwoChunksGvaStateVFirst) {
             for (int64_t r = 0; r < L; ++r) keys += Kk(r, kk) * dK0(r, kk);
             dg += std::exp2(gn(kk)) * state + keys;
           }
-          expect_close(at(hp.get("dg"), {0, t, hv, kk}), dg, "dg");
+          expect_close(at(hp.get("out.dg"), {0, t, hv, kk}), dg, "dg");
         }
         for (int64_t j = 0; j < BT; ++j) {  // step 12
           double dA = 0;
@@ -277,7 +279,7 @@ TEST(CpuRefByHand, ElementwiseSumsTwoChunksGvaStateVFirst) {
               for (int64_t n = 0; n < L; ++n) dA -= Abar(m, i) * Xm(m, n) * Abar(j, n);
             }
           }
-          expect_close(at(hp.get("dA"), {0, t, hv, j}), dA, "dA col " + std::to_string(j));
+          expect_close(at(hp.get("out.dA"), {0, t, hv, j}), dA, "dA col " + std::to_string(j));
         }
       }
     }
@@ -293,7 +295,7 @@ TEST(CpuVsRef, EveryDtypeCombination) {
         x == DType::f32 ? std::vector<DType>{x} : std::vector<DType>{DType::f32, x};
     for (DType h : h_or_beta) {
       for (DType beta : h_or_beta) {
-        ProblemConfig c;
+        WyDqkgConfig c;
         c.B = 2;
         c.T = 45;
         c.H = 2;
@@ -316,7 +318,7 @@ TEST(CpuVsRef, ChunkSizesAndHeadDims) {
                                               {100, 7}, {128, 128}, {256, 256}};
   for (int64_t BT : {16, 32, 64}) {
     for (auto [K, V] : dims) {
-      ProblemConfig c = small_config(/*T=*/2 * BT + 3, K, V, BT);
+      WyDqkgConfig c = small_config(/*T=*/2 * BT + 3, K, V, BT);
       c.H = 2;
       c.x_dtype = (K + BT) % 3 == 0 ? DType::bf16 : DType::f32;
       check_cpu_against_ref(c);
@@ -327,7 +329,7 @@ TEST(CpuVsRef, ChunkSizesAndHeadDims) {
 TEST(CpuVsRef, TailChunks) {
   for (int64_t BT : {16, 32, 64}) {
     for (int64_t T : {int64_t{1}, BT - 1, BT + 1, 3 * BT + 5}) {
-      ProblemConfig c = small_config(T, /*K=*/24, /*V=*/40, BT);
+      WyDqkgConfig c = small_config(T, /*K=*/24, /*V=*/40, BT);
       c.B = 3;
       c.H = 2;
       c.x_dtype = DType::f16;
@@ -340,7 +342,7 @@ TEST(CpuVsRef, TailChunks) {
 // SPEC: columns j >= L of A in a short chunk are never read. They hold NaN here; the outputs
 // must stay finite (and agree).
 TEST(CpuVsRef, ColumnsOfABeyondAShortChunkAreNotRead) {
-  ProblemConfig c = small_config(/*T=*/16 + 5, /*K=*/8, /*V=*/8, /*BT=*/16);
+  WyDqkgConfig c = small_config(/*T=*/16 + 5, /*K=*/8, /*V=*/8, /*BT=*/16);
   c.B = 2;
   c.H = 2;
   SCOPED_TRACE(describe(c));
@@ -361,7 +363,7 @@ TEST(CpuVsRef, ColumnsOfABeyondAShortChunkAreNotRead) {
 TEST(CpuVsRef, VariableLength) {
   for (int64_t BT : {16, 32, 64}) {
     for (bool pass_chunk_indices : {false, true}) {
-      ProblemConfig c = small_config(0, /*K=*/40, /*V=*/24, BT);
+      WyDqkgConfig c = small_config(0, /*K=*/40, /*V=*/24, BT);
       // Lengths 1, < BT, = BT, > several BT, a second length 1, and an empty sequence.
       c.seqlens = {1, BT - 3, BT, 3 * BT + 7, 1, 0, 2};
       c.pass_chunk_indices = pass_chunk_indices;
@@ -379,7 +381,7 @@ TEST(CpuVsRef, VariableLength) {
 
 TEST(CpuVsRef, GroupedValueHeads) {
   for (int64_t group : {1, 2, 4}) {
-    ProblemConfig c = small_config(/*T=*/70, /*K=*/48, /*V=*/56, /*BT=*/32);
+    WyDqkgConfig c = small_config(/*T=*/70, /*K=*/48, /*V=*/56, /*BT=*/32);
     c.B = 2;
     c.H = 2;
     c.HV = 2 * group;
@@ -389,7 +391,7 @@ TEST(CpuVsRef, GroupedValueHeads) {
 
 TEST(CpuVsRef, StateVFirst) {
   for (DType h : {DType::f32, DType::f16}) {
-    ProblemConfig c = small_config(/*T=*/0, /*K=*/20, /*V=*/52, /*BT=*/16);
+    WyDqkgConfig c = small_config(/*T=*/0, /*K=*/20, /*V=*/52, /*BT=*/16);
     c.seqlens = {17, 1, 40};
     c.H = 1;
     c.HV = 2;
@@ -405,7 +407,7 @@ TEST(CpuVsRef, StateVFirst) {
 // exp2(gn - G) stays near 1). The other tests draw g per token in -2.5 .. -0.05.
 TEST(CpuVsRef, CumulativeGates) {
   for (DType x : {DType::f32, DType::bf16}) {
-    ProblemConfig c = small_config(/*T=*/150, /*K=*/64, /*V=*/64, /*BT=*/64);
+    WyDqkgConfig c = small_config(/*T=*/150, /*K=*/64, /*V=*/64, /*BT=*/64);
     c.H = 2;
     c.x_dtype = x;
     SCOPED_TRACE(describe(c));
@@ -431,7 +433,7 @@ TEST(CpuVsRef, RandomConfigurations) {
     return v[rng() % v.size()];
   };
   for (int n = 0; n < 40; ++n) {
-    ProblemConfig c;
+    WyDqkgConfig c;
     c.seed = next_seed();
     c.x_dtype = pick(DType::f16, DType::bf16, DType::f32);
     c.h_dtype = pick(DType::f32, c.x_dtype);
@@ -464,7 +466,7 @@ TEST(CpuVsRef, RandomConfigurations) {
 }
 
 TEST(CpuVsRef, ExplicitScale) {
-  ProblemConfig c = small_config(/*T=*/50, /*K=*/16, /*V=*/16, /*BT=*/16);
+  WyDqkgConfig c = small_config(/*T=*/50, /*K=*/16, /*V=*/16, /*BT=*/16);
   c.scale = 0.37;
   check_cpu_against_ref(c);
 }
@@ -511,7 +513,7 @@ StridedCopy scrambled_copy(const HostTensor& t, std::mt19937_64& rng) {
 TEST(Strides, ScrambledInputLayoutsMatchContiguous) {
   std::mt19937_64 rng(next_seed());
   for (bool varlen : {false, true}) {
-    ProblemConfig c = small_config(/*T=*/37, /*K=*/12, /*V=*/9, /*BT=*/16);
+    WyDqkgConfig c = small_config(/*T=*/37, /*K=*/12, /*V=*/9, /*BT=*/16);
     c.B = varlen ? 1 : 2;
     c.H = 2;
     c.HV = 4;
@@ -528,10 +530,10 @@ TEST(Strides, ScrambledInputLayoutsMatchContiguous) {
     }
     for (Backend backend : {Backend::cpu_ref, Backend::cpu}) {
       hp.allocate_outputs();
-      ASSERT_NO_FATAL_FAILURE(run_ok(hp.problem(), backend));
+      ASSERT_NO_FATAL_FAILURE(run_ok(hp.as<kda::ChunkBwdWyDqkgProblem>(), backend));
       const std::map<std::string, HostTensor> contiguous = outputs_of(hp);
       hp.allocate_outputs();
-      Problem p = hp.problem();
+      Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
       p.q = copies["q"].view;
       p.k = copies["k"].view;
       p.v = copies["v"].view;
@@ -557,7 +559,7 @@ TEST(Strides, ScrambledInputLayoutsMatchContiguous) {
 // A stride-0 (broadcast, like torch's expand) dimension: q and k shared by both batch rows, and h
 // shared by every chunk, read through stride 0 give the outputs of the materialized copies.
 TEST(Strides, ZeroStrideBroadcastInputs) {
-  ProblemConfig c = small_config(/*T=*/40, /*K=*/10, /*V=*/6, /*BT=*/16);
+  WyDqkgConfig c = small_config(/*T=*/40, /*K=*/10, /*V=*/6, /*BT=*/16);
   c.B = 2;
   c.H = 2;
   HostProblem hp = kda::io::make_random_problem(c);
@@ -579,10 +581,10 @@ TEST(Strides, ZeroStrideBroadcastInputs) {
   copy_first_block("h", 1);
   for (Backend backend : {Backend::cpu_ref, Backend::cpu}) {
     hp.allocate_outputs();
-    ASSERT_NO_FATAL_FAILURE(run_ok(hp.problem(), backend));
+    ASSERT_NO_FATAL_FAILURE(run_ok(hp.as<kda::ChunkBwdWyDqkgProblem>(), backend));
     const std::map<std::string, HostTensor> materialized = outputs_of(hp);
     hp.allocate_outputs();
-    Problem p = hp.problem();
+    Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
     p.q.strides[0] = 0;
     p.k.strides[0] = 0;
     p.h.strides[1] = 0;
@@ -594,23 +596,23 @@ TEST(Strides, ZeroStrideBroadcastInputs) {
 TEST(EmptyProblems, ZeroTokensZeroBatchZeroSequences) {
   for (Backend backend : {Backend::cpu_ref, Backend::cpu}) {
     SCOPED_TRACE(std::string(kda::backend_name(backend)));
-    ProblemConfig c = small_config(/*T=*/0, /*K=*/8, /*V=*/8, /*BT=*/16);
+    WyDqkgConfig c = small_config(/*T=*/0, /*K=*/8, /*V=*/8, /*BT=*/16);
     HostProblem zero_tokens = kda::io::make_random_problem(c);
-    EXPECT_EQ(zero_tokens.get("dq").numel(), 0);
-    run_ok(zero_tokens.problem(), backend);
+    EXPECT_EQ(zero_tokens.get("out.dq").numel(), 0);
+    run_ok(zero_tokens.as<kda::ChunkBwdWyDqkgProblem>(), backend);
 
     c.B = 0;
     c.T = 5;
     HostProblem zero_batch = kda::io::make_random_problem(c);
-    EXPECT_EQ(zero_batch.get("dA").numel(), 0);
-    run_ok(zero_batch.problem(), backend);
+    EXPECT_EQ(zero_batch.get("out.dA").numel(), 0);
+    run_ok(zero_batch.as<kda::ChunkBwdWyDqkgProblem>(), backend);
 
     // cu_seqlens = [0]: no sequences at all (B = 1, T = 0, NT = 0).
     c.B = 1;
     c.T = 0;
     HostProblem no_sequences = kda::io::make_random_problem(c);
     no_sequences.tensors["cu_seqlens"] = HostTensor(DType::i32, {1});
-    run_ok(no_sequences.problem(), backend);
+    run_ok(no_sequences.as<kda::ChunkBwdWyDqkgProblem>(), backend);
   }
 }
 
@@ -621,11 +623,11 @@ TEST(EmptyProblems, EmptyOutputsWithAnyStrides) {
   for (Backend backend : {Backend::cpu_ref, Backend::cpu}) {
     SCOPED_TRACE(std::string(kda::backend_name(backend)));
     for (const auto& [B, T] : {std::pair<int64_t, int64_t>{2, 0}, {0, 20}}) {
-      ProblemConfig c = small_config(T, /*K=*/8, /*V=*/8, /*BT=*/16);
+      WyDqkgConfig c = small_config(T, /*K=*/8, /*V=*/8, /*BT=*/16);
       c.B = B;
       HostProblem hp = kda::io::make_random_problem(c);
-      Problem numpy_like = hp.problem();
-      Problem torch_like = hp.problem();
+      Problem numpy_like = hp.as<kda::ChunkBwdWyDqkgProblem>();
+      Problem torch_like = hp.as<kda::ChunkBwdWyDqkgProblem>();
       for (TensorView* out : {&numpy_like.dq, &numpy_like.dk, &numpy_like.dv_out, &numpy_like.db,
                               &numpy_like.dg, &numpy_like.dA}) {
         for (int d = 0; d < out->rank; ++d) out->strides[d] = 0;
@@ -646,7 +648,7 @@ TEST(EmptyProblems, EmptyOutputsWithAnyStrides) {
 
 // Both backends read their inputs only: every input byte (dv above all) is unchanged.
 TEST(Inputs, UnchangedAfterRun) {
-  ProblemConfig c = small_config(/*T=*/0, /*K=*/16, /*V=*/24, /*BT=*/16);
+  WyDqkgConfig c = small_config(/*T=*/0, /*K=*/16, /*V=*/24, /*BT=*/16);
   c.seqlens = {9, 30};
   c.pass_chunk_indices = true;
   c.HV = 2;
@@ -656,12 +658,10 @@ TEST(Inputs, UnchangedAfterRun) {
   for (const auto& [name, tensor] : hp.tensors) before[name] = tensor.bytes;
   for (Backend backend : {Backend::cpu_ref, Backend::cpu}) {
     hp.allocate_outputs();
-    ASSERT_NO_FATAL_FAILURE(run_ok(hp.problem(), backend));
+    ASSERT_NO_FATAL_FAILURE(run_ok(hp.as<kda::ChunkBwdWyDqkgProblem>(), backend));
     for (const auto& [name, bytes] : before) {
-      const bool is_output =
-          std::find_if(std::begin(kda::io::kOutputNames), std::end(kda::io::kOutputNames),
-                       [&](const char* o) { return name == o; }) != std::end(kda::io::kOutputNames);
-      if (is_output) continue;
+      const std::vector<std::string>& outputs = kda::testing::wy_outputs();
+      if (std::find(outputs.begin(), outputs.end(), name) != outputs.end()) continue;
       EXPECT_TRUE(hp.get(name).bytes == bytes)
           << kda::backend_name(backend) << " changed input " << name;
     }
@@ -670,15 +670,15 @@ TEST(Inputs, UnchangedAfterRun) {
 
 // Threads only split work units; each unit's arithmetic is fixed, so reruns are bitwise equal.
 TEST(Determinism, CpuIsBitwiseRepeatable) {
-  ProblemConfig c = small_config(/*T=*/200, /*K=*/64, /*V=*/64, /*BT=*/64);
+  WyDqkgConfig c = small_config(/*T=*/200, /*K=*/64, /*V=*/64, /*BT=*/64);
   c.H = 4;
   c.x_dtype = DType::bf16;
   HostProblem hp = kda::io::make_random_problem(c);
-  ASSERT_NO_FATAL_FAILURE(run_ok(hp.problem(), Backend::cpu));
+  ASSERT_NO_FATAL_FAILURE(run_ok(hp.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cpu));
   const std::map<std::string, HostTensor> first = outputs_of(hp);
   for (int rep = 0; rep < 3; ++rep) {
     hp.allocate_outputs();
-    ASSERT_NO_FATAL_FAILURE(run_ok(hp.problem(), Backend::cpu));
+    ASSERT_NO_FATAL_FAILURE(run_ok(hp.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cpu));
     expect_bitwise_equal(outputs_of(hp), first, "rerun " + std::to_string(rep));
   }
 }
@@ -688,10 +688,10 @@ TEST(Determinism, CpuIsBitwiseRepeatable) {
 // --gtest_also_run_disabled_tests --gtest_filter='*ModelShape*'. KDA_TIME_CPU_REF=1 also times
 // cpu-ref once and reports cpu's err_ratio against it.
 TEST(Timing, DISABLED_ModelShape) {
-  ProblemConfig c;  // defaults: the model shape
+  WyDqkgConfig c;  // defaults: the model shape
   c.seed = next_seed();
   HostProblem hp = kda::io::make_random_problem(c);
-  const Problem p = hp.problem();
+  const Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
   using clock = std::chrono::steady_clock;
   auto time_ms = [&](Backend backend) {
     const auto start = clock::now();
@@ -712,9 +712,9 @@ TEST(Timing, DISABLED_ModelShape) {
   if (std::getenv("KDA_TIME_CPU_REF")) {
     const std::map<std::string, HostTensor> cpu_out = outputs_of(hp);
     std::printf("cpu-ref, model shape bf16: %.1f ms (one run)\n", time_ms(Backend::cpu_ref));
-    for (const char* name : kda::io::kOutputNames) {
+    for (const std::string& name : kda::testing::wy_outputs()) {
       const double err = kda::io::err_ratio(cpu_out.at(name), hp.get(name));
-      std::printf("  err_ratio(cpu, cpu-ref) %s: %.3g\n", name, err);
+      std::printf("  err_ratio(cpu, cpu-ref) %s: %.3g\n", name.c_str(), err);
       EXPECT_LE(err, kda::io::pass_bar(c.x_dtype)) << name;
     }
   }

@@ -1,13 +1,16 @@
-// GPU tests of the cuda backend against the float64 cpu-ref, on fresh random inputs every run:
-// outputs poisoned before each run (every element must be overwritten), inputs checked unchanged
-// after it, bitwise determinism, the golden files, and a small subset for compute-sanitizer.
-// Without a visible CUDA device every test skips and says so.
+// GPU tests of chunk_bwd_wy_dqkg's cuda backend against the float64 cpu-ref, on fresh random
+// inputs every run, for every kernel in one process (simt, sm80_mma where it takes the problem,
+// and auto): outputs poisoned before each run (every element must be overwritten), inputs checked
+// unchanged after it, bitwise determinism, the golden files, and a small subset for
+// compute-sanitizer. Without a visible CUDA device every test skips and says so.
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,9 +25,10 @@
 namespace {
 
 using kda::DType;
+using kda::Kernel;
 using kda::io::HostProblem;
 using kda::io::HostTensor;
-using kda::io::ProblemConfig;
+using kda::io::WyDqkgConfig;
 using kda::testing::DeviceProblem;
 using kda::testing::fresh_seed;
 using kda::testing::reference_of;
@@ -32,10 +36,20 @@ using kda::testing::use_int32_indices;
 
 struct Case {
   std::string name;
-  ProblemConfig config;
+  WyDqkgConfig config;
   std::vector<std::string> padded = {};  // inputs stored with a padded head stride
   bool int32_indices = false;            // cu_seqlens / chunk_indices as int32
 };
+
+// The kernels every case runs on. sm80_mma takes 16-bit X with K, V in {64, 128} and inputs in
+// rows of 16-byte chunks (the padded layout breaks that); stated here from the contract, not
+// asked of the library, so that a wrong refusal fails the test instead of skipping the kernel.
+constexpr Kernel kKernels[] = {Kernel::simt, Kernel::sm80_mma, Kernel::auto_};
+bool sm80_mma_takes(const WyDqkgConfig& c, const std::vector<std::string>& padded) {
+  const bool x16 = c.x_dtype == DType::f16 || c.x_dtype == DType::bf16;
+  const bool dims = (c.K == 64 || c.K == 128) && (c.V == 64 || c.V == 128);
+  return x16 && dims && padded.empty();
+}
 
 std::string case_name(const ::testing::TestParamInfo<Case>& param_info) {
   return param_info.param.name;
@@ -54,34 +68,49 @@ std::string dtype_tag(DType d) {
   }
 }
 
-// Runs `hp` on the GPU with poisoned outputs and checks every output against cpu-ref.
-void check_against_reference(HostProblem hp, const std::vector<std::string>& padded,
+// Runs `hp` on the GPU with every kernel (poisoned outputs each time) and checks every output
+// against cpu-ref, computed once. `mma` says whether sm80_mma must take the problem; where it must
+// not, it must refuse it as unsupported, saying why.
+void check_against_reference(HostProblem hp, const std::vector<std::string>& padded, bool mma,
                              cudaStream_t stream = nullptr) {
   const HostProblem ref = reference_of(hp);
   DeviceProblem dev(hp, 0, padded);
-  dev.poison_outputs();
-  const kda::Status s = kda::run(dev.problem(), kda::Backend::cuda, stream);
-  ASSERT_TRUE(s.ok()) << s.message;
-  kda::testing::check_cuda(cudaDeviceSynchronize(), "sync after run");
-  const HostProblem out = dev.download_outputs();
   const DType x = hp.get("q").dtype;
   const double bar = kda::io::pass_bar(x);
-  for (const char* name : kda::io::kOutputNames) {
-    const HostTensor& got = out.get(name);
-    int64_t unwritten = 0;
-    for (int64_t i = 0; i < got.numel(); ++i) unwritten += std::isnan(got.at(i)) ? 1 : 0;
-    EXPECT_EQ(unwritten, 0) << name << ": " << unwritten << " elements left poisoned";
-    const double err = kda::io::err_ratio(got, ref.get(name));
-    EXPECT_LE(err, bar) << name << " err_ratio " << err << " above the " << dtype_tag(x) << " bar "
-                        << bar;
-    std::printf("    %-7s err_ratio %.3e (bar %.0e)\n", name, err, bar);
+  for (Kernel kernel : kKernels) {
+    const std::string kname(kda::kernel_name(kernel));
+    SCOPED_TRACE("kernel " + kname);
+    dev.poison_outputs();
+    const kda::Status s =
+        kda::run(dev.as<kda::ChunkBwdWyDqkgProblem>(), kda::Backend::cuda, stream, kernel);
+    if (kernel == Kernel::sm80_mma && !mma) {
+      EXPECT_EQ(s.code, kda::StatusCode::unsupported) << s.message;
+      EXPECT_NE(s.message.find("sm80_mma cannot take this problem"), std::string::npos)
+          << s.message;
+      std::printf("    %-8s refused: %s\n", kname.c_str(), s.message.c_str());
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << s.message;
+    kda::testing::check_cuda(cudaDeviceSynchronize(), "sync after run");
+    const HostProblem out = dev.download_outputs();
+    for (const std::string& name : kda::testing::wy_outputs()) {
+      const HostTensor& got = out.get(name);
+      int64_t unwritten = 0;
+      for (int64_t i = 0; i < got.numel(); ++i) unwritten += std::isnan(got.at(i)) ? 1 : 0;
+      EXPECT_EQ(unwritten, 0) << name << ": " << unwritten << " elements left poisoned";
+      const double err = kda::io::err_ratio(got, ref.get(name));
+      EXPECT_LE(err, bar) << name << " err_ratio " << err << " above the " << dtype_tag(x)
+                          << " bar " << bar;
+      std::printf("    %-8s %-10s err_ratio %.3e (bar %.0e)\n", kname.c_str(), name.c_str(), err,
+                  bar);
+    }
+    std::string which;
+    EXPECT_TRUE(dev.inputs_unchanged(&which)) << "input '" << which << "' was modified";
   }
-  std::string which;
-  EXPECT_TRUE(dev.inputs_unchanged(&which)) << "input '" << which << "' was modified";
 }
 
-ProblemConfig base(DType x, DType h, int64_t BT) {
-  ProblemConfig c;
+WyDqkgConfig base(DType x, DType h, int64_t BT) {
+  WyDqkgConfig c;
   c.B = 2;
   c.T = 2 * BT + 5;  // two full chunks and a short tail
   c.H = 2;
@@ -118,7 +147,7 @@ std::vector<Case> matrix() {
                                             {1, 7},     {7, 1}};
   for (DType x : xs) {
     for (auto [K, V] : kv) {
-      ProblemConfig c = base(x, DType::f32, 64);
+      WyDqkgConfig c = base(x, DType::f32, 64);
       c.K = K;
       c.V = V;
       c.B = 1;
@@ -129,7 +158,7 @@ std::vector<Case> matrix() {
   }
   // beta in float32 with X inputs.
   for (DType x : xs) {
-    ProblemConfig c = base(x, x, 32);
+    WyDqkgConfig c = base(x, x, 32);
     c.beta_dtype = DType::f32;
     cases.push_back({"beta_fp32_" + dtype_tag(x), c});
   }
@@ -138,7 +167,7 @@ std::vector<Case> matrix() {
     for (int64_t bt : {16, 32, 64}) {
       for (bool given : {false, true}) {
         for (bool narrow : {false, true}) {
-          ProblemConfig c = base(x, DType::f32, bt);
+          WyDqkgConfig c = base(x, DType::f32, bt);
           c.seqlens = {1, bt - 3, bt, 4 * bt + 7, 1, 2 * bt};
           c.pass_chunk_indices = given;
           cases.push_back({"varlen_" + dtype_tag(x) + "_bt" + std::to_string(bt) +
@@ -153,7 +182,7 @@ std::vector<Case> matrix() {
   // GVA: HV / H in {1, 2, 4}, fixed length and varlen.
   for (DType x : xs) {
     for (int64_t ratio : {1, 2, 4}) {
-      ProblemConfig c = base(x, DType::f32, 64);
+      WyDqkgConfig c = base(x, DType::f32, 64);
       c.H = 2;
       c.HV = 2 * ratio;
       cases.push_back({"gva_" + dtype_tag(x) + "_x" + std::to_string(ratio), c});
@@ -164,7 +193,7 @@ std::vector<Case> matrix() {
   // state_v_first, with K != V so a transposed read would be caught.
   for (DType x : xs) {
     for (DType h : state_dtypes(x)) {
-      ProblemConfig c = base(x, h, 64);
+      WyDqkgConfig c = base(x, h, 64);
       c.K = 64;
       c.V = 32;
       c.state_v_first = true;
@@ -173,7 +202,7 @@ std::vector<Case> matrix() {
   }
   // Non-contiguous inputs (padded head strides) and an explicit scale.
   for (DType x : xs) {
-    ProblemConfig c = base(x, DType::f32, 32);
+    WyDqkgConfig c = base(x, DType::f32, 32);
     c.scale = 0.3;
     cases.push_back({"strided_" + dtype_tag(x),
                      c,
@@ -191,7 +220,7 @@ TEST_P(CudaMatrix, MatchesFloat64Reference) {
   SCOPED_TRACE("seed " + std::to_string(c.config.seed));
   HostProblem hp = kda::io::make_random_problem(c.config);
   if (c.int32_indices) use_int32_indices(hp);
-  check_against_reference(std::move(hp), c.padded);
+  check_against_reference(std::move(hp), c.padded, sm80_mma_takes(c.config, c.padded));
 }
 
 INSTANTIATE_TEST_SUITE_P(Options, CudaMatrix, ::testing::ValuesIn(matrix()), case_name);
@@ -201,18 +230,18 @@ INSTANTIATE_TEST_SUITE_P(Options, CudaMatrix, ::testing::ValuesIn(matrix()), cas
 std::vector<Case> sanitizer_subset() {
   std::vector<Case> cases;
   for (DType x : {DType::f16, DType::bf16, DType::f32}) {
-    ProblemConfig c = base(x, DType::f32, 64);
+    WyDqkgConfig c = base(x, DType::f32, 64);
     c.B = 1;
     c.T = 69;
     c.H = 1;
     c.HV = 2;
     cases.push_back({"tail_" + dtype_tag(x), c});
   }
-  ProblemConfig v = base(DType::bf16, DType::bf16, 32);
+  WyDqkgConfig v = base(DType::bf16, DType::bf16, 32);
   v.H = 1;
   v.seqlens = {1, 31, 32, 70};
   cases.push_back({"varlen_bf16", v});
-  ProblemConfig d = base(DType::f16, DType::f32, 64);
+  WyDqkgConfig d = base(DType::f16, DType::f32, 64);
   d.B = 1;
   d.H = 1;
   d.T = 100;
@@ -229,7 +258,8 @@ TEST_P(CudaSanitizerSubset, MatchesFloat64Reference) {
   Case c = GetParam();
   c.config.seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(c.config.seed));
-  check_against_reference(kda::io::make_random_problem(c.config), c.padded);
+  check_against_reference(kda::io::make_random_problem(c.config), c.padded,
+                          sm80_mma_takes(c.config, c.padded));
 }
 
 INSTANTIATE_TEST_SUITE_P(Subset, CudaSanitizerSubset, ::testing::ValuesIn(sanitizer_subset()),
@@ -237,7 +267,7 @@ INSTANTIATE_TEST_SUITE_P(Subset, CudaSanitizerSubset, ::testing::ValuesIn(saniti
 
 TEST(Cuda, BitwiseDeterministicOver20Runs) {
   SKIP_WITHOUT_GPU();
-  ProblemConfig c;
+  WyDqkgConfig c;
   c.B = 1;
   c.T = 1000;
   c.H = 4;
@@ -249,30 +279,71 @@ TEST(Cuda, BitwiseDeterministicOver20Runs) {
   c.seed = fresh_seed();
   HostProblem hp = kda::io::make_random_problem(c);
   DeviceProblem dev(hp);
-  std::vector<HostProblem> runs;
-  for (int i = 0; i < 20; ++i) {
-    dev.poison_outputs();
-    ASSERT_TRUE(kda::run(dev.problem(), kda::Backend::cuda).ok());
-    kda::testing::check_cuda(cudaDeviceSynchronize(), "sync");
-    HostProblem out = dev.download_outputs();
-    if (!runs.empty()) {
-      for (const char* name : kda::io::kOutputNames) {
-        ASSERT_EQ(out.get(name).bytes, runs.front().get(name).bytes)
-            << name << " differs between run 0 and run " << i;
+  for (Kernel kernel : {Kernel::simt, Kernel::sm80_mma}) {
+    SCOPED_TRACE(std::string("kernel ") + std::string(kda::kernel_name(kernel)));
+    std::vector<HostProblem> runs;
+    for (int i = 0; i < 20; ++i) {
+      dev.poison_outputs();
+      ASSERT_TRUE(dev.run(kda::Backend::cuda, nullptr, kernel).ok());
+      kda::testing::check_cuda(cudaDeviceSynchronize(), "sync");
+      HostProblem out = dev.download_outputs();
+      if (!runs.empty()) {
+        for (const std::string& name : kda::testing::wy_outputs()) {
+          ASSERT_EQ(out.get(name).bytes, runs.front().get(name).bytes)
+              << name << " differs between run 0 and run " << i;
+        }
+      } else {
+        runs.push_back(std::move(out));
       }
-    } else {
-      runs.push_back(std::move(out));
     }
   }
 }
 
+// KDA_CUDA_KERNEL names the kernel auto runs; an unknown value is an error naming the variable,
+// never a silent "auto". An explicit kernel wins over it.
+TEST(Cuda, EnvironmentKernelChoice) {
+  SKIP_WITHOUT_GPU();
+  WyDqkgConfig c = base(DType::bf16, DType::f32, 64);
+  c.seed = fresh_seed();
+  HostProblem hp = kda::io::make_random_problem(c);
+  DeviceProblem dev(hp);
+  std::map<std::string, HostProblem> outputs;
+  for (const char* kernel : {"simt", "sm80_mma"}) {
+    dev.poison_outputs();
+    Kernel k{};
+    ASSERT_TRUE(kda::parse_kernel(kernel, &k).ok());
+    ASSERT_TRUE(dev.run(kda::Backend::cuda, nullptr, k).ok());
+    kda::testing::check_cuda(cudaDeviceSynchronize(), "sync");
+    outputs[kernel] = dev.download_outputs();
+  }
+  for (const char* kernel : {"simt", "sm80_mma"}) {
+    ASSERT_EQ(setenv("KDA_CUDA_KERNEL", kernel, 1), 0);
+    dev.poison_outputs();
+    const kda::Status s = dev.run(kda::Backend::cuda);
+    ASSERT_TRUE(s.ok()) << s.message;
+    kda::testing::check_cuda(cudaDeviceSynchronize(), "sync");
+    const HostProblem out = dev.download_outputs();
+    for (const std::string& name : kda::testing::wy_outputs()) {
+      EXPECT_EQ(out.get(name).bytes, outputs[kernel].get(name).bytes)
+          << "KDA_CUDA_KERNEL=" << kernel << ": " << name << " is not that kernel's";
+    }
+  }
+  ASSERT_EQ(setenv("KDA_CUDA_KERNEL", "general", 1), 0);
+  const kda::Status bad = dev.run(kda::Backend::cuda);
+  EXPECT_EQ(bad.code, kda::StatusCode::invalid_argument) << bad.message;
+  EXPECT_NE(bad.message.find("KDA_CUDA_KERNEL"), std::string::npos) << bad.message;
+  EXPECT_TRUE(dev.run(kda::Backend::cuda, nullptr, Kernel::simt).ok()) << "explicit kernel wins";
+  ASSERT_EQ(unsetenv("KDA_CUDA_KERNEL"), 0);
+  kda::testing::check_cuda(cudaDeviceSynchronize(), "sync");
+}
+
 TEST(Cuda, RunsOnCallersStream) {
   SKIP_WITHOUT_GPU();
-  ProblemConfig c = base(DType::bf16, DType::f32, 64);
+  WyDqkgConfig c = base(DType::bf16, DType::f32, 64);
   c.seed = fresh_seed();
   cudaStream_t stream;
   kda::testing::check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-  check_against_reference(kda::io::make_random_problem(c), {}, stream);
+  check_against_reference(kda::io::make_random_problem(c), {}, /*mma=*/true, stream);
   cudaStreamDestroy(stream);
 }
 
@@ -282,7 +353,7 @@ TEST(Cuda, RunsOnCallersStream) {
 TEST(Cuda, GraphCaptureAndReplayMatchDirectRun) {
   SKIP_WITHOUT_GPU();
   for (int64_t K : {int64_t{100}, int64_t{128}}) {  // the general kernel, then the tensor-core path
-    ProblemConfig c = base(DType::bf16, DType::f32, 64);
+    WyDqkgConfig c = base(DType::bf16, DType::f32, 64);
     c.K = K;
     c.V = K;
     c.seed = fresh_seed();
@@ -290,7 +361,7 @@ TEST(Cuda, GraphCaptureAndReplayMatchDirectRun) {
     const HostProblem hp = kda::io::make_random_problem(c);
     DeviceProblem dev(hp);
     dev.poison_outputs();
-    ASSERT_TRUE(kda::run(dev.problem(), kda::Backend::cuda).ok());
+    ASSERT_TRUE(kda::run(dev.as<kda::ChunkBwdWyDqkgProblem>(), kda::Backend::cuda).ok());
     kda::testing::check_cuda(cudaDeviceSynchronize(), "sync after direct run");
     const HostProblem direct = dev.download_outputs();
 
@@ -300,7 +371,8 @@ TEST(Cuda, GraphCaptureAndReplayMatchDirectRun) {
     cudaGraph_t graph = nullptr;
     kda::testing::check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal),
                              "begin capture");
-    const kda::Status s = kda::run(dev.problem(), kda::Backend::cuda, stream);
+    const kda::Status s =
+        kda::run(dev.as<kda::ChunkBwdWyDqkgProblem>(), kda::Backend::cuda, stream);
     const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
     ASSERT_TRUE(s.ok()) << s.message;
     ASSERT_EQ(ended, cudaSuccess) << cudaGetErrorString(ended);
@@ -311,7 +383,7 @@ TEST(Cuda, GraphCaptureAndReplayMatchDirectRun) {
     }
     kda::testing::check_cuda(cudaStreamSynchronize(stream), "sync after replay");
     const HostProblem replayed = dev.download_outputs();
-    for (const char* name : kda::io::kOutputNames) {
+    for (const std::string& name : kda::testing::wy_outputs()) {
       EXPECT_EQ(replayed.get(name).bytes, direct.get(name).bytes) << name << " differs";
     }
     cudaGraphExecDestroy(exec);
@@ -322,11 +394,11 @@ TEST(Cuda, GraphCaptureAndReplayMatchDirectRun) {
 
 TEST(Cuda, EmptyProblemLaunchesNothing) {
   SKIP_WITHOUT_GPU();
-  ProblemConfig c = base(DType::bf16, DType::f32, 64);
+  WyDqkgConfig c = base(DType::bf16, DType::f32, 64);
   c.T = 0;
   HostProblem hp = kda::io::make_random_problem(c);
   DeviceProblem dev(hp);
-  EXPECT_TRUE(kda::run(dev.problem(), kda::Backend::cuda).ok());
+  EXPECT_TRUE(kda::run(dev.as<kda::ChunkBwdWyDqkgProblem>(), kda::Backend::cuda).ok());
 }
 
 TEST(Cuda, BackendIsAvailable) {
@@ -336,9 +408,9 @@ TEST(Cuda, BackendIsAvailable) {
 
 TEST(Cuda, RejectsHostTensors) {
   SKIP_WITHOUT_GPU();
-  ProblemConfig c = base(DType::bf16, DType::f32, 64);
+  WyDqkgConfig c = base(DType::bf16, DType::f32, 64);
   HostProblem hp = kda::io::make_random_problem(c);
-  const kda::Status s = kda::run(hp.problem(), kda::Backend::cuda);
+  const kda::Status s = kda::run(hp.as<kda::ChunkBwdWyDqkgProblem>(), kda::Backend::cuda);
   EXPECT_EQ(s.code, kda::StatusCode::invalid_argument) << s.message;
   EXPECT_NE(s.message.find("CUDA device"), std::string::npos) << s.message;
 }
@@ -354,18 +426,22 @@ TEST_P(CudaGolden, MatchesFlaOutputs) {
   ASSERT_TRUE(s.ok()) << s.message;
   HostProblem hp;
   std::map<std::string, HostTensor> expected;
-  s = kda::io::problem_from_safetensors(file, &hp, &expected);
+  s = kda::io::problem_from_safetensors(file, kda::testing::wy_io(), &hp, &expected);
   ASSERT_TRUE(s.ok()) << s.message;
   DeviceProblem dev(hp);
-  dev.poison_outputs();
-  s = kda::run(dev.problem(), kda::Backend::cuda);
-  ASSERT_TRUE(s.ok()) << s.message;
-  const HostProblem out = dev.download_outputs();
   const double bar = kda::io::golden_bar(hp.get("q").dtype);
-  for (const char* name : kda::io::kOutputNames) {
-    const double err = kda::io::err_ratio(out.get(name), expected.at(name));
-    EXPECT_LE(err, bar) << GetParam() << " " << name << " err_ratio " << err;
-    std::printf("    %-7s err_ratio vs fla %.3e (bar %.0e)\n", name, err, bar);
+  for (Kernel kernel : {Kernel::simt, Kernel::auto_}) {
+    const std::string kname(kda::kernel_name(kernel));
+    dev.poison_outputs();
+    s = dev.run(kda::Backend::cuda, nullptr, kernel);
+    ASSERT_TRUE(s.ok()) << kname << ": " << s.message;
+    const HostProblem out = dev.download_outputs();
+    for (const std::string& name : kda::testing::wy_outputs()) {
+      const double err = kda::io::err_ratio(out.get(name), expected.at(name));
+      EXPECT_LE(err, bar) << GetParam() << " " << kname << " " << name << " err_ratio " << err;
+      std::printf("    %-8s %-10s err_ratio vs fla %.3e (bar %.0e)\n", kname.c_str(), name.c_str(),
+                  err, bar);
+    }
   }
 }
 

@@ -6,11 +6,11 @@
 //   2. copy_tile_async: zero fill of rows >= valid and of a partial 16-byte chunk;
 //   3. the h/dh slab pipeline (issue_slab + slab_prepare): the 16-bit copy (transposed for
 //      state_v_first with float32 h) and Σ_v S⊙dS, for every h dtype and layout;
-//   4. the whole path (launch_fast_path) against the float64 cpu-ref on the configurations the
+//   4. the whole path (launch_sm80_mma) against the float64 cpu-ref on the configurations the
 //      mma kernel takes, including those tests/test_cuda.cpp's matrix leaves to the general
 //      kernel (state_v_first with V = 64/128, K != V, 16-byte-aligned padded strides);
 //   5. bitwise determinism, and a timing print at the model shape.
-// fast_path_supports is tested on the host and runs without a GPU; everything else skips then.
+// sm80_mma_supports is tested on the host and runs without a GPU; everything else skips then.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -29,12 +29,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "cuda/fast/fast_path.hpp"
-#include "cuda/fast/mma_fragments.cuh"
-#include "cuda/fast/wy_dqkg_mma_kernel.cuh"
-#include "cuda/fast/wy_dqkg_mma_traits.cuh"
+#include "cuda/common/mma_fragments.cuh"
 #include "io/host_problem.hpp"
 #include "kda/kda.hpp"
+#include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/dispatch.hpp"
+#include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/kernel.cuh"
+#include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/traits.cuh"
 
 namespace {
 
@@ -43,7 +43,7 @@ using kda::cuda::mma::ALayout;
 using kda::cuda::mma::BLayout;
 using kda::io::HostProblem;
 using kda::io::HostTensor;
-using kda::io::ProblemConfig;
+using kda::io::WyDqkgConfig;
 
 int device_count() {
   int count = 0;
@@ -462,40 +462,20 @@ DeviceTensor upload(const HostTensor& t, int64_t pad) {
 
 struct DeviceRun {
   std::vector<DeviceTensor> tensors;
-  kda::Problem problem;
-  kda::Dims dims;
+  kda::ChunkBwdWyDqkgProblem problem;
+  kda::ChunkBwdWyDqkgDims dims;
 };
 
 // The device problem of `hp`, the inputs in `padded` stored with rows 8 elements longer (16
 // bytes for X, 32 for float32: the mma path still takes them); outputs poisoned with NaN.
 void make_device_problem(const HostProblem& hp, const std::set<std::string>& padded,
                          DeviceRun* run) {
-  run->problem = hp.problem();
-  const std::pair<const char*, kda::TensorView*> fields[] = {
-      {"q", &run->problem.q},
-      {"k", &run->problem.k},
-      {"v", &run->problem.v},
-      {"v_new", &run->problem.v_new},
-      {"g", &run->problem.g},
-      {"beta", &run->problem.beta},
-      {"A", &run->problem.A},
-      {"h", &run->problem.h},
-      {"do", &run->problem.do_},
-      {"dh", &run->problem.dh},
-      {"dv", &run->problem.dv},
-      {"cu_seqlens", &run->problem.cu_seqlens},
-      {"chunk_indices", &run->problem.chunk_indices},
-      {"dq", &run->problem.dq},
-      {"dk", &run->problem.dk},
-      {"dv_out", &run->problem.dv_out},
-      {"db", &run->problem.db},
-      {"dg", &run->problem.dg},
-      {"dA", &run->problem.dA},
-  };
-  for (auto [name, field] : fields) {
+  run->problem = hp.as<kda::ChunkBwdWyDqkgProblem>();
+  for (const auto& arg : kda::ChunkBwdWyDqkgProblem::args()) {
+    const std::string name = arg.info.name;
     if (!hp.has(name)) continue;
     run->tensors.push_back(upload(hp.get(name), padded.count(name) != 0 ? 8 : 0));
-    *field = run->tensors.back().view;
+    arg.of(run->problem) = run->tensors.back().view;
   }
 }
 
@@ -503,8 +483,9 @@ void make_device_problem(const HostProblem& hp, const std::set<std::string>& pad
 // which does not wait for the legacy stream's memsets (once, under load on a shared GPU, a
 // kernel ran before them and its outputs were overwritten with the poison).
 void poison_outputs(const DeviceRun& run) {
-  for (const kda::TensorView* out : {&run.problem.dq, &run.problem.dk, &run.problem.dv_out,
-                                     &run.problem.db, &run.problem.dg, &run.problem.dA}) {
+  for (const auto& arg : kda::ChunkBwdWyDqkgProblem::args()) {
+    if (arg.info.role != kda::ArgRole::output) continue;
+    const kda::TensorView* out = &arg.of(run.problem);
     ASSERT_EQ(cudaMemset(out->data, 0xff,
                          static_cast<size_t>(out->numel()) * kda::dtype_size(out->dtype)),
               cudaSuccess);
@@ -520,12 +501,12 @@ HostTensor download(const kda::TensorView& view, const HostTensor& like) {
 
 struct FastCase {
   std::string name;
-  ProblemConfig config;
+  WyDqkgConfig config;
   std::set<std::string> padded = {};
 };
 
-ProblemConfig small(DType x, DType h, int64_t BT, int64_t K, int64_t V) {
-  ProblemConfig c;
+WyDqkgConfig small(DType x, DType h, int64_t BT, int64_t K, int64_t V) {
+  WyDqkgConfig c;
   c.B = 2;
   c.T = 3 * BT + 5;  // full chunks and a short tail
   c.H = 2;
@@ -551,7 +532,7 @@ std::vector<FastCase> fast_cases() {
         for (auto [K, V] :
              {std::pair<int64_t, int64_t>{64, 64}, {128, 128}, {64, 128}, {128, 64}}) {
           for (bool svf : {false, true}) {
-            ProblemConfig c = small(x, h, bt, K, V);
+            WyDqkgConfig c = small(x, h, bt, K, V);
             c.state_v_first = svf;
             c.seed = static_cast<uint64_t>(bt * 7 + K + V * 3 + (svf ? 1 : 0));
             cases.push_back({tag(x) + hn + "_bt" + std::to_string(bt) + "_k" + std::to_string(K) +
@@ -562,12 +543,12 @@ std::vector<FastCase> fast_cases() {
       }
     }
     // beta float32, GVA, varlen with and without chunk indices, padded strides, scale.
-    ProblemConfig b = small(x, DType::f32, 64, 128, 128);
+    WyDqkgConfig b = small(x, DType::f32, 64, 128, 128);
     b.beta_dtype = DType::f32;
     b.seed = 11;
     cases.push_back({tag(x) + "_beta_fp32", b});
     for (int64_t ratio : {2, 4}) {
-      ProblemConfig g = small(x, DType::f32, 64, 128, 128);
+      WyDqkgConfig g = small(x, DType::f32, 64, 128, 128);
       g.H = 2;
       g.HV = 2 * ratio;
       g.seed = 12 + ratio;
@@ -575,7 +556,7 @@ std::vector<FastCase> fast_cases() {
     }
     for (int64_t bt : {16, 32, 64}) {
       for (bool given : {false, true}) {
-        ProblemConfig v = small(x, x, bt, 128, 64);
+        WyDqkgConfig v = small(x, x, bt, 128, 64);
         v.B = 1;
         v.HV = 4;
         v.seqlens = {1, bt - 3, bt, 4 * bt + 7, 1, 2 * bt};
@@ -587,7 +568,7 @@ std::vector<FastCase> fast_cases() {
             {tag(x) + "_varlen_bt" + std::to_string(bt) + (given ? "_indices" : "_derived"), v});
       }
     }
-    ProblemConfig s = small(x, DType::f32, 32, 64, 128);
+    WyDqkgConfig s = small(x, DType::f32, 32, 64, 128);
     s.scale = 0.3;
     s.state_v_first = true;
     s.seed = 30;
@@ -595,7 +576,7 @@ std::vector<FastCase> fast_cases() {
                      s,
                      {"q", "k", "v", "v_new", "g", "A", "h", "do", "dh", "dv", "beta"}});
     // A model-like slice: K = V = 128, BT = 64, 4 heads, 4 chunks.
-    ProblemConfig m = small(x, DType::f32, 64, 128, 128);
+    WyDqkgConfig m = small(x, DType::f32, 64, 128, 128);
     m.B = 1;
     m.T = 256;
     m.H = 4;
@@ -612,35 +593,35 @@ TEST_P(CudaFastPath, MatchesFloat64Reference) {
   const FastCase& fc = GetParam();
   HostProblem hp = kda::io::make_random_problem(fc.config);
   HostProblem ref = hp;
-  const kda::Status ref_status = kda::run(ref.problem(), kda::Backend::cpu_ref);
+  const kda::Status ref_status =
+      kda::run(ref.as<kda::ChunkBwdWyDqkgProblem>(), kda::Backend::cpu_ref);
   ASSERT_TRUE(ref_status.ok()) << ref_status.message;
 
   DeviceRun run;
   make_device_problem(hp, fc.padded, &run);
   const kda::Status valid = run.problem.validate(&run.dims);
   ASSERT_TRUE(valid.ok()) << valid.message;
-  ASSERT_TRUE(kda::detail::fast_path_supports(run.problem, run.dims))
+  ASSERT_TRUE(kda::detail::sm80_mma_supports(run.problem, run.dims))
       << "the mma path must take this case";
   poison_outputs(run);
   cudaStream_t stream;
   ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const kda::Status s = kda::detail::launch_fast_path(run.problem, run.dims, stream);
+  const kda::Status s = kda::detail::launch_sm80_mma(run.problem, run.dims, stream);
   ASSERT_TRUE(s.ok()) << s.message;
   ASSERT_CUDA(cudaStreamSynchronize(stream));
   ASSERT_CUDA(cudaStreamDestroy(stream));
 
   const double bar = kda::io::pass_bar(fc.config.x_dtype);
-  const kda::TensorView* views[] = {&run.problem.dq, &run.problem.dk, &run.problem.dv_out,
-                                    &run.problem.db, &run.problem.dg, &run.problem.dA};
-  int index = 0;
-  for (const char* name : kda::io::kOutputNames) {
-    const HostTensor got = download(*views[index++], ref.get(name));
+  for (const auto& arg : kda::ChunkBwdWyDqkgProblem::args()) {
+    if (arg.info.role != kda::ArgRole::output) continue;
+    const std::string name = arg.info.name;
+    const HostTensor got = download(arg.of(run.problem), ref.get(name));
     int64_t unwritten = 0;
     for (int64_t i = 0; i < got.numel(); ++i) unwritten += std::isnan(got.at(i)) ? 1 : 0;
     EXPECT_EQ(unwritten, 0) << name << ": " << unwritten << " elements left poisoned";
     const double err = kda::io::err_ratio(got, ref.get(name));
     EXPECT_LE(err, bar) << name << " err_ratio " << err << " above the bar " << bar;
-    std::printf("    %-7s err_ratio %.3e (bar %.0e)\n", name, err, bar);
+    std::printf("    %-10s err_ratio %.3e (bar %.0e)\n", name.c_str(), err, bar);
   }
 }
 
@@ -654,7 +635,7 @@ INSTANTIATE_TEST_SUITE_P(Configs, CudaFastPath, ::testing::ValuesIn(fast_cases()
 
 TEST(CudaFastUnits, BitwiseDeterministic) {
   SKIP_WITHOUT_GPU();
-  ProblemConfig c = small(DType::bf16, DType::f32, 64, 128, 128);
+  WyDqkgConfig c = small(DType::bf16, DType::f32, 64, 128, 128);
   c.B = 1;
   c.T = 1000;
   c.H = 4;
@@ -667,17 +648,16 @@ TEST(CudaFastUnits, BitwiseDeterministic) {
   std::vector<std::vector<uint8_t>> first;
   for (int rep = 0; rep < 5; ++rep) {
     poison_outputs(run);
-    ASSERT_TRUE(kda::detail::launch_fast_path(run.problem, run.dims, nullptr).ok());
+    ASSERT_TRUE(kda::detail::launch_sm80_mma(run.problem, run.dims, nullptr).ok());
     ASSERT_CUDA(cudaDeviceSynchronize());
-    int index = 0;
-    for (const kda::TensorView* v : {&run.problem.dq, &run.problem.dk, &run.problem.dv_out,
-                                     &run.problem.db, &run.problem.dg, &run.problem.dA}) {
-      const HostTensor got = download(*v, hp.get(kda::io::kOutputNames[index]));
+    size_t index = 0;
+    for (const auto& arg : kda::ChunkBwdWyDqkgProblem::args()) {
+      if (arg.info.role != kda::ArgRole::output) continue;
+      const HostTensor got = download(arg.of(run.problem), hp.get(arg.info.name));
       if (rep == 0) {
         first.push_back(got.bytes);
       } else {
-        ASSERT_EQ(got.bytes, first[index])
-            << kda::io::kOutputNames[index] << " differs in run " << rep;
+        ASSERT_EQ(got.bytes, first[index]) << arg.info.name << " differs in run " << rep;
       }
       ++index;
     }
@@ -690,7 +670,7 @@ TEST(CudaFastUnits, ModelShapeTiming) {
   SKIP_WITHOUT_GPU();
   for (auto [x, h] :
        {std::pair{DType::bf16, DType::f32}, {DType::f16, DType::f32}, {DType::bf16, DType::bf16}}) {
-    ProblemConfig c;
+    WyDqkgConfig c;
     c.x_dtype = x;
     c.h_dtype = h;
     c.beta_dtype = x;
@@ -707,7 +687,7 @@ TEST(CudaFastUnits, ModelShapeTiming) {
     std::vector<float> ms;
     for (int rep = 0; rep < 30; ++rep) {
       ASSERT_CUDA(cudaEventRecord(start));
-      ASSERT_TRUE(kda::detail::launch_fast_path(run.problem, run.dims, nullptr).ok());
+      ASSERT_TRUE(kda::detail::launch_sm80_mma(run.problem, run.dims, nullptr).ok());
       ASSERT_CUDA(cudaEventRecord(stop));
       ASSERT_CUDA(cudaEventSynchronize(stop));
       float t = 0;
@@ -727,27 +707,27 @@ TEST(CudaFastUnits, ModelShapeTiming) {
   }
 }
 
-// ---- fast_path_supports (host only) ------------------------------------------------------
+// ---- sm80_mma_supports (host only) ------------------------------------------------------
 
 TEST(CudaFastPathSupports, TakesAndRefuses) {
-  auto check = [](const ProblemConfig& c, bool expected, const std::set<std::string>& misalign,
+  auto check = [](const WyDqkgConfig& c, bool expected, const std::set<std::string>& misalign,
                   const char* what) {
     HostProblem hp = kda::io::make_random_problem(c);
-    kda::Problem p = hp.problem();
-    kda::Dims d;
+    kda::ChunkBwdWyDqkgProblem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
+    kda::ChunkBwdWyDqkgDims d;
     ASSERT_TRUE(p.validate(&d).ok()) << what;
-    // Host views stand in for device ones: fast_path_supports only looks at shapes, dtypes,
+    // Host views stand in for device ones: sm80_mma_supports only looks at shapes, dtypes,
     // strides and pointer alignment. Misalignment is simulated by bumping a stride.
     for (const std::string& name : misalign) {
       kda::TensorView* v = name == "q" ? &p.q : name == "h" ? &p.h : &p.A;
       v->strides[v->rank - 2] += 1;
     }
-    EXPECT_EQ(kda::detail::fast_path_supports(p, d), expected) << what;
+    EXPECT_EQ(kda::detail::sm80_mma_supports(p, d), expected) << what;
   };
-  ProblemConfig base = small(DType::bf16, DType::f32, 64, 128, 128);
+  WyDqkgConfig base = small(DType::bf16, DType::f32, 64, 128, 128);
   base.T = 70;
   check(base, true, {}, "bf16, h f32, K = V = 128");
-  ProblemConfig c = base;
+  WyDqkgConfig c = base;
   c.x_dtype = c.beta_dtype = DType::f32;
   check(c, false, {}, "float32 X stays on the general path");
   c = base;

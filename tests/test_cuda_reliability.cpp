@@ -38,12 +38,12 @@ namespace {
 
 using kda::Backend;
 using kda::DType;
-using kda::Problem;
+using Problem = kda::ChunkBwdWyDqkgProblem;
 using kda::StatusCode;
 using kda::TensorView;
 using kda::io::HostProblem;
 using kda::io::HostTensor;
-using kda::io::ProblemConfig;
+using kda::io::WyDqkgConfig;
 using kda::testing::bitwise_equal;
 using kda::testing::check_cuda;
 using kda::testing::chunk_of;
@@ -65,9 +65,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // --- shared helpers --------------------------------------------------------------------------
 
-ProblemConfig config_of(DType x, DType h, int64_t BT, int64_t B, int64_t T, int64_t H, int64_t HV,
-                        int64_t K, int64_t V) {
-  ProblemConfig c;
+WyDqkgConfig config_of(DType x, DType h, int64_t BT, int64_t B, int64_t T, int64_t H, int64_t HV,
+                       int64_t K, int64_t V) {
+  WyDqkgConfig c;
   c.B = B;
   c.T = T;
   c.H = H;
@@ -81,7 +81,7 @@ ProblemConfig config_of(DType x, DType h, int64_t BT, int64_t B, int64_t T, int6
   return c;
 }
 
-ProblemConfig varlen_of(ProblemConfig c, std::vector<int64_t> seqlens, bool pass_chunk_indices) {
+WyDqkgConfig varlen_of(WyDqkgConfig c, std::vector<int64_t> seqlens, bool pass_chunk_indices) {
   c.B = 1;
   c.T = 0;
   for (int64_t len : seqlens) c.T += len;
@@ -93,7 +93,7 @@ ProblemConfig varlen_of(ProblemConfig c, std::vector<int64_t> seqlens, bool pass
 // Poisons the outputs, runs on `stream` and downloads them; the problem's device must be current.
 HostProblem run_on(DeviceProblem& dev, cudaStream_t stream) {
   dev.poison_outputs_async(stream);
-  const kda::Status s = kda::run(dev.problem(), Backend::cuda, stream);
+  const kda::Status s = kda::run(dev.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, stream);
   if (!s.ok()) throw std::runtime_error("cuda run failed: " + s.message);
   return dev.download_outputs_on(stream);
 }
@@ -109,7 +109,7 @@ bool is_poison(const HostTensor& t, int64_t i) {
 
 int64_t count_poison(const HostProblem& out) {
   int64_t count = 0;
-  for (const char* name : kda::io::kOutputNames) {
+  for (const std::string& name : kda::testing::wy_outputs()) {
     const HostTensor& t = out.get(name);
     for (int64_t i = 0; i < t.numel(); ++i) count += is_poison(t, i) ? 1 : 0;
   }
@@ -118,7 +118,7 @@ int64_t count_poison(const HostProblem& out) {
 
 // "name[i]" of the first output element whose bits differ; empty when all six are identical.
 std::string first_difference(const HostProblem& a, const HostProblem& b) {
-  for (const char* name : kda::io::kOutputNames) {
+  for (const std::string& name : kda::testing::wy_outputs()) {
     const HostTensor& x = a.get(name);
     const HostTensor& y = b.get(name);
     if (x.bytes.size() != y.bytes.size()) return std::string(name) + " (size)";
@@ -161,7 +161,7 @@ FiniteCompare compare_where_finite(const HostTensor& got, const HostTensor& ref)
 void expect_matches_reference(const HostProblem& out, const HostProblem& ref,
                               const std::string& what) {
   const double bar = kda::io::pass_bar(ref.get("q").dtype);
-  for (const char* name : kda::io::kOutputNames) {
+  for (const std::string& name : kda::testing::wy_outputs()) {
     const HostTensor& got = out.get(name);
     int64_t poisoned = 0;
     for (int64_t i = 0; i < got.numel(); ++i) poisoned += is_poison(got, i) ? 1 : 0;
@@ -209,8 +209,8 @@ cudaStream_t make_stream() {
 // tensor-core path under KDA_CUDA_KERNEL=auto). These kernel variants are used by no earlier
 // test in this file, so the threads also race on their first-use setup (the per-device
 // shared-memory opt-in).
-std::vector<ProblemConfig> thread_configs(uint64_t seed) {
-  std::vector<ProblemConfig> c;
+std::vector<WyDqkgConfig> thread_configs(uint64_t seed) {
+  std::vector<WyDqkgConfig> c;
   c.push_back(config_of(DType::bf16, DType::bf16, 32, 1, 1500, 4, 8, 128, 128));
   c.push_back(varlen_of(config_of(DType::f16, DType::f16, 16, 1, 0, 2, 4, 64, 64),
                         {300, 1, 517, 64, 2}, true));
@@ -226,7 +226,7 @@ struct ThreadProblems {
   std::vector<std::unique_ptr<HostProblem>> hosts;  // DeviceProblem keeps a reference: stable
   std::vector<std::unique_ptr<DeviceProblem>> devices;
 
-  explicit ThreadProblems(const std::vector<ProblemConfig>& configs) {
+  explicit ThreadProblems(const std::vector<WyDqkgConfig>& configs) {
     for (size_t i = 0; i < configs.size(); ++i) {
       hosts.push_back(std::make_unique<HostProblem>(kda::io::make_random_problem(configs[i])));
       if (i == 1) use_int32_indices(*hosts.back());
@@ -337,10 +337,10 @@ TEST(Concurrency, TwoProblemsOnTwoStreamsAtOnceGetSerialBits) {
   check_cuda(cudaSetDevice(0), "cudaSetDevice");
   // A: 1024 units of K = V = 128 bf16 (tensor-core path under auto); B: float32 varlen with
   // device-resident cu_seqlens (the general kernel's scan), different BT and head dims.
-  ProblemConfig ca = config_of(DType::bf16, DType::f32, 64, 2, 2048, 8, 16, 128, 128);
+  WyDqkgConfig ca = config_of(DType::bf16, DType::f32, 64, 2, 2048, 8, 16, 128, 128);
   ca.seed = seed;
-  ProblemConfig cb = varlen_of(config_of(DType::f32, DType::f32, 32, 1, 0, 4, 8, 64, 32),
-                               {1000, 1, 700, 333, 64}, false);
+  WyDqkgConfig cb = varlen_of(config_of(DType::f32, DType::f32, 32, 1, 0, 4, 8, 64, 32),
+                              {1000, 1, 700, 333, 64}, false);
   cb.seed = seed + 1;
   const HostProblem ha = kda::io::make_random_problem(ca);
   const HostProblem hb = kda::io::make_random_problem(cb);
@@ -358,11 +358,11 @@ TEST(Concurrency, TwoProblemsOnTwoStreamsAtOnceGetSerialBits) {
     // Alternate which is queued first; nothing synchronizes until both are queued.
     kda::Status first, second;
     if (it % 2 == 0) {
-      first = kda::run(da.problem(), Backend::cuda, s1);
-      second = kda::run(db.problem(), Backend::cuda, s2);
+      first = kda::run(da.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, s1);
+      second = kda::run(db.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, s2);
     } else {
-      second = kda::run(db.problem(), Backend::cuda, s2);
-      first = kda::run(da.problem(), Backend::cuda, s1);
+      second = kda::run(db.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, s2);
+      first = kda::run(da.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, s1);
     }
     ASSERT_TRUE(first.ok()) << first.message;
     ASSERT_TRUE(second.ok()) << second.message;
@@ -759,7 +759,7 @@ INSTANTIATE_TEST_SUITE_P(HugeShapes, Past2To31Elements,
 
 struct SpecialCase {
   std::string name;
-  ProblemConfig config;
+  WyDqkgConfig config;
   bool int32_indices = false;
 };
 
@@ -798,7 +798,7 @@ struct Injection {
 };
 
 // One element of a token-indexed input at (b, t, head, col).
-Injection token_injection(const ProblemConfig& c, const char* input, int64_t b, int64_t t,
+Injection token_injection(const WyDqkgConfig& c, const char* input, int64_t b, int64_t t,
                           int64_t head, int64_t col, double value) {
   const std::string name(input);
   const bool query_head = name == "q" || name == "k";
@@ -824,7 +824,7 @@ Injection token_injection(const ProblemConfig& c, const char* input, int64_t b, 
 
 // One element (k, v) of h or dh for chunk `chunk` (per batch row when fixed length, global when
 // varlen) of batch row b, whose tokens are [t0, t1).
-Injection state_injection(const ProblemConfig& c, const char* input, int64_t b, int64_t chunk,
+Injection state_injection(const WyDqkgConfig& c, const char* input, int64_t b, int64_t chunk,
                           int64_t t0, int64_t t1, int64_t hv, int64_t k, int64_t v, double value) {
   int64_t NT = 0;
   if (c.seqlens.empty()) {
@@ -844,7 +844,7 @@ Injection state_injection(const ProblemConfig& c, const char* input, int64_t b, 
 }
 
 std::vector<Injection> injections(const SpecialCase& sc) {
-  const ProblemConfig& c = sc.config;
+  const WyDqkgConfig& c = sc.config;
   std::vector<Injection> out;
   if (c.seqlens.empty()) {
     out.push_back(token_injection(c, "q", 1, 70, 1, 3, kNaN));
@@ -902,14 +902,14 @@ TEST_P(GpuSpecialValues, StayInTheirChunkAndHeadsExactlyAsInCpuRef) {
     const HostProblem ref = reference_of(dirty);
     DeviceProblem dev(dirty, 0);
     dev.poison_outputs();
-    const kda::Status s = kda::run(dev.problem(), Backend::cuda);
+    const kda::Status s = kda::run(dev.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda);
     ASSERT_TRUE(s.ok()) << s.message;
     const cudaError_t synced = cudaDeviceSynchronize();
     ASSERT_EQ(synced, cudaSuccess) << cudaGetErrorString(synced);
     const HostProblem out = dev.download_outputs();
     bool reached = false;
     int64_t non_finite = 0;
-    for (const char* name : kda::io::kOutputNames) {
+    for (const std::string& name : kda::testing::wy_outputs()) {
       const HostTensor& got = out.get(name);
       const HostTensor& want = ref.get(name);
       const HostTensor& before = clean.get(name);
@@ -949,7 +949,7 @@ TEST_P(GpuSpecialValues, StayInTheirChunkAndHeadsExactlyAsInCpuRef) {
                                       "per value head of its group";
     }
     if (inj.input == "h") {
-      const HostTensor& dq = out.get("dq");
+      const HostTensor& dq = out.get("out.dq");
       const int64_t k = (inj.element / sc.config.V) % sc.config.K;
       for (int64_t t = inj.block.t0; t < inj.block.t1; ++t) {
         const int64_t i =
@@ -968,7 +968,7 @@ TEST_P(GpuSpecialValues, StayInTheirChunkAndHeadsExactlyAsInCpuRef) {
 //   dk and dg are not finite in cpu-ref either, but dq, dv_out, db and dA are, and must be here.
 enum class Gates { monotone, mixed, beyond };
 
-void apply_gates(HostProblem& hp, const ProblemConfig& c, Gates pattern, uint64_t seed) {
+void apply_gates(HostProblem& hp, const WyDqkgConfig& c, Gates pattern, uint64_t seed) {
   HostTensor& g = hp.get("g");
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
@@ -1015,12 +1015,12 @@ TEST_P(GpuExtremeGates, FiniteWhereverCpuRefIsAndWithinTheBar) {
     const HostProblem ref = reference_of(hp);
     DeviceProblem dev(hp, 0);
     dev.poison_outputs();
-    const kda::Status s = kda::run(dev.problem(), Backend::cuda);
+    const kda::Status s = kda::run(dev.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda);
     ASSERT_TRUE(s.ok()) << s.message;
     const cudaError_t synced = cudaDeviceSynchronize();
     ASSERT_EQ(synced, cudaSuccess) << cudaGetErrorString(synced);
     const HostProblem out = dev.download_outputs();
-    for (const char* name : kda::io::kOutputNames) {
+    for (const std::string& name : kda::testing::wy_outputs()) {
       const HostTensor& got = out.get(name);
       const HostTensor& want = ref.get(name);
       const bool math_finite =
@@ -1036,7 +1036,7 @@ TEST_P(GpuExtremeGates, FiniteWhereverCpuRefIsAndWithinTheBar) {
       EXPECT_EQ(cmp.not_finite, 0) << name << "[" << cmp.first_bad
                                    << "] is not finite (or unwritten) where cpu-ref is finite";
       EXPECT_LE(cmp.err, bar) << name << " err_ratio over cpu-ref's finite elements";
-      std::printf("    %-28s %-7s err_ratio %.3e\n", pattern_name, name, cmp.err);
+      std::printf("    %-28s %-10s err_ratio %.3e\n", pattern_name, name.c_str(), cmp.err);
     }
   }
 }
@@ -1119,7 +1119,7 @@ void resize_states(HostProblem& hp, int64_t chunks, uint64_t seed) {
 HostProblem run_garbage(const HostProblem& hp) {
   DeviceProblem dev(hp, 0);
   dev.poison_outputs();
-  const kda::Status s = kda::run(dev.problem(), Backend::cuda);
+  const kda::Status s = kda::run(dev.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda);
   EXPECT_TRUE(s.ok()) << s.message;
   const cudaError_t synced = cudaDeviceSynchronize();
   EXPECT_EQ(synced, cudaSuccess) << "the run faulted: " << cudaGetErrorString(synced);
@@ -1132,7 +1132,7 @@ HostProblem run_garbage(const HostProblem& hp) {
 // The whole of `out` within the pass bar of `ref` (cpu-ref): for runs whose indices are consistent.
 void expect_close_to_reference(const HostProblem& out, const HostProblem& ref) {
   const double bar = kda::io::pass_bar(ref.get("q").dtype);
-  for (const char* name : kda::io::kOutputNames) {
+  for (const std::string& name : kda::testing::wy_outputs()) {
     const double err = kda::io::err_ratio(out.get(name), ref.get(name));
     EXPECT_LE(err, bar) << name << " err_ratio vs cpu-ref";
   }
@@ -1148,7 +1148,7 @@ void expect_rows(const HostProblem& out, const HostProblem& clean,
   auto in = [](const std::vector<Rows>& list, int64_t t) {
     return std::any_of(list.begin(), list.end(), [t](const Rows& r) { return r.contains(t); });
   };
-  for (const char* name : kda::io::kOutputNames) {
+  for (const std::string& name : kda::testing::wy_outputs()) {
     const HostTensor& got = out.get(name);
     const HostTensor& want = clean.get(name);
     int64_t written = 0, unwritten = 0, differ = 0;
@@ -1179,8 +1179,8 @@ class DeviceIndexGarbage : public ::testing::TestWithParam<GarbageCase> {
   // The clean problem (with chunk_indices) and its cpu-ref outputs.
   void SetUp() override {
     if (kda::testing::cuda_device_count() == 0) return;
-    ProblemConfig c = varlen_of(config_of(GetParam().x, DType::f32, 16, 1, 0, 1, 2, 64, 64),
-                                {5, 40, 1, 33}, true);
+    WyDqkgConfig c = varlen_of(config_of(GetParam().x, DType::f32, 16, 1, 0, 1, 2, 64, 64),
+                               {5, 40, 1, 33}, true);
     c.seed = fresh_seed();
     seed_ = c.seed;
     hp_ = kda::io::make_random_problem(c);
@@ -1359,7 +1359,7 @@ std::string device_name_of(int device) {
 }
 
 bool all_poison(const HostProblem& out) {
-  for (const char* name : kda::io::kOutputNames) {
+  for (const std::string& name : kda::testing::wy_outputs()) {
     const HostTensor& t = out.get(name);
     if (!std::all_of(t.bytes.begin(), t.bytes.end(), [](uint8_t b) { return b == 0xff; })) {
       return false;
@@ -1382,11 +1382,11 @@ TEST_P(MultiGpu, TensorsOnDevice1RunThereAndDevice0IsLeftAlone) {
   SKIP_WITHOUT_TWO_GPUS();
   const int dev1 = GetParam();
   const bool same_model = device_name_of(0) == device_name_of(dev1);
-  std::vector<ProblemConfig> configs = {
+  std::vector<WyDqkgConfig> configs = {
       config_of(DType::f16, DType::f16, 64, 2, 150, 2, 4, 48, 40),
       config_of(DType::bf16, DType::bf16, 32, 1, 300, 2, 4, 128, 128),
   };
-  for (ProblemConfig& c : configs) {
+  for (WyDqkgConfig& c : configs) {
     c.seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(c.seed) + ", K " + std::to_string(c.K));
     const HostProblem hp = kda::io::make_random_problem(c);
@@ -1402,7 +1402,7 @@ TEST_P(MultiGpu, TensorsOnDevice1RunThereAndDevice0IsLeftAlone) {
     for (cudaStream_t stream : {static_cast<cudaStream_t>(nullptr), s1}) {
       SCOPED_TRACE(stream == nullptr ? "legacy default stream" : "a stream of device 1");
       check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
-      const kda::Status s = kda::run(on1->problem(), Backend::cuda, stream);
+      const kda::Status s = kda::run(on1->as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, stream);
       ASSERT_TRUE(s.ok()) << s.message;
       EXPECT_EQ(current_device(), 0) << "the caller's current device was changed";
       const cudaError_t sync0 = cudaDeviceSynchronize();
@@ -1425,7 +1425,7 @@ TEST_P(MultiGpu, TensorsOnDevice1RunThereAndDevice0IsLeftAlone) {
 
     // The reverse: tensors on device 0 while device 1 is current.
     check_cuda(cudaSetDevice(dev1), "cudaSetDevice(dev1)");
-    const kda::Status s = kda::run(on0->problem(), Backend::cuda, nullptr);
+    const kda::Status s = kda::run(on0->as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, nullptr);
     ASSERT_TRUE(s.ok()) << s.message;
     EXPECT_EQ(current_device(), dev1) << "the caller's current device was changed";
     check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
@@ -1453,7 +1453,7 @@ TEST_P(MultiGpu, TensorsOnDevice1RunThereAndDevice0IsLeftAlone) {
 TEST_P(MultiGpu, AStreamOfAnotherDeviceIsRefusedAndTheCallersDeviceRestored) {
   SKIP_WITHOUT_TWO_GPUS();
   const int dev1 = GetParam();
-  ProblemConfig c = config_of(DType::bf16, DType::f32, 16, 1, 100, 2, 2, 64, 64);
+  WyDqkgConfig c = config_of(DType::bf16, DType::f32, 16, 1, 100, 2, 2, 64, 64);
   c.seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(c.seed));
   const HostProblem hp = kda::io::make_random_problem(c);
@@ -1462,7 +1462,7 @@ TEST_P(MultiGpu, AStreamOfAnotherDeviceIsRefusedAndTheCallersDeviceRestored) {
   on1->poison_outputs();
   check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
   cudaStream_t s0 = make_stream();  // a stream of device 0
-  const kda::Status refused = kda::run(on1->problem(), Backend::cuda, s0);
+  const kda::Status refused = kda::run(on1->as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, s0);
   EXPECT_EQ(refused.code, StatusCode::invalid_argument) << refused.message;
   EXPECT_NE(refused.message.find("stream"), std::string::npos) << refused.message;
   std::printf("    status: %s\n", refused.message.c_str());
@@ -1478,7 +1478,7 @@ TEST_P(MultiGpu, AStreamOfAnotherDeviceIsRefusedAndTheCallersDeviceRestored) {
   }
   check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
 
-  const kda::Status s = kda::run(on1->problem(), Backend::cuda, nullptr);
+  const kda::Status s = kda::run(on1->as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, nullptr);
   ASSERT_TRUE(s.ok()) << s.message;
   EXPECT_EQ(current_device(), 0);
   check_cuda(cudaSetDevice(dev1), "cudaSetDevice(dev1)");

@@ -13,7 +13,8 @@
 #include "golden_dir.hpp"
 #include "io/host_problem.hpp"
 #include "io/safetensors.hpp"
-#include "kda/run.hpp"
+#include "kda/kda.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -50,11 +51,11 @@ TEST_P(GoldenTest, EveryOutputWithinTheGoldenBar) {
   ASSERT_TRUE(s.ok()) << s.message;
   kda::io::HostProblem hp;
   std::map<std::string, kda::io::HostTensor> expected;
-  s = kda::io::problem_from_safetensors(file, &hp, &expected);
+  s = kda::io::problem_from_safetensors(file, kda::testing::wy_io(), &hp, &expected);
   ASSERT_TRUE(s.ok()) << s.message;
   ASSERT_EQ(expected.size(), 6u) << "a golden file holds out.<name> for all six outputs";
 
-  for (const char* out : kda::io::kOutputNames) {
+  for (const std::string& out : kda::testing::wy_outputs()) {
     const kda::io::HostTensor& t = hp.get(out);
     for (int64_t i = 0; i < t.numel(); ++i) {
       ASSERT_TRUE(std::isnan(t.at(i))) << out << " is not poisoned at " << i;
@@ -65,12 +66,12 @@ TEST_P(GoldenTest, EveryOutputWithinTheGoldenBar) {
     if (!expected.count(tensor_name)) inputs_before[tensor_name] = t;
   }
 
-  s = kda::run(hp.problem(), backend);
+  s = kda::run(hp.as<kda::ChunkBwdWyDqkgProblem>(), backend);
   ASSERT_TRUE(s.ok()) << kda::backend_name(backend) << ": " << s.message;
 
   const double bar = kda::io::golden_bar(hp.get("q").dtype);
   std::string line;
-  for (const char* out : kda::io::kOutputNames) {
+  for (const std::string& out : kda::testing::wy_outputs()) {
     const kda::io::HostTensor& t = hp.get(out);
     int64_t non_finite = 0;
     for (int64_t i = 0; i < t.numel(); ++i) non_finite += std::isfinite(t.at(i)) ? 0 : 1;
@@ -78,7 +79,7 @@ TEST_P(GoldenTest, EveryOutputWithinTheGoldenBar) {
     const double err = kda::io::err_ratio(t, expected.at(out));
     EXPECT_LE(err, bar) << out << ": err_ratio " << err << " above the golden bar " << bar;
     char cell[48];
-    std::snprintf(cell, sizeof cell, " %s=%.2e", out, err);
+    std::snprintf(cell, sizeof cell, " %s=%.2e", out.c_str(), err);
     line += cell;
   }
   std::printf("  %s on %s:%s (bar %.0e)\n", name, std::string(kda::backend_name(backend)).c_str(),

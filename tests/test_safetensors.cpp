@@ -19,6 +19,7 @@
 
 #include "io/host_problem.hpp"
 #include "io/safetensors.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -335,8 +336,8 @@ TEST(Safetensors, RandomMutationsNeverCrash) {
 
 // --- problems in and out --------------------------------------------------------------------
 
-kda::io::ProblemConfig small_config() {
-  kda::io::ProblemConfig c;
+kda::io::WyDqkgConfig small_config() {
+  kda::io::WyDqkgConfig c;
   c.B = 1;
   c.T = 40;
   c.H = 2;
@@ -355,7 +356,7 @@ kda::io::ProblemConfig small_config() {
 
 TEST(SafetensorsProblem, RoundTripKeepsInputsOutputsAndMetadata) {
   kda::io::HostProblem p = kda::io::make_random_problem(small_config());
-  for (const char* name : kda::io::kOutputNames) {  // stand-in results
+  for (const std::string& name : kda::testing::wy_outputs()) {  // stand-in results
     HostTensor& t = p.get(name);
     for (int64_t i = 0; i < t.numel(); ++i) t.set(i, 0.25 * static_cast<double>(i % 11));
   }
@@ -368,7 +369,8 @@ TEST(SafetensorsProblem, RoundTripKeepsInputsOutputsAndMetadata) {
   ASSERT_TRUE(parse(serialize(file), &parsed).ok());
   kda::io::HostProblem back;
   std::map<std::string, HostTensor> expected;
-  const Status s = kda::io::problem_from_safetensors(parsed, &back, &expected);
+  const Status s =
+      kda::io::problem_from_safetensors(parsed, kda::testing::wy_io(), &back, &expected);
   ASSERT_TRUE(s.ok()) << s.message;
   EXPECT_EQ(back.scale, p.scale);
   EXPECT_EQ(back.chunk_size, 16);
@@ -380,13 +382,13 @@ TEST(SafetensorsProblem, RoundTripKeepsInputsOutputsAndMetadata) {
     EXPECT_EQ(got.shape, t.shape) << name;
   }
   EXPECT_EQ(expected.size(), 6u);
-  for (const char* name : kda::io::kOutputNames) {  // fresh outputs are poisoned
+  for (const std::string& name : kda::testing::wy_outputs()) {  // fresh outputs are poisoned
     EXPECT_TRUE(std::isnan(back.get(name).at(0))) << name;
   }
 }
 
 SafetensorsFile small_problem_file() {
-  kda::io::ProblemConfig c = small_config();
+  kda::io::WyDqkgConfig c = small_config();
   c.seqlens.clear();
   c.pass_chunk_indices = false;
   c.state_v_first = false;
@@ -398,7 +400,7 @@ TEST(SafetensorsProblem, MetadataDefaults) {
   SafetensorsFile f = small_problem_file();
   f.metadata.clear();
   kda::io::HostProblem p;
-  const Status s = kda::io::problem_from_safetensors(f, &p, nullptr);
+  const Status s = kda::io::problem_from_safetensors(f, kda::testing::wy_io(), &p, nullptr);
   ASSERT_TRUE(s.ok()) << s.message;
   EXPECT_FALSE(p.scale.has_value());
   EXPECT_EQ(p.chunk_size, 16);  // from A.shape[-1]
@@ -406,7 +408,7 @@ TEST(SafetensorsProblem, MetadataDefaults) {
 
   f.metadata["state_v_first"] = "0";
   f.metadata["scale"] = "None";
-  ASSERT_TRUE(kda::io::problem_from_safetensors(f, &p, nullptr).ok());
+  ASSERT_TRUE(kda::io::problem_from_safetensors(f, kda::testing::wy_io(), &p, nullptr).ok());
   EXPECT_FALSE(p.scale.has_value());
 }
 
@@ -464,7 +466,7 @@ TEST(SafetensorsProblem, BadProblemsAreRejectedWithAClearMessage) {
     SafetensorsFile f = small_problem_file();
     c.edit(&f);
     kda::io::HostProblem p;
-    const Status s = kda::io::problem_from_safetensors(f, &p, nullptr);
+    const Status s = kda::io::problem_from_safetensors(f, kda::testing::wy_io(), &p, nullptr);
     ASSERT_FALSE(s.ok());
     EXPECT_EQ(s.message.rfind("safetensors: ", 0), 0u) << s.message;
     EXPECT_NE(s.message.find(c.expect), std::string::npos) << s.message;

@@ -8,7 +8,9 @@
 #include <cstring>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "c_abi_view.hpp"
 #include "io/host_problem.hpp"
@@ -16,6 +18,18 @@
 #include "kda/kda.hpp"
 
 namespace kda::testing {
+
+// chunk_bwd_wy_dqkg's file and tooling registration (io/host_problem.hpp).
+inline const io::OpIo& wy_io() {
+  return *io::find_op(ChunkBwdWyDqkgProblem::kName);
+}
+
+// chunk_bwd_wy_dqkg's output names ("out.dq", ..., "out.dA"), from its argument table.
+inline const std::vector<std::string>& wy_outputs() {
+  static const std::vector<std::string> names =
+      io::arg_names<ChunkBwdWyDqkgProblem>(ArgRole::output);
+  return names;
+}
 
 // A new seed every call, so every run draws fresh inputs (print it on failure to replay).
 inline uint64_t fresh_seed() {
@@ -37,14 +51,14 @@ inline void use_int32_indices(io::HostProblem& hp) {
 // A copy of `hp` with its outputs computed by the float64 cpu-ref backend.
 inline io::HostProblem reference_of(const io::HostProblem& hp) {
   io::HostProblem ref = hp;
-  const Status s = run(ref.problem(), Backend::cpu_ref);
+  const Status s = io::op_of(ref).run(ref.views(), ref, Backend::cpu_ref, nullptr, Kernel::auto_);
   if (!s.ok()) throw std::runtime_error("cpu-ref failed: " + s.message);
   return ref;
 }
 
 // True when every output of `hp` still holds the NaN it was allocated with (nothing written).
 inline bool all_outputs_poisoned(const io::HostProblem& hp) {
-  for (const char* name : io::kOutputNames) {
+  for (const std::string& name : hp.output_names()) {
     const io::HostTensor& t = hp.get(name);
     for (int64_t i = 0; i < t.numel(); ++i) {
       if (!std::isnan(t.at(i))) return false;
@@ -72,7 +86,7 @@ inline Coords coords_of(const io::HostTensor& t, int64_t i) {
 }
 
 // The chunk [t0, t1) holding token t of a problem built from `c` (fixed length or cu_seqlens).
-inline std::pair<int64_t, int64_t> chunk_of(const io::ProblemConfig& c, int64_t t) {
+inline std::pair<int64_t, int64_t> chunk_of(const io::WyDqkgConfig& c, int64_t t) {
   if (c.seqlens.empty()) {
     const int64_t t0 = t / c.BT * c.BT;
     return {t0, std::min(t0 + c.BT, c.T)};

@@ -14,14 +14,14 @@
 namespace {
 
 using kda::DType;
-using kda::Problem;
+using Problem = kda::ChunkBwdWyDqkgProblem;
 using kda::io::HostProblem;
 using kda::io::HostTensor;
-using kda::io::ProblemConfig;
+using kda::io::WyDqkgConfig;
 using kda::testing::all_outputs_poisoned;
 
-ProblemConfig small_config() {
-  ProblemConfig c;
+WyDqkgConfig small_config() {
+  WyDqkgConfig c;
   c.B = 2;
   c.T = 40;
   c.H = 2;
@@ -34,8 +34,8 @@ ProblemConfig small_config() {
   return c;
 }
 
-ProblemConfig varlen_config() {
-  ProblemConfig c = small_config();
+WyDqkgConfig varlen_config() {
+  WyDqkgConfig c = small_config();
   c.seqlens = {5, 16, 1, 30};
   c.pass_chunk_indices = true;
   return c;
@@ -43,10 +43,10 @@ ProblemConfig varlen_config() {
 
 // Applies `mutate` to a valid problem's views and expects validate() and run() to fail with
 // invalid_argument mentioning every fragment, leaving the outputs untouched.
-void expect_invalid(const ProblemConfig& config, const std::function<void(Problem&)>& mutate,
+void expect_invalid(const WyDqkgConfig& config, const std::function<void(Problem&)>& mutate,
                     std::initializer_list<std::string> fragments) {
   HostProblem hp = kda::io::make_random_problem(config);
-  Problem p = hp.problem();
+  Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
   ASSERT_TRUE(p.validate().ok()) << p.validate().message;
   mutate(p);
   const kda::Status s = p.validate();
@@ -61,10 +61,10 @@ void expect_invalid(const ProblemConfig& config, const std::function<void(Proble
 }
 
 TEST(Validation, ValidProblemsPass) {
-  for (const ProblemConfig& c : {small_config(), varlen_config()}) {
+  for (const WyDqkgConfig& c : {small_config(), varlen_config()}) {
     HostProblem hp = kda::io::make_random_problem(c);
-    kda::Dims d;
-    const kda::Status s = hp.problem().validate(&d);
+    kda::ChunkBwdWyDqkgDims d;
+    const kda::Status s = hp.as<kda::ChunkBwdWyDqkgProblem>().validate(&d);
     ASSERT_TRUE(s.ok()) << s.message;
     EXPECT_EQ(d.HV, 4);
     EXPECT_EQ(d.BT, 16);
@@ -73,8 +73,8 @@ TEST(Validation, ValidProblemsPass) {
 
 TEST(Validation, DerivedDims) {
   HostProblem hp = kda::io::make_random_problem(varlen_config());
-  kda::Dims d;
-  ASSERT_TRUE(hp.problem().validate(&d).ok());
+  kda::ChunkBwdWyDqkgDims d;
+  ASSERT_TRUE(hp.as<kda::ChunkBwdWyDqkgProblem>().validate(&d).ok());
   EXPECT_TRUE(d.varlen);
   EXPECT_EQ(d.num_seqs, 4);
   EXPECT_EQ(d.NT, 1 + 1 + 1 + 2);
@@ -83,7 +83,7 @@ TEST(Validation, DerivedDims) {
 
 TEST(Validation, MissingTensor) {
   expect_invalid(small_config(), [](Problem& p) { p.q = {}; }, {"'q'", "required"});
-  expect_invalid(small_config(), [](Problem& p) { p.dA = {}; }, {"'dA'", "required"});
+  expect_invalid(small_config(), [](Problem& p) { p.dA = {}; }, {"'out.dA'", "required"});
 }
 
 TEST(Validation, NullDataPointer) {
@@ -111,27 +111,27 @@ TEST(Validation, XDtypeUnsupported) {
 }
 
 TEST(Validation, MixedXDtypes) {
-  ProblemConfig c = small_config();
+  WyDqkgConfig c = small_config();
   expect_invalid(c, [](Problem& p) { p.v.dtype = DType::f16; }, {"'v'", "float32", "float16"});
   expect_invalid(c, [](Problem& p) { p.A.dtype = DType::bf16; }, {"'A'", "the dtype of q"});
   expect_invalid(c, [](Problem& p) { p.dv.dtype = DType::f16; }, {"'dv'", "the dtype of q"});
 }
 
 TEST(Validation, GateMustBeFloat32) {
-  ProblemConfig c = small_config();
+  WyDqkgConfig c = small_config();
   c.x_dtype = DType::bf16;
   expect_invalid(c, [](Problem& p) { p.g.dtype = DType::bf16; }, {"'g'", "float32"});
 }
 
 TEST(Validation, BetaDtype) {
-  ProblemConfig c = small_config();
+  WyDqkgConfig c = small_config();
   c.x_dtype = DType::f16;
   expect_invalid(c, [](Problem& p) { p.beta.dtype = DType::bf16; },
                  {"'beta'", "float16 (the dtype of q) or float32", "bfloat16"});
 }
 
 TEST(Validation, StateDtypes) {
-  ProblemConfig c = small_config();
+  WyDqkgConfig c = small_config();
   c.x_dtype = DType::f16;
   expect_invalid(c, [](Problem& p) { p.h.dtype = DType::bf16; },
                  {"'h'", "float16 (the dtype of q) or float32"});
@@ -140,7 +140,7 @@ TEST(Validation, StateDtypes) {
   c.x_dtype = DType::f32;
   for (auto name : {"h", "beta"}) {
     HostProblem hp = kda::io::make_random_problem(c);
-    Problem p = hp.problem();
+    Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
     (std::string(name) == "h" ? p.h : p.beta).dtype = DType::bf16;
     const kda::Status s = p.validate();
     EXPECT_NE(s.message.find("expected dtype float32 (the dtype of q), got bfloat16"),
@@ -150,14 +150,14 @@ TEST(Validation, StateDtypes) {
 }
 
 TEST(Validation, OutputDtypes) {
-  ProblemConfig c = small_config();
+  WyDqkgConfig c = small_config();
   c.x_dtype = DType::bf16;
-  expect_invalid(c, [](Problem& p) { p.dq.dtype = DType::bf16; }, {"'dq'", "float32"});
-  expect_invalid(c, [](Problem& p) { p.dv_out.dtype = DType::f32; }, {"'dv_out'", "bfloat16"});
+  expect_invalid(c, [](Problem& p) { p.dq.dtype = DType::bf16; }, {"'out.dq'", "float32"});
+  expect_invalid(c, [](Problem& p) { p.dv_out.dtype = DType::f32; }, {"'out.dv_out'", "bfloat16"});
 }
 
 TEST(Validation, HeadDimLimits) {
-  ProblemConfig c = small_config();
+  WyDqkgConfig c = small_config();
   auto set_k = [](int64_t K) {
     return [K](Problem& p) {
       for (kda::TensorView* t : {&p.q, &p.k, &p.g, &p.dq, &p.dk, &p.dg}) t->shape[3] = K;
@@ -170,7 +170,7 @@ TEST(Validation, HeadDimLimits) {
 }
 
 TEST(Validation, ShapeMismatches) {
-  ProblemConfig c = small_config();
+  WyDqkgConfig c = small_config();
   expect_invalid(c, [](Problem& p) { p.k.shape[1] = 39; },
                  {"'k'", "[B, T, H, K]", "[2, 40, 2, 16]"});
   expect_invalid(c, [](Problem& p) { p.v.shape[0] = 1; }, {"'v'", "B, T from q"});
@@ -178,17 +178,17 @@ TEST(Validation, ShapeMismatches) {
   expect_invalid(c, [](Problem& p) { p.do_.shape[2] = 2; }, {"'do'", "[B, T, HV, V]"});
   expect_invalid(c, [](Problem& p) { p.g.shape[2] = 2; }, {"'g'", "[B, T, HV, K]"});
   expect_invalid(c, [](Problem& p) { p.beta.shape[2] = 2; }, {"'beta'", "[B, T, HV]"});
-  expect_invalid(c, [](Problem& p) { p.dq.shape[3] = 8; }, {"'dq'", "[B, T, HV, K]"});
-  expect_invalid(c, [](Problem& p) { p.db.shape[1] = 8; }, {"'db'", "[B, T, HV]"});
-  expect_invalid(c, [](Problem& p) { p.dA.shape[2] = 3; }, {"'dA'", "[B, T, HV, BT]"});
+  expect_invalid(c, [](Problem& p) { p.dq.shape[3] = 8; }, {"'out.dq'", "[B, T, HV, K]"});
+  expect_invalid(c, [](Problem& p) { p.db.shape[1] = 8; }, {"'out.db'", "[B, T, HV]"});
+  expect_invalid(c, [](Problem& p) { p.dA.shape[2] = 3; }, {"'out.dA'", "[B, T, HV, BT]"});
 }
 
 TEST(Validation, ValueHeadsMultipleOfH) {
-  ProblemConfig c = small_config();
+  WyDqkgConfig c = small_config();
   c.HV = 3;
   c.H = 2;
   HostProblem hp = kda::io::make_random_problem(c);
-  const kda::Status s = hp.problem().validate();
+  const kda::Status s = hp.as<kda::ChunkBwdWyDqkgProblem>().validate();
   EXPECT_EQ(s.code, kda::StatusCode::invalid_argument);
   EXPECT_NE(s.message.find("multiple of H = 2"), std::string::npos) << s.message;
   EXPECT_NE(s.message.find("HV = 3"), std::string::npos) << s.message;
@@ -217,7 +217,7 @@ TEST(Validation, ScaleMustFitFloat32) {
                    {"'scale'", "float32", "|scale| <= 3.40282e+38"});
   }
   HostProblem hp = kda::io::make_random_problem(small_config());
-  Problem p = hp.problem();
+  Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
   p.scale = 3.4028234663852886e38;
   EXPECT_TRUE(p.validate().ok()) << p.validate().message;
 }
@@ -229,7 +229,7 @@ TEST(Validation, StateChunkCountFixedLength) {
 }
 
 TEST(Validation, StateVFirstLayout) {
-  ProblemConfig c = small_config();
+  WyDqkgConfig c = small_config();
   expect_invalid(c, [](Problem& p) { p.state_v_first = true; }, {"'h'", "state_v_first"});
 }
 
@@ -239,14 +239,14 @@ TEST(Validation, CuSeqlensDtype) {
 }
 
 TEST(Validation, CuSeqlensRequiresBatchOne) {
-  ProblemConfig c = small_config();
+  WyDqkgConfig c = small_config();
   HostProblem hp = kda::io::make_random_problem(c);
   HostTensor cu(DType::i64, {3});
   cu.set(0, 0);
   cu.set(1, 20);
   cu.set(2, 40);
   hp.tensors["cu_seqlens"] = cu;
-  const kda::Status s = hp.problem().validate();
+  const kda::Status s = hp.as<kda::ChunkBwdWyDqkgProblem>().validate();
   EXPECT_EQ(s.code, kda::StatusCode::invalid_argument);
   EXPECT_NE(s.message.find("'cu_seqlens'"), std::string::npos) << s.message;
   EXPECT_NE(s.message.find("B = 2"), std::string::npos) << s.message;
@@ -254,11 +254,11 @@ TEST(Validation, CuSeqlensRequiresBatchOne) {
 
 void expect_bad_cu_seqlens(const std::function<void(HostTensor&)>& edit,
                            std::initializer_list<std::string> fragments) {
-  ProblemConfig c = varlen_config();
+  WyDqkgConfig c = varlen_config();
   c.pass_chunk_indices = false;
   HostProblem hp = kda::io::make_random_problem(c);
   edit(hp.get("cu_seqlens"));
-  const kda::Status s = hp.problem().validate();
+  const kda::Status s = hp.as<kda::ChunkBwdWyDqkgProblem>().validate();
   EXPECT_EQ(s.code, kda::StatusCode::invalid_argument) << s.message;
   for (const std::string& fragment : fragments) {
     EXPECT_NE(s.message.find(fragment), std::string::npos)
@@ -279,9 +279,9 @@ TEST(Validation, CuSeqlensMustEndAtT) {
 }
 
 TEST(Validation, ChunkIndicesWithoutCuSeqlens) {
-  ProblemConfig c = varlen_config();
+  WyDqkgConfig c = varlen_config();
   HostProblem hp = kda::io::make_random_problem(c);
-  Problem p = hp.problem();
+  Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
   p.cu_seqlens = {};
   const kda::Status s = p.validate();
   EXPECT_EQ(s.code, kda::StatusCode::invalid_argument);
@@ -289,10 +289,10 @@ TEST(Validation, ChunkIndicesWithoutCuSeqlens) {
 }
 
 TEST(Validation, ChunkIndicesDisagree) {
-  ProblemConfig c = varlen_config();
+  WyDqkgConfig c = varlen_config();
   HostProblem hp = kda::io::make_random_problem(c);
   hp.get("chunk_indices").set(2 * 4 + 1, 5);  // row 4 should be (3, 1)
-  const kda::Status s = hp.problem().validate();
+  const kda::Status s = hp.as<kda::ChunkBwdWyDqkgProblem>().validate();
   EXPECT_EQ(s.code, kda::StatusCode::invalid_argument);
   EXPECT_NE(s.message.find("disagrees with cu_seqlens at row 4"), std::string::npos) << s.message;
 }
@@ -317,15 +317,16 @@ TEST(Validation, MixedDevices) {
 
 TEST(Validation, OutputsMustBeContiguous) {
   expect_invalid(small_config(), [](Problem& p) { std::swap(p.dg.strides[2], p.dg.strides[3]); },
-                 {"'dg'", "contiguous"});
+                 {"'out.dg'", "contiguous"});
 }
 
 TEST(Validation, OutputMustNotAliasInput) {
   expect_invalid(small_config(), [](Problem& p) { p.dq.data = p.g.data; },
-                 {"'dq'", "overlaps 'g'"});
-  ProblemConfig c = small_config();
+                 {"'out.dq'", "overlaps 'g'"});
+  WyDqkgConfig c = small_config();
   c.x_dtype = DType::bf16;
-  expect_invalid(c, [](Problem& p) { p.dv_out.data = p.dv.data; }, {"'dv_out'", "overlaps 'dv'"});
+  expect_invalid(c, [](Problem& p) { p.dv_out.data = p.dv.data; },
+                 {"'out.dv_out'", "overlaps 'dv'"});
 }
 
 TEST(Validation, OutputsMustNotAliasEachOther) {
@@ -333,19 +334,19 @@ TEST(Validation, OutputsMustNotAliasEachOther) {
 }
 
 TEST(Validation, EmptySequenceIsValid) {
-  ProblemConfig c = small_config();
+  WyDqkgConfig c = small_config();
   c.T = 0;
   HostProblem hp = kda::io::make_random_problem(c);
-  kda::Dims d;
-  const kda::Status s = hp.problem().validate(&d);
+  kda::ChunkBwdWyDqkgDims d;
+  const kda::Status s = hp.as<kda::ChunkBwdWyDqkgProblem>().validate(&d);
   ASSERT_TRUE(s.ok()) << s.message;
   EXPECT_EQ(d.NT, 0);
-  EXPECT_TRUE(kda::run(hp.problem(), kda::Backend::cpu_ref).ok());
+  EXPECT_TRUE(kda::run(hp.as<kda::ChunkBwdWyDqkgProblem>(), kda::Backend::cpu_ref).ok());
 }
 
 TEST(Validation, DescribeNamesEveryField) {
   HostProblem hp = kda::io::make_random_problem(varlen_config());
-  const std::string text = hp.problem().describe();
+  const std::string text = hp.as<kda::ChunkBwdWyDqkgProblem>().describe();
   for (const char* name : {"q:",
                            "k:",
                            "v:",
@@ -374,7 +375,7 @@ TEST(Validation, DescribeNamesEveryField) {
 
 TEST(Run, CpuBackendsRejectDeviceTensors) {
   HostProblem hp = kda::io::make_random_problem(small_config());
-  Problem p = hp.problem();
+  Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
   for (kda::TensorView* t : {&p.q, &p.k, &p.v, &p.v_new, &p.g, &p.beta, &p.A, &p.h, &p.do_, &p.dh,
                              &p.dv, &p.dq, &p.dk, &p.dv_out, &p.db, &p.dg, &p.dA}) {
     t->device = {kda::DeviceType::cuda, 0};
@@ -402,7 +403,7 @@ TEST(Run, BackendNames) {
 TEST(Run, CudaUnavailableWithoutDevice) {
   if (kda::backend_available(kda::Backend::cuda)) GTEST_SKIP() << "a CUDA device is visible";
   HostProblem hp = kda::io::make_random_problem(small_config());
-  Problem p = hp.problem();
+  Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
   const kda::Status s = kda::run(p, kda::Backend::cuda);
   EXPECT_EQ(s.code, kda::StatusCode::backend_unavailable) << s.message;
   EXPECT_TRUE(all_outputs_poisoned(hp));

@@ -1,4 +1,4 @@
-// Runs the operator on a small fixed-length problem through the installed C++ API on the cpu-ref
+// Runs chunk_bwd_wy_dqkg on a small fixed-length problem through the installed C++ API on the cpu-ref
 // backend and checks that every output element was written and is finite.
 #include <cmath>
 #include <cstdio>
@@ -23,7 +23,7 @@ int main() {
       dA(B * T * H * BT, NAN);
   using kda::DType;
   using kda::TensorView;
-  kda::Problem p;
+  kda::ChunkBwdWyDqkgProblem p;
   p.q = TensorView::contiguous(q.data(), DType::f32, {B, T, H, K});
   p.k = TensorView::contiguous(k.data(), DType::f32, {B, T, H, K});
   p.v = TensorView::contiguous(v.data(), DType::f32, {B, T, H, V});

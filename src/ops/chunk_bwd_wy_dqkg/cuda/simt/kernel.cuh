@@ -29,20 +29,20 @@ struct SharedTiles {
   float* part;  // [8][32]        per-warp Σ_rows Kk⊙dK0 of the current K block
   float* Y;     // [BT][kALd]     X·Āᵀ (reuses the token tiles after the K loop)
 
-  __device__ explicit SharedTiles(float* base)
-      : A(base + Traits::kAOff),
-        D(base + Traits::kDOff),
-        beta(base + Traits::kBetaOff),
-        S(base + Traits::kSOff),
-        dS(base + Traits::kDSOff),
-        dO(base + Traits::kDoOff),
-        Vn(base + Traits::kVnOff),
-        dV(base + Traits::kDvOff),
-        Vv(base + Traits::kVvOff),
-        dW(base + Traits::kDwOff),
-        KG(base + Traits::kKgOff),
-        part(base + Traits::kPartOff),
-        Y(base + Traits::kYOff) {}
+  __device__ explicit SharedTiles(typename Traits::Shared& sh)
+      : A(&sh.A[0][0]),
+        D(&sh.D[0][0]),
+        beta(&sh.beta[0]),
+        S(&sh.S[0][0]),
+        dS(&sh.dS[0][0]),
+        dO(&sh.tok.dO[0][0]),
+        Vn(&sh.tok.Vn[0][0]),
+        dV(&sh.tok.dV[0][0]),
+        Vv(&sh.tok.Vv[0][0]),
+        dW(&sh.dW[0][0]),
+        KG(&sh.KG[0][0]),
+        part(&sh.part[0][0]),
+        Y(&sh.Y[0][0]) {}
 };
 
 // Products over one V tile (32 columns v), for the thread's rows i and K column c = lane:
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(WyDqkgTraits<kBT>::kThreads, WyDqkgTraits<kBT>
   constexpr unsigned kFullMask = 0xffffffffu;
 
   extern __shared__ float4 smem_float4[];  // float4: 16-byte alignment for the vector reads
-  const SharedTiles<Tr> sm(reinterpret_cast<float*>(smem_float4));
+  const SharedTiles<Tr> sm(*reinterpret_cast<typename Tr::Shared*>(smem_float4));
   __shared__ WorkUnit unit_shared;
   __shared__ UnitOrigins origins_shared;
 

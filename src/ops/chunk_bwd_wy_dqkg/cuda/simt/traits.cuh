@@ -1,5 +1,5 @@
 #pragma once
-// Compile-time tile shapes and the shared-memory layout of the general (SIMT fp32) kernel.
+// Compile-time tile shapes and the shared-memory layout of the simt (SIMT fp32) kernel.
 //
 // One CTA of 256 threads (8 warps) handles one work unit = (chunk, value head). Thread layout for
 // every L x 32 tile it computes (L <= BT rows of the chunk, 32 K- or V-columns):
@@ -36,29 +36,30 @@ struct WyDqkgTraits {
   static constexpr int kALd = kBT + 4;     // BT-wide tiles (A, X, Y)
   static_assert(kBK == kBV, "K blocks and V tiles share the 32-wide tile pitch");
 
-  // Shared memory, in floats, every region 16-byte aligned:
-  static constexpr int kAOff = 0;                          // Ā  [BT][kALd]  A[t0+j, hv, i]
-  static constexpr int kDOff = kAOff + kBT * kALd;         // D  [BT][kALd]  then X in place
-  static constexpr int kBetaOff = kDOff + kBT * kALd;      // β  [BT]
-  static constexpr int kSOff = kBetaOff + kBT;             // S  [32 k][kTileLd] (32 v)
-  static constexpr int kDSOff = kSOff + kBK * kTileLd;     // dS [32 k][kTileLd]
-  static constexpr int kDoOff = kDSOff + kBK * kTileLd;    // dO [BT][kTileLd] (32 v); G
-  static constexpr int kVnOff = kDoOff + kBT * kTileLd;    // Vn [BT][kTileLd];        Q
-  static constexpr int kDvOff = kVnOff + kBT * kTileLd;    // dV [BT][kTileLd];        Kk
-  static constexpr int kVvOff = kDvOff + kBT * kTileLd;    // Vv [BT][kTileLd]
-  static constexpr int kDwOff = kVvOff + kBT * kTileLd;    // dW [BT][kTileLd] (32 k)
-  static constexpr int kKgOff = kDwOff + kBT * kTileLd;    // KG [BT][kTileLd]
-  static constexpr int kPartOff = kKgOff + kBT * kTileLd;  // Σ_rows Kk⊙dK0 per warp [8][32]
-  static constexpr int kFloats = kPartOff + kWarps * 32;
-  static constexpr int kSmemBytes = kFloats * static_cast<int>(sizeof(float));
+  // The shared-memory layout, every region 16-byte aligned for float4 reads. After the K loop
+  // the token tiles are dead and Y = X·Āᵀ takes their place (the union); during the epilogue of
+  // each K block G, Q and Kk are staged in the dO, Vn and dV tiles.
+  struct Shared {
+    alignas(16) float A[kBT][kALd];      // Ā[j][i] = A[t0+j, hv, i], zero outside j, i < L
+    alignas(16) float D[kBT][kALd];      // D = dV·Vvᵀ + dW·KGᵀ, then X in place
+    alignas(16) float beta[kBT];         // β, zero beyond L
+    alignas(16) float S[kBK][kTileLd];   // h tile S[k][v] (32 k x 32 v)
+    alignas(16) float dS[kBK][kTileLd];  // dh tile
+    union alignas(16) {
+      struct {
+        float dO[kBT][kTileLd];  // do tile (32 v); G in the epilogue
+        float Vn[kBT][kTileLd];  // v_new tile;     Q in the epilogue
+        float dV[kBT][kTileLd];  // dv tile;        Kk in the epilogue
+        float Vv[kBT][kTileLd];  // v tile (first K block only)
+      } tok;
+      float Y[kBT][kALd];  // X·Āᵀ, after the K loop
+    };
+    alignas(16) float dW[kBT][kTileLd];  // dW of the current K block (32 k)
+    alignas(16) float KG[kBT][kTileLd];  // KG of the current K block
+    alignas(16) float part[kWarps][32];  // per-warp Σ_rows Kk⊙dK0 of the current K block
+  };
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(Shared));
 
-  // After the K loop the token tiles are dead; Y = X·Āᵀ takes their place.
-  static constexpr int kYOff = kDoOff;  // Y [BT][kALd]
-  static_assert(kYOff + kBT * kALd <= kDwOff, "Y must fit in the token tiles' space");
-
-  static_assert(kDOff % 4 == 0 && kBetaOff % 4 == 0 && kSOff % 4 == 0 && kDoOff % 4 == 0 &&
-                    kVvOff % 4 == 0 && kDwOff % 4 == 0 && kKgOff % 4 == 0 && kPartOff % 4 == 0,
-                "shared regions must stay 16-byte aligned for float4 reads");
   static_assert((kBT * 32) % kThreads == 0 && (kBK * kBV) % kThreads == 0,
                 "tile loads give every thread the same number of elements");
 };

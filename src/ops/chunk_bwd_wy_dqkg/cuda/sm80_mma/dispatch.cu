@@ -61,16 +61,22 @@ bool sm80_mma_supports(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims&
   if (d.V != 64 && d.V != 128) {
     return refuse(why_not, "V = " + std::to_string(d.V) + " (it takes 64 and 128)");
   }
-  for (const auto& a : ChunkBwdWyDqkgProblem::args()) {
-    const TensorView& t = a.of(p);
-    if (a.info.role == ArgRole::input && !rows_of_chunks(t)) {
-      return refuse(why_not, std::string(a.info.name) +
+  // The tensors copied as rows of 16-byte chunks (beta and the index tensors are read element by
+  // element).
+  const std::pair<const char*, const TensorView*> rows[] = {
+      {"q", &p.q},   {"k", &p.k}, {"v", &p.v}, {"v_new", &p.v_new}, {"do", &p.do_},
+      {"dv", &p.dv}, {"g", &p.g}, {"A", &p.A}, {"h", &p.h},         {"dh", &p.dh}};
+  for (auto [name, t] : rows) {
+    if (!rows_of_chunks(*t)) {
+      return refuse(why_not, std::string(name) +
                                  " is not in rows of 16-byte chunks (last dimension contiguous, "
                                  "pointer and other strides 16-byte aligned)");
     }
-    // Outputs are contiguous (validated) with rows of K, V or BT >= 16 elements: their rows are
-    // 16-byte aligned when the data pointers are.
-    if (a.info.role == ArgRole::output && !aligned(t.data)) {
+  }
+  // Outputs are contiguous (validated) with rows of K, V or BT >= 16 elements: their rows are
+  // 16-byte aligned when the data pointers are.
+  for (const auto& a : ChunkBwdWyDqkgProblem::args()) {
+    if (a.info.role == ArgRole::output && !aligned(a.of(p).data)) {
       return refuse(why_not, std::string(a.info.name) + " is not 16-byte aligned");
     }
   }

@@ -204,31 +204,37 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   __shared__ UnitOrigins origins_shared;
   __shared__ LoopStrides strides_shared;
 
-  XT* const sA = reinterpret_cast<XT*>(smem + Tr::kAOff);    // Ā [BT][kALd], Ā[j][i]
-  XT* const sDo = reinterpret_cast<XT*>(smem + Tr::kDoOff);  // dO [BT][kTokLd]
-  XT* const sVn = reinterpret_cast<XT*>(smem + Tr::kVnOff);  // Vn [BT][kTokLd]
-  XT* const sDv = reinterpret_cast<XT*>(smem + Tr::kDvOff);  // dV [BT][kTokLd]
-  XT* const sVv = reinterpret_cast<XT*>(smem + Tr::kVvOff);  // Vv [BT][kTokLd] (phase 0 only)
-  XT* const sDw = reinterpret_cast<XT*>(smem + Tr::kDwOff);  // dW of the slab [BT][kKbLd]
-  XT* const sKg = reinterpret_cast<XT*>(smem + Tr::kKgOff);  // KG of the slab [BT][kKbLd]
-  XT* const sX = reinterpret_cast<XT*>(smem + Tr::kXOff);    // X [BT][kALd] (after the K loop)
-  XT* const sY = reinterpret_cast<XT*>(smem + Tr::kYOff);    // Y [BT][kALd] (after the K loop)
-  float* const sBeta = reinterpret_cast<float*>(smem + Tr::kBetaOff);  // β [BT], 0 beyond L
-  float* const sSds = reinterpret_cast<float*>(smem + Tr::kSdsOff);    // [2][kSdsParts][16]
-  float* const sKdk = reinterpret_cast<float*>(smem + Tr::kKdkOff);    // [kRowBlocks][16]
-  float* const sDb = reinterpret_cast<float*>(smem + Tr::kDbOff);      // [2][BT]
+  auto& sh = *reinterpret_cast<typename Tr::Shared*>(smem);
+  XT* const sA = &sh.A[0][0];    // Ā [BT][kALd], Ā[j][i]
+  XT* const sDo = &sh.dO[0][0];  // dO [BT][kTokLd]
+  XT* const sVn = &sh.Vn[0][0];  // Vn [BT][kTokLd]
+  XT* const sDv = &sh.dV[0][0];  // dV [BT][kTokLd]
+  XT* sVv = nullptr;             // Vv [BT][kTokLd] (phase 0 only)
+  if constexpr (Tr::kVvInStaging) {
+    sVv = &sh.state.stage[1].tok[0][0];
+  } else {
+    sVv = &sh.state.Vv[0][0];
+  }
+  XT* const sDw = &sh.dW[0][0];          // dW of the slab [BT][kKbLd]
+  XT* const sKg = &sh.KG[0][0];          // KG of the slab [BT][kKbLd]
+  XT* const sX = &sh.X[0][0];            // X [BT][kALd] (after the K loop)
+  XT* const sY = &sh.Y[0][0];            // Y [BT][kALd] (after the K loop)
+  float* const sBeta = &sh.beta[0];      // β [BT], 0 beyond L
+  float* const sSds = &sh.sds[0][0][0];  // [2][kSdsParts][16]
+  float* const sKdk = &sh.kdk[0][0];     // [kRowBlocks][16]
+  float* const sDb = &sh.db[0][0];       // [2][BT]
   // Staging slot `slot` of float32 h: S then dS, [kSlabRows][kSlabCols] each.
-  auto stage_S = [&](int slot) {
-    return reinterpret_cast<float*>(smem + Tr::kStageOff + slot * Tr::kStageSlotBytes);
+  auto stage_S = [&](int slot) -> float* {
+    if constexpr (Tr::kStateF32) {
+      return &sh.state.stage[slot].raw[0][0][0];
+    } else {
+      return nullptr;  // X h is copied straight into the 16-bit ring
+    }
   };
   auto stage_dS = [&](int slot) { return stage_S(slot) + Tr::kSlabRows * Tr::kSlabCols; };
   // 16-bit slab copies: slot 0 only for float32 h, slots 0 and 1 (the ring) for X h.
-  auto slab_S = [&](int slot) {
-    return reinterpret_cast<XT*>(smem + Tr::kSlabXOff + slot * 2 * Tr::kSlabXBytes);
-  };
-  auto slab_dS = [&](int slot) {
-    return reinterpret_cast<XT*>(smem + Tr::kSlabXOff + (slot * 2 + 1) * Tr::kSlabXBytes);
-  };
+  auto slab_S = [&](int slot) { return &sh.state.slab_x[slot][0].m[0][0]; };
+  auto slab_dS = [&](int slot) { return &sh.state.slab_x[slot][1].m[0][0]; };
 
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;

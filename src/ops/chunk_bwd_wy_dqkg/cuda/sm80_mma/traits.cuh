@@ -81,46 +81,59 @@ struct WyDqkgMmaTraits {
   // a whole k row) or one per warp (state_v_first: each warp holds part of every k column).
   static constexpr int kSdsParts = kStateVFirst ? kWarps : 1;
 
-  // --- shared memory, in bytes, every region 128-byte aligned --------------------------------
-  static constexpr int align128(int bytes) { return (bytes + 127) / 128 * 128; }
-  static constexpr int kXBytes = 2;
-  static constexpr int kTokBytes = align128(kBT * kTokLd * kXBytes);
-  static constexpr int kABytes = align128(kBT * kALd * kXBytes);
-  static constexpr int kSlabXBytes = align128(kSlabXRows * kSlabXLd * kXBytes);  // one matrix
-  static constexpr int kKbBytes = align128(kBT * kKbLd * kXBytes);
-  // float32 h: raw slab staging (S then dS, [kSlabRows][kSlabCols] each, unpadded: each thread
-  // reads back only the chunks it copied). Slot 1 holds Vv during phase 0 (before slab 1 is
-  // copied), so a slot is at least one token tile.
+  // --- shared memory ------------------------------------------------------------------------
+  // float32 h: the raw slabs of one staging slot, S then dS, [kSlabRows][kSlabCols] each.
   static constexpr int kStageRawBytes = 2 * kSlabRows * kSlabCols * 4;
-  static constexpr bool kVvInStaging = kStateF32;
-  static constexpr int kStageSlotBytes =
-      kStateF32 ? align128(kStageRawBytes > kTokBytes ? kStageRawBytes : kTokBytes) : 0;
   // 16-bit slab copies (S_x and dS_x): one pair for float32 h (converted from the staging ring),
   // two for X h (they are the cp.async ring themselves).
   static constexpr int kSlabXSlots = kStateF32 ? 1 : 2;
+  // With float32 h, Vv lives in staging slot 1 during phase 0 (before slab 1 is copied).
+  static constexpr bool kVvInStaging = kStateF32;
 
-  static constexpr int kAOff = 0;                       // Ā [BT][kALd]: A[t0+j, hv, i]
-  static constexpr int kDoOff = kAOff + kABytes;        // dO [BT][kTokLd]; X after the K loop
-  static constexpr int kVnOff = kDoOff + kTokBytes;     // Vn [BT][kTokLd]; Y after the K loop
-  static constexpr int kDvOff = kVnOff + kTokBytes;     // dV [BT][kTokLd]
-  static constexpr int kVvOwnOff = kDvOff + kTokBytes;  // Vv [BT][kTokLd] (X h only)
-  static constexpr int kStageOff = kVvOwnOff + (kVvInStaging ? 0 : kTokBytes);  // 2 slots (f32 h)
-  static constexpr int kSlabXOff =
-      kStageOff + 2 * kStageSlotBytes;  // [slot][S, dS][rows][kSlabXLd]
-  static constexpr int kDwOff = kSlabXOff + kSlabXSlots * 2 * kSlabXBytes;  // dW [BT][kKbLd]
-  static constexpr int kKgOff = kDwOff + kKbBytes;                          // KG [BT][kKbLd]
-  static constexpr int kBetaOff = kKgOff + kKbBytes;                        // β [BT] f32
-  static constexpr int kSdsOff = kBetaOff + align128(kBT * 4);  // Σ S⊙dS [2][kSdsParts][16] f32
-  static constexpr int kKdkOff = kSdsOff + align128(2 * kSdsParts * kSlabK * 4);
-  // Σ_rows Kk⊙dK0 of a slab per row block [kRowBlocks][16] f32
-  static constexpr int kDbOff = kKdkOff + align128(kRowBlocks * kSlabK * 4);  // db [2][BT] f32
-  static constexpr int kSmemBytes = kDbOff + align128(kColGroups * kBT * 4);
-  static constexpr int kVvOff = kVvInStaging ? kStageOff + kStageSlotBytes : kVvOwnOff;
-  static constexpr int kXOff = kDoOff;  // X = strict-lower(D) ⊙ β  [BT][kALd]
-  static constexpr int kYOff = kVnOff;  // Y = X · Āᵀ               [BT][kALd]
+  // The shared-memory layout as one struct, every region 128-byte aligned. Regions reused over a
+  // unit's life are unions: X and Y take the dead dO and Vn tiles after the K loop; with float32
+  // h, the staging ring holds the raw slabs (S then dS), and its slot 1 holds Vv during phase 0
+  // (before slab 1 is copied); with h in X, Vv has its own tile and the 16-bit slab pair is a
+  // two-slot cp.async ring.
+  struct alignas(128) SlabX {
+    XT m[kSlabXRows][kSlabXLd];  // the mma's B operand: [16 k][V + 8] or [V][16 k + 8]
+  };
+  static constexpr int kSlabXBytes = static_cast<int>(sizeof(SlabX));
+  union alignas(128) StageSlot {
+    float raw[2][kSlabRows][kSlabCols];  // S then dS as stored, unpadded (float32 h)
+    XT tok[kBT][kTokLd];                 // Vv, in slot 1 during phase 0
+  };
+  // What differs with the h dtype: float32 h stages raw slabs and converts them into one 16-bit
+  // slab pair; X h copies straight into a two-slot ring of 16-bit slab pairs.
+  struct StateF32Regions {
+    StageSlot stage[2];
+    SlabX slab_x[1][2];  // [slot][S, dS]
+  };
+  struct StateXRegions {
+    alignas(128) XT Vv[kBT][kTokLd];
+    SlabX slab_x[2][2];  // [slot][S, dS]
+  };
+  struct Shared {
+    alignas(128) XT A[kBT][kALd];  // Ā[j][i] = A[t0+j, hv, i]
+    union alignas(128) {
+      XT dO[kBT][kTokLd];  // do tile
+      XT X[kBT][kALd];     // X = strict-lower(D) ⊙ β, after the K loop
+    };
+    union alignas(128) {
+      XT Vn[kBT][kTokLd];  // v_new tile
+      XT Y[kBT][kALd];     // Y = X · Āᵀ, after the K loop
+    };
+    alignas(128) XT dV[kBT][kTokLd];  // dv tile
+    std::conditional_t<kStateF32, StateF32Regions, StateXRegions> state;
+    alignas(128) XT dW[kBT][kKbLd];                // dW of the slab
+    alignas(128) XT KG[kBT][kKbLd];                // KG of the slab
+    alignas(128) float beta[kBT];                  // β, 0 beyond L
+    alignas(128) float sds[2][kSdsParts][kSlabK];  // Σ S⊙dS partial rows, per ring slot
+    alignas(128) float kdk[kRowBlocks][kSlabK];    // Σ_rows Kk⊙dK0 of a slab per row block
+    alignas(128) float db[kColGroups][kBT];        // db partial sums per column group
+  };
 
-  static_assert(kBT * kALd * kXBytes <= kTokBytes, "X and Y fit in the dead dO and Vn tiles");
-  static_assert(!kVvInStaging || kTokBytes <= kStageSlotBytes, "Vv fits in staging slot 1");
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(Shared));
   // 228 KB of shared memory per SM, 1 KB of it reserved per CTA, and the kernel's static
   // __shared__ variables (under 512 bytes, asserted in the kernel).
   static constexpr int kStaticSmemBound = 512;
