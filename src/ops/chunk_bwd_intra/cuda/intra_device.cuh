@@ -111,7 +111,9 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 // valid_elems(r) elements come from src_row(r) (a byte pointer to the row's first element, read
 // with column stride `col_stride` elements); the rest of the row is zero-filled. copy_bytes > 0:
 // asynchronous copies of that many bytes (contiguous columns, aligned rows); 0: element-by-element
-// loads and stores. Warp w takes rows w, w + warps, ...; its lanes take the row's chunks.
+// loads and stores. src_row(r) must be a valid pointer for every row, even one whose
+// valid_elems(r) is 0 (nothing is read from it then). Warp w takes rows w, w + warps, ...; its
+// lanes take the row's chunks.
 template <typename RowElems, typename DstRowOffset, typename SrcRow, typename ValidElems>
 __device__ __forceinline__ void copy_tile(unsigned char* dst, int rows, RowElems row_elems_of,
                                           int elem_bytes, int copy_bytes, int64_t col_stride,
@@ -216,8 +218,8 @@ __device__ inline bool find_chunk_by_scan(const IntraParams& p, int64_t chunk, i
 }
 
 // Called by one whole warp; every lane returns the same unit.
-__device__ __noinline__ IntraUnit resolve_unit(const IntraParams& p, int64_t unit, int chunk_size,
-                                               int lane) {
+inline __device__ __noinline__ IntraUnit resolve_unit(const IntraParams& p, int64_t unit,
+                                                      int chunk_size, int lane) {
   IntraUnit w{};
   w.hv = unit % p.HV;
   const int64_t chunk = unit / p.HV;

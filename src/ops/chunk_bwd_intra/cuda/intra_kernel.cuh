@@ -144,8 +144,8 @@ __device__ __noinline__ uint32_t issue_item_copies(const IntraParams& p, const I
     copy_tile(
         stage + dst_off, Tr::kBT, [&](int) { return pc.padded; }, elem_bytes, t.copy_bytes,
         t.stride_col, [&](int r) { return r * ld * elem_bytes; },
-        [&](int r) { return base + r * row_bytes; }, [&](int r) { return r < L ? pc.valid : 0; },
-        warp, Tr::kWarps, lane);
+        [&](int r) { return base + (r < L ? r : 0) * row_bytes; },
+        [&](int r) { return r < L ? pc.valid : 0; }, warp, Tr::kWarps, lane);
   }
   // dAqk, dAkk: rows i < L, columns j <= i, packed per sub-chunk.
   for (int which = 0; which < 2; ++which) {
@@ -156,8 +156,8 @@ __device__ __noinline__ uint32_t issue_item_copies(const IntraParams& p, const I
     copy_tile(
         dst, Tr::kBT, [](int r) { return 16 * (r / 16 + 1); }, 4, t.copy_bytes, t.stride_col,
         [&](int r) { return 4 * (Tr::a_offset(r / 16) + (r % 16) * Tr::a_ld(r / 16)); },
-        [&](int r) { return base + r * row_bytes; }, [&](int r) { return r < L ? r + 1 : 0; }, warp,
-        Tr::kWarps, lane);
+        [&](int r) { return base + (r < L ? r : 0) * row_bytes; },
+        [&](int r) { return r < L ? r + 1 : 0; }, warp, Tr::kWarps, lane);
   }
 
   uint32_t beta_bits = 0;
