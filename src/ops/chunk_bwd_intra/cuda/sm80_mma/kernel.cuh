@@ -1,0 +1,675 @@
+#pragma once
+// The chunk_bwd_intra kernel (SPEC-chunk-bwd-intra.md steps 1..8), sm_90a. README.md in this
+// folder walks through one work item and gives the performance model.
+//
+// Work: unit = (chunk, value head); a persistent CTA takes units blockIdx.x, + gridDim.x, ...
+// Each unit is one or two "items" (passes over up to 128 channels). A CTA has 4·NC warps
+// (NC = BT / 16 sub-chunks); a warp's task is (sub-chunk t, 32-channel group): 16 rows x 32
+// channels of every output. Per task, with f = first row of t and l = last row of t:
+//   row part    (sources s' < t):  dqa, r  += Pq|Pk[t, s'] · (Kk[s'] ⊙ exp2(G[f] − G[s']))
+//                                  then ⊙ exp2(G[i] − G[f])                  (mma.sync, TF32)
+//   column part (sources s > t):   dkc     += Pq|Pkᵀ[s, t] · ((Q | β⊙Kk)[s] ⊙ exp2(G[s] − G[l]))
+//                                  then ⊙ exp2(G[l] − G[i])                  (mma.sync, TF32)
+//   (every exponent <= 0 for a non-increasing gate: nothing overflows, whatever the decay)
+//   the mma accumulators go through a per-warp shared-memory tile to one channel per lane;
+//   diagonal block (j <= i inside t): exact D = exp2(G[i] − G[j]) per pair and channel on the
+//   CUDA cores, each D used for dqa, r and dkc at once; rows are finished from the last to the
+//   first, so dkc[i] is complete when row i is stored: dq, dk, dg rows (incoming + intra) go to
+//   global memory, Σ_c r·Kk per row to a shared partial; db = db_in + Σ partials after a barrier.
+// Row i of dq and db reads only rows j <= i (mma rows are independent dot products; anchors f
+// <= i), so those outputs are causal bit for bit.
+// No atomics; every sum has a fixed order: results are bitwise reproducible.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/common/device_access.cuh"
+#include "ops/chunk_bwd_intra/cuda/sm80_mma/device.cuh"
+#include "ops/chunk_bwd_intra/cuda/sm80_mma/params.hpp"
+
+namespace kda::cuda::intra {
+
+template <typename XT_, int kBT_, int kSplit_>
+struct IntraTraits {
+  using XT = XT_;
+  static constexpr int kBT = kBT_;
+  static constexpr int kSplit = kSplit_;  // 1: TF32 products, 3: 3xTF32 (float32-level)
+  static_assert(kBT == 16 || kBT == 32 || kBT == 64, "chunk size must be 16, 32 or 64");
+  static_assert(kSplit == 1 || kSplit == 3, "kSplit is 1 or 3");
+  static constexpr int kNC = kBT / 16;                                           // sub-chunks
+  static constexpr int kGroupsPerPass = IntraSmemLayout::kMaxPassChannels / 32;  // 4
+  static constexpr int kWarps = kNC * kGroupsPerPass;  // one task each at K = 128
+  static constexpr int kThreads = 32 * kWarps;         // 512, 256, 128
+  static constexpr int kMinBlocks = 4 / kNC;           // -> at most 128 registers per thread
+  static constexpr int kMaxGroups = 8;                 // K <= 256
+  static constexpr int kScratchFloats = 16 * 32;       // per warp
+
+  // dA in shared memory: row i of sub-chunk s keeps columns 0 .. 16(s+1)-1 (the lower part and
+  // the diagonal block) with pitch a_ld(s); sub-chunk s starts at a_offset(s) floats. a_ld(s) is
+  // 4 (mod 16): the mma A-fragment reads of 8 rows x 4 columns hit 32 distinct banks.
+  __host__ __device__ static constexpr int a_ld(int s) { return 16 * (s + 1) + 4; }
+  __host__ __device__ static constexpr int a_offset(int s) { return 128 * s * (s + 1) + 64 * s; }
+  static constexpr int kAFloats = a_offset(kNC);
+};
+
+// One stage's tiles (shared memory), as the compute reads them. Rows >= L and columns past the
+// pass's channels are zero.
+template <typename Tr>
+struct Stage {
+  using XT = typename Tr::XT;
+  const float* G;   // [BT][ld_g]
+  const XT* Q;      // [BT][ld_x]
+  const XT* Kk;     // [BT][ld_x]
+  const float* Aq;  // packed (IntraTraits::a_offset)
+  const float* Ak;
+  const float* beta;  // [BT]
+  int ld_g;
+  int ld_x;
+
+  __device__ __forceinline__ float g(int row, int col) const { return G[row * ld_g + col]; }
+  __device__ __forceinline__ float2 g2(int row, int col) const {
+    return *reinterpret_cast<const float2*>(G + row * ld_g + col);
+  }
+  __device__ __forceinline__ float q(int row, int col) const {
+    return to_float(Q[row * ld_x + col]);
+  }
+  __device__ __forceinline__ float k(int row, int col) const {
+    return to_float(Kk[row * ld_x + col]);
+  }
+  // Row i of dA (columns from 0).
+  __device__ __forceinline__ const float* aq_row(int i) const {
+    return Aq + Tr::a_offset(i / 16) + (i % 16) * Tr::a_ld(i / 16);
+  }
+  __device__ __forceinline__ const float* ak_row(int i) const {
+    return Ak + Tr::a_offset(i / 16) + (i % 16) * Tr::a_ld(i / 16);
+  }
+};
+
+template <typename Tr>
+__device__ __forceinline__ Stage<Tr> stage_at(const unsigned char* base, const IntraSmemLayout& l) {
+  using XT = typename Tr::XT;
+  return {reinterpret_cast<const float*>(base + l.g_off),
+          reinterpret_cast<const XT*>(base + l.q_off),
+          reinterpret_cast<const XT*>(base + l.k_off),
+          reinterpret_cast<const float*>(base + l.aq_off),
+          reinterpret_cast<const float*>(base + l.ak_off),
+          reinterpret_cast<const float*>(base + l.beta_off),
+          l.ld_g,
+          l.ld_x};
+}
+
+// --- copies of one work item -------------------------------------------------------------------
+
+// Channels of `pass`: [ch0, ch0 + valid) of K, tiles `padded` wide (a multiple of 32).
+struct PassChannels {
+  int ch0;
+  int valid;
+  int padded;
+};
+
+__device__ __forceinline__ PassChannels pass_channels(const IntraParams& p, int pass) {
+  const int ch0 = pass * p.smem.pass_channels;
+  const int left = static_cast<int>(p.K) - ch0;
+  const int valid = left < p.smem.pass_channels ? left : p.smem.pass_channels;
+  return {ch0, valid, (valid + 31) / 32 * 32};
+}
+
+// Queues the copies of item (u, pass) into `stage`: Q, Kk (head hq), G, the lower part of dAqk and
+// dAkk (entries j > i never read), zeros everywhere else of the tiles. Returns this thread's β
+// bits as stored (threads < BT; 0 for rows >= L), which the caller hands to store_beta. Not
+// inlined: it is called from three places, none of them hot.
+template <typename Tr>
+__device__ __noinline__ uint32_t issue_item_copies(const IntraParams& p, const IntraUnit& u,
+                                                   int pass, unsigned char* stage, int tid) {
+  using XT = typename Tr::XT;
+  constexpr int kXBytes = static_cast<int>(sizeof(XT));
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const IntraSmemLayout& l = p.smem;
+  const int L = u.len;
+  const PassChannels pc = pass_channels(p, pass);
+  const int64_t hq = u.hv / p.heads_per_group;
+
+  // Q, Kk, G: rows of pc.padded channels; tensor 0, 1, 2.
+  for (int which = 0; which < 3; ++which) {
+    const IntraRows& t = which == 0 ? p.q : which == 1 ? p.k : p.g;
+    const int elem_bytes = which == 2 ? 4 : kXBytes;
+    const int ld = which == 2 ? l.ld_g : l.ld_x;
+    const int dst_off = which == 0 ? l.q_off : which == 1 ? l.k_off : l.g_off;
+    const auto* base = static_cast<const unsigned char*>(t.data) +
+                       origin(t, u, which == 2 ? u.hv : hq, pc.ch0) * elem_bytes;
+    const int64_t row_bytes = t.stride_token * elem_bytes;
+    copy_tile(
+        stage + dst_off, Tr::kBT, [&](int) { return pc.padded; }, elem_bytes, t.copy_bytes,
+        t.stride_col, [&](int r) { return r * ld * elem_bytes; },
+        [&](int r) { return base + (r < L ? r : 0) * row_bytes; },
+        [&](int r) { return r < L ? pc.valid : 0; }, warp, Tr::kWarps, lane);
+  }
+  // dAqk, dAkk: rows i < L, columns j <= i, packed per sub-chunk.
+  for (int which = 0; which < 2; ++which) {
+    const IntraRows& t = which == 0 ? p.dAqk : p.dAkk;
+    const auto* base = static_cast<const unsigned char*>(t.data) + origin(t, u, u.hv, 0) * 4;
+    const int64_t row_bytes = t.stride_token * 4;
+    unsigned char* dst = stage + (which == 0 ? l.aq_off : l.ak_off);
+    copy_tile(
+        dst, Tr::kBT, [](int r) { return 16 * (r / 16 + 1); }, 4, t.copy_bytes, t.stride_col,
+        [&](int r) { return 4 * (Tr::a_offset(r / 16) + (r % 16) * Tr::a_ld(r / 16)); },
+        [&](int r) { return base + (r < L ? r : 0) * row_bytes; },
+        [&](int r) { return r < L ? r + 1 : 0; }, warp, Tr::kWarps, lane);
+  }
+
+  uint32_t beta_bits = 0;
+  if (tid < L) {
+    const int64_t at = origin(p.beta, u) + tid * p.beta.stride_token;
+    beta_bits = p.beta_is_f32 || sizeof(XT) == 4 ? static_cast<const uint32_t*>(p.beta.data)[at]
+                                                 : static_cast<const uint16_t*>(p.beta.data)[at];
+  }
+  return beta_bits;
+}
+
+// Stores β (as issue_item_copies returned it) into a stage: converted only now, so that a
+// deferred store does not wait for the load until here.
+template <typename Tr>
+__device__ __forceinline__ void store_beta(const IntraParams& p, unsigned char* stage,
+                                           uint32_t bits, int tid) {
+  using XT = typename Tr::XT;
+  float beta;
+  if constexpr (sizeof(XT) == 4) {
+    beta = __uint_as_float(bits);
+  } else if (p.beta_is_f32) {
+    beta = __uint_as_float(bits);
+  } else {
+    const auto half_bits = static_cast<unsigned short>(bits);
+    XT x;
+    memcpy(&x, &half_bits, sizeof(x));
+    beta = to_float(x);
+  }
+  reinterpret_cast<float*>(stage + p.smem.beta_off)[tid] = beta;
+}
+
+// L2 prefetches of item (u, pass)'s inputs (with one stage: the next item's, issued one item
+// ahead) and of its incoming dq, dk, dg rows (issued when the item starts, used at its end). Rows
+// with a non-unit column stride are not prefetched. Not inlined (cold).
+template <typename Tr>
+__device__ __noinline__ void prefetch_item(const IntraParams& p, const IntraUnit& u, int pass,
+                                           bool inputs, bool incoming, int tid) {
+  using XT = typename Tr::XT;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const PassChannels pc = pass_channels(p, pass);
+  const int64_t hq = u.hv / p.heads_per_group;
+  auto rows_of = [&](const IntraRows& t, int64_t head, int elem_bytes, int cols, int64_t col0) {
+    if (t.stride_col != 1) return;
+    const auto* base =
+        static_cast<const unsigned char*>(t.data) + origin(t, u, head, col0) * elem_bytes;
+    const int64_t row_bytes = t.stride_token * elem_bytes;
+    prefetch_rows_l2(
+        u.len, cols * elem_bytes, [&](int r) { return base + r * row_bytes; }, warp, Tr::kWarps,
+        lane);
+  };
+  if (inputs) {
+    rows_of(p.q, hq, sizeof(XT), pc.valid, pc.ch0);
+    rows_of(p.k, hq, sizeof(XT), pc.valid, pc.ch0);
+    rows_of(p.g, u.hv, 4, pc.valid, pc.ch0);
+    rows_of(p.dAqk, u.hv, 4, u.len, 0);  // rows up to their last read column (< L)
+    rows_of(p.dAkk, u.hv, 4, u.len, 0);
+  }
+  if (incoming) {
+    rows_of(p.dq, u.hv, 4, pc.valid, pc.ch0);
+    rows_of(p.dk, u.hv, 4, pc.valid, pc.ch0);
+    rows_of(p.dg, u.hv, 4, pc.valid, pc.ch0);
+  }
+}
+
+// --- one task: (sub-chunk t, 32-channel group) ------------------------------------------------
+
+// Row part, sources s' < t (all full): acc_q (dqa) and acc_r (r) in mma C layout, 16 rows of t x
+// 4 tiles of 8 channels (channel cl0 + 8 nt + ...).
+template <typename Tr>
+__device__ __forceinline__ void row_part(const Stage<Tr>& st, int t, int cl0, int L, int lane,
+                                         float (&acc_q)[4][4], float (&acc_r)[4][4]) {
+  using S = Tf32Split<Tr::kSplit>;
+  const int g = lane / 4;
+  const int q = lane % 4;
+  const int f = 16 * t;  // anchor: the first row of t
+  float g_anchor[4];
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) g_anchor[nt] = st.g(f, cl0 + 8 * nt + g);
+  const float* aq = st.aq_row(f + g);  // rows f + g and f + g + 8 (pitch a_ld(t))
+  const float* ak = st.ak_row(f + g);
+  const int ld8 = 8 * Tr::a_ld(t);
+  for (int j0 = 0; j0 < f; j0 += 8) {
+    const S a_q[4] = {S(aq[j0 + q]), S(aq[ld8 + j0 + q]), S(aq[j0 + q + 4]),
+                      S(aq[ld8 + j0 + q + 4])};
+    const S a_k[4] = {S(ak[j0 + q]), S(ak[ld8 + j0 + q]), S(ak[j0 + q + 4]),
+                      S(ak[ld8 + j0 + q + 4])};
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const int c = cl0 + 8 * nt + g;
+      const S b0(st.k(j0 + q, c) * ex2(g_anchor[nt] - st.g(j0 + q, c)));
+      const S b1(st.k(j0 + q + 4, c) * ex2(g_anchor[nt] - st.g(j0 + q + 4, c)));
+      mma_split(acc_q[nt], a_q, b0, b1);
+      mma_split(acc_r[nt], a_k, b0, b1);
+    }
+  }
+  // Row factor exp2(G[i] − G[f]); rows i >= L (zero, never stored) get 0, not exp2 of garbage.
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+    const int c = cl0 + 8 * nt + 2 * q;
+    const float2 gf = st.g2(f, c);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = f + g + 8 * h;
+      const float2 gi = st.g2(i, c);
+      const float s0 = i < L ? ex2(gi.x - gf.x) : 0.0f;
+      const float s1 = i < L ? ex2(gi.y - gf.y) : 0.0f;
+      acc_q[nt][2 * h] *= s0;
+      acc_q[nt][2 * h + 1] *= s1;
+      acc_r[nt][2 * h] *= s0;
+      acc_r[nt][2 * h + 1] *= s1;
+    }
+  }
+}
+
+// Column part, sources s > t (rows j >= L masked): acc (dkc) in mma C layout. Sub-chunk t is full
+// here (a later sub-chunk has rows).
+template <typename Tr>
+__device__ __forceinline__ void column_part(const Stage<Tr>& st, int t, int NCv, int cl0, int L,
+                                            int lane, float (&acc)[4][4]) {
+  using S = Tf32Split<Tr::kSplit>;
+  const int g = lane / 4;
+  const int q = lane % 4;
+  const int l = 16 * t + 15;  // anchor: the last row of t
+  float g_anchor[4];
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) g_anchor[nt] = st.g(l, cl0 + 8 * nt + g);
+  for (int s = t + 1; s < NCv; ++s) {
+    const int ld = Tr::a_ld(s);
+    // A[i][j] = P[j][i]: rows j of s, columns i = 16t + g (+ 8) of t.
+    const float* aq = st.Aq + Tr::a_offset(s) + 16 * t + g;
+    const float* ak = st.Ak + Tr::a_offset(s) + 16 * t + g;
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks) {
+      const int r0 = 8 * ks + q;  // row of s: j = 16 s + r0 and j + 4
+      const S a_q[4] = {S(aq[r0 * ld]), S(aq[r0 * ld + 8]), S(aq[(r0 + 4) * ld]),
+                        S(aq[(r0 + 4) * ld + 8])};
+      const S a_k[4] = {S(ak[r0 * ld]), S(ak[r0 * ld + 8]), S(ak[(r0 + 4) * ld]),
+                        S(ak[(r0 + 4) * ld + 8])};
+      const int j = 16 * s + r0;
+      const float beta0 = st.beta[j];
+      const float beta1 = st.beta[j + 4];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int c = cl0 + 8 * nt + g;
+        // Rows j >= L hold zeros, but exp2(0 − G[l]) may overflow: mask the factor instead.
+        const float e0 = j < L ? ex2(st.g(j, c) - g_anchor[nt]) : 0.0f;
+        const float e1 = j + 4 < L ? ex2(st.g(j + 4, c) - g_anchor[nt]) : 0.0f;
+        const S bq0(st.q(j, c) * e0);
+        const S bq1(st.q(j + 4, c) * e1);
+        const S bk0(beta0 * st.k(j, c) * e0);
+        const S bk1(beta1 * st.k(j + 4, c) * e1);
+        mma_split(acc[nt], a_q, bq0, bq1);
+        mma_split(acc[nt], a_k, bk0, bk1);
+      }
+    }
+  }
+  // Column factor exp2(G[l] − G[i]).
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+    const int c = cl0 + 8 * nt + 2 * q;
+    const float2 gl = st.g2(l, c);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float2 gi = st.g2(16 * t + g + 8 * h, c);
+      acc[nt][2 * h] *= ex2(gl.x - gi.x);
+      acc[nt][2 * h + 1] *= ex2(gl.y - gi.y);
+    }
+  }
+}
+
+// The mma C layout (16 rows x 4 tiles of 8 channels; lane = (g, q) holds rows g, g + 8 and
+// channels 8 nt + 2q, + 1) written as a row-major [16][32] tile with row pitch `ld` floats; a
+// column of it is then one channel per lane. With ld = 32 the columns are XOR-swizzled by row
+// (`swizzled`), with ld = 8 (mod 32) no swizzle is needed: either way the float2 writes of a
+// half-warp and the column reads are free of bank conflicts.
+__device__ __forceinline__ int tile_col(int row, int col, bool swizzled) {
+  return swizzled ? col ^ (8 * (row % 4)) : col;
+}
+
+__device__ __forceinline__ void write_c_tile(float* tile, int ld, bool swizzled,
+                                             const float (&acc)[4][4], int lane) {
+  const int g = lane / 4;
+  const int q = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = g + 8 * h;
+      *reinterpret_cast<float2*>(tile + row * ld + tile_col(row, 8 * nt + 2 * q, swizzled)) =
+          make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]);
+    }
+  }
+}
+
+__device__ __forceinline__ float read_c_tile(const float* tile, int ld, bool swizzled, int row,
+                                             int lane) {
+  return tile[row * ld + tile_col(row, lane, swizzled)];
+}
+
+// The block of rows 8..15 x columns 0..7 inside sub-chunk t's diagonal 16 x 16 block, on the
+// tensor cores too, factored through the rows on either side of its corner (again every exponent
+// <= 0): the row part (dqa, r of rows 8..15) through row f' = 16t + 8, the column part (dkc of
+// rows 0..7) through row l' = 16t + 7. The m16 tiles use only half of their rows (the other half of
+// A is zero). Added into the accumulators after their own factors were applied.
+template <typename Tr>
+__device__ __forceinline__ void inner_block(const Stage<Tr>& st, int t, int cl0, int L, int lane,
+                                            float (&acc_q)[4][4], float (&acc_r)[4][4],
+                                            float (&acc_c)[4][4]) {
+  using S = Tf32Split<Tr::kSplit>;
+  const int g = lane / 4;
+  const int q = lane % 4;
+  const int r0 = 16 * t;
+  const float* aq = st.aq_row(r0 + 8 + g) + r0;  // Pq[r0 + 8 + g][r0 + ...]
+  const float* ak = st.ak_row(r0 + 8 + g) + r0;
+  // Row half: A rows g + 8 = i - r0 (i = r0 + 8 + g), k = j - r0 in 0..7.
+  const S zero(0.0f);
+  const S ar_q[4] = {zero, S(aq[q]), zero, S(aq[q + 4])};
+  const S ar_k[4] = {zero, S(ak[q]), zero, S(ak[q + 4])};
+  // Column half: A rows g = i - r0 (i = r0 + g), k = j - r0 - 8; A[i][j] = P[j][i].
+  const float* cq = st.aq_row(r0 + 8 + q) + r0 + g;  // Pq[r0 + 8 + q][r0 + g]; + 4 rows below
+  const float* ck = st.ak_row(r0 + 8 + q) + r0 + g;
+  const int ld4 = 4 * Tr::a_ld(t);
+  const S ac_q[4] = {S(cq[0]), zero, S(cq[ld4]), zero};
+  const S ac_k[4] = {S(ck[0]), zero, S(ck[ld4]), zero};
+  const int f = r0 + 8;       // row-half anchor
+  const int l = r0 + 7;       // column-half anchor
+  const int jc = r0 + 8 + q;  // column-half source rows jc, jc + 4
+  const float beta0 = st.beta[jc];
+  const float beta1 = st.beta[jc + 4];
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+    const int c = cl0 + 8 * nt + g;
+    const float gf = st.g(f, c);
+    const float gl = st.g(l, c);
+    const S b0(st.k(r0 + q, c) * ex2(gf - st.g(r0 + q, c)));
+    const S b1(st.k(r0 + q + 4, c) * ex2(gf - st.g(r0 + q + 4, c)));
+    float dq[4] = {}, dr[4] = {}, dc[4] = {};
+    mma_split(dq, ar_q, b0, b1);
+    mma_split(dr, ar_k, b0, b1);
+    const float e0 = jc < L ? ex2(st.g(jc, c) - gl) : 0.0f;
+    const float e1 = jc + 4 < L ? ex2(st.g(jc + 4, c) - gl) : 0.0f;
+    const S bq0(st.q(jc, c) * e0);
+    const S bq1(st.q(jc + 4, c) * e1);
+    const S bk0(beta0 * st.k(jc, c) * e0);
+    const S bk1(beta1 * st.k(jc + 4, c) * e1);
+    mma_split(dc, ac_q, bq0, bq1);
+    mma_split(dc, ac_k, bk0, bk1);
+    // C rows g + 8 (dq, dr) are rows i = f + g; C rows g (dc) are rows i = r0 + g.
+    const int cc = cl0 + 8 * nt + 2 * q;
+    const float2 g_f = st.g2(f, cc);
+    const float2 g_l = st.g2(l, cc);
+    const int i_row = f + g;
+    const float2 g_i = st.g2(i_row, cc);
+    const float s0 = i_row < L ? ex2(g_i.x - g_f.x) : 0.0f;
+    const float s1 = i_row < L ? ex2(g_i.y - g_f.y) : 0.0f;
+    acc_q[nt][2] += dq[2] * s0;
+    acc_q[nt][3] += dq[3] * s1;
+    acc_r[nt][2] += dr[2] * s0;
+    acc_r[nt][3] += dr[3] * s1;
+    const float2 g_c = st.g2(r0 + g, cc);
+    acc_c[nt][0] += dc[0] * ex2(g_l.x - g_c.x);
+    acc_c[nt][1] += dc[1] * ex2(g_l.y - g_c.y);
+  }
+}
+
+// Phase 1 of a task (sub-chunk t, channel group cg): everything but the two 8 x 8 triangles of
+// the diagonal block, on the tensor cores. acc_q, acc_r (dqa, r) and acc_c (dkc) start at zero.
+template <typename Tr>
+__device__ __forceinline__ void off_diagonal_phase(const Stage<Tr>& st, int L, int t, int cg,
+                                                   int lane, float (&acc_q)[4][4],
+                                                   float (&acc_r)[4][4], float (&acc_c)[4][4]) {
+  const int NCv = (L + 15) / 16;
+  if (t > 0) row_part(st, t, 32 * cg, L, lane, acc_q, acc_r);
+  if (t + 1 < NCv) column_part(st, t, NCv, 32 * cg, L, lane, acc_c);
+  if (L - 16 * t > 8) inner_block(st, t, 32 * cg, L, lane, acc_q, acc_r, acc_c);
+}
+
+// Phase 2 of a task, after a CTA barrier (no warp reads another task's G tile any more): the two
+// 8 x 8 triangles of the diagonal block (pairs j <= i inside rows 8h .. 8h + 7) on the CUDA cores
+// with the exact D = exp2(G[i] − G[j]) per pair and channel, each D used for dqa, r and dkc; then
+// the stores of the rows, one channel per lane (channel ch0 + 32 cg + lane of K).
+//   The task's own G tile is read into registers and then reused to hand over the mma's dqa; r and
+//   dkc go through the warp's scratch tile. Rows are finished from the last to the first, so
+//   dkc[i] is complete when row i is stored.
+template <typename Tr>
+__device__ __forceinline__ void diagonal_phase(const IntraParams& p, unsigned char* stage,
+                                               const Stage<Tr>& st, const IntraUnit& u, int pass,
+                                               int t, int cg, const float (&acc_q)[4][4],
+                                               const float (&acc_r)[4][4],
+                                               const float (&acc_c)[4][4], float* scratch,
+                                               float* dbpart, int lane) {
+  constexpr unsigned kFullMask = 0xffffffffu;
+  const int Ls = u.len - 16 * t < 16 ? u.len - 16 * t : 16;  // rows of t
+  const int cl = 32 * cg + lane;                             // channel within the pass
+  const int64_t ch = static_cast<int64_t>(pass) * p.smem.pass_channels + cl;
+  const bool ch_ok = ch < p.K;
+  const int64_t c = ch_ok ? ch : 0;  // addresses stay inside the tensors
+  const int r0 = 16 * t;
+
+  float dkc[16];
+  write_c_tile(scratch, 32, true, acc_c, lane);
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < 16; ++i) dkc[i] = read_c_tile(scratch, 32, true, i, lane);
+  __syncwarp();
+  float* dqa_tile = reinterpret_cast<float*>(stage + p.smem.g_off) + r0 * st.ld_g + 32 * cg;
+  // Own G rows first: dqa_tile overwrites them.
+  float Gr[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) Gr[i] = st.g(r0 + i, cl);
+  __syncwarp();
+  write_c_tile(dqa_tile, st.ld_g, false, acc_q, lane);
+  write_c_tile(scratch, 32, true, acc_r, lane);
+  __syncwarp();
+
+  const auto* dq_in =
+      static_cast<const float*>(p.dq.data) + origin(p.dq, u, u.hv, c) + r0 * p.dq.stride_token;
+  const auto* dk_in =
+      static_cast<const float*>(p.dk.data) + origin(p.dk, u, u.hv, c) + r0 * p.dk.stride_token;
+  const auto* dg_in =
+      static_cast<const float*>(p.dg.data) + origin(p.dg, u, u.hv, c) + r0 * p.dg.stride_token;
+  const int64_t out_pitch = p.HV * p.K;
+  const int64_t out0 = ((u.batch * p.T + u.t0 + r0) * p.HV + u.hv) * p.K + c;
+  const int group = pass * Tr::kGroupsPerPass + cg;
+  const int ld = Tr::a_ld(t);
+
+#pragma unroll
+  for (int h = 1; h >= 0; --h) {
+    const int base = 8 * h;  // rows base .. base + 7 of t
+    if (base < Ls) {
+      float Kr[8];
+#pragma unroll
+      for (int m = 0; m < 8; ++m) Kr[m] = st.k(r0 + base + m, cl);
+      const float* aq = st.aq_row(r0 + base) + r0 + base;  // row base + i at + i * ld
+      const float* ak = st.ak_row(r0 + base) + r0 + base;
+      // Incoming rows, loaded one row ahead of their use.
+      float in_q[8], in_k[8], in_g[8];
+      auto load_incoming = [&](int i) {
+        const int64_t row = base + i;
+        in_q[i] = ch_ok ? __ldcs(dq_in + row * p.dq.stride_token) : 0.0f;
+        in_k[i] = ch_ok ? __ldcs(dk_in + row * p.dk.stride_token) : 0.0f;
+        in_g[i] = ch_ok ? __ldcs(dg_in + row * p.dg.stride_token) : 0.0f;
+      };
+#pragma unroll
+      for (int i = 7; i >= 0; --i) {
+        if (base + i < Ls) {
+          load_incoming(i);
+          const int row = r0 + base + i;
+          const float gi = Gr[base + i];
+          const float qi = st.q(row, cl);
+          const float bi = st.beta[row];
+          const float bki = bi * Kr[i];
+          float dq_acc = read_c_tile(dqa_tile, st.ld_g, false, base + i, lane);
+          float r_acc = read_c_tile(scratch, 32, true, base + i, lane);
+          // Fixed trip counts (resolved once the outer loops are unrolled): with a bound of
+          // i / 4 the inner loop would be unrolled first, at an unknown i, and dkc[] indexed at
+          // run time would go to local memory.
+#pragma unroll
+          for (int j4 = 0; j4 < 2; ++j4) {
+            if (4 * j4 > i) break;
+            const float4 pq4 = *reinterpret_cast<const float4*>(aq + i * ld + 4 * j4);
+            const float4 pk4 = *reinterpret_cast<const float4*>(ak + i * ld + 4 * j4);
+            const float pq[4] = {pq4.x, pq4.y, pq4.z, pq4.w};
+            const float pk[4] = {pk4.x, pk4.y, pk4.z, pk4.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int j = 4 * j4 + e;
+              if (j <= i) {
+                const float D = ex2(gi - Gr[base + j]);
+                const float kd = Kr[j] * D;
+                dq_acc = fmaf(pq[e], kd, dq_acc);
+                r_acc = fmaf(pk[e], kd, r_acc);
+                dkc[base + j] = fmaf(fmaf(pq[e], qi, pk[e] * bki), D, dkc[base + j]);
+              }
+            }
+          }
+          // Row base + i is complete (dkc took its last term, from j = i, just now).
+          float db_part = ch_ok ? r_acc * Kr[i] : 0.0f;
+#pragma unroll
+          for (int offset = 16; offset > 0; offset /= 2) {
+            db_part += __shfl_xor_sync(kFullMask, db_part, offset);
+          }
+          if (lane == 0) dbpart[group * Tr::kBT + row] = db_part;
+          if (ch_ok) {
+            const float dkr = bi * r_acc;
+            const float dkc_i = dkc[base + i];
+            const int64_t o = out0 + (base + i) * out_pitch;
+            __stcs(p.dq_out + o, in_q[i] + dq_acc);
+            __stcs(p.dk_out + o, in_k[i] + dkr + dkc_i);
+            __stcs(p.dg_out + o, in_g[i] + qi * dq_acc + Kr[i] * (dkr - dkc_i));
+          }
+        }
+      }
+    }
+  }
+}
+
+// --- the kernel ----------------------------------------------------------------------------------
+
+template <typename Tr>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
+    chunk_bwd_intra_kernel(const __grid_constant__ IntraParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const IntraSmemLayout& lay = p.smem;
+  auto* units = reinterpret_cast<IntraUnit*>(smem + lay.units_off);  // [2]: current, next
+  auto* dbpart = reinterpret_cast<float*>(smem + lay.dbpart_off);
+  float* scratch = reinterpret_cast<float*>(smem + lay.scratch_off) + warp * Tr::kScratchFloats;
+
+  const int64_t first = blockIdx.x;
+  const int64_t step = gridDim.x;
+  if (first >= p.num_units) return;
+  const int passes = lay.passes;
+  const int stages = lay.stages;
+  const int64_t items = ((p.num_units - 1 - first) / step + 1) * passes;
+
+  // Prologue: the first item's copies into stage 0.
+  if (warp == 0) {
+    const IntraUnit w = resolve_unit(p, first, Tr::kBT, lane);
+    if (lane == 0) units[0] = w;
+  }
+  __syncthreads();
+  {
+    const IntraUnit u0 = units[0];
+    if (u0.valid) {
+      const uint32_t beta = issue_item_copies<Tr>(p, u0, 0, smem, tid);
+      if (tid < Tr::kBT) store_beta<Tr>(p, smem, beta, tid);
+    }
+    cp_async_commit();
+  }
+
+  for (int64_t n = 0; n < items; ++n) {
+    const int pass = static_cast<int>(n % passes);
+    const int64_t unit_n = n / passes;
+    const int slot = static_cast<int>(unit_n % 2);
+    const bool has_next = n + 1 < items;
+    const bool next_is_new_unit = pass == passes - 1;
+    const int next_slot = next_is_new_unit ? slot ^ 1 : slot;
+    const int next_pass = next_is_new_unit ? 0 : pass + 1;
+    // The next unit's slot was last read before the previous barrier (B).
+    if (has_next && next_is_new_unit && warp == 0) {
+      const IntraUnit w = resolve_unit(p, first + (unit_n + 1) * step, Tr::kBT, lane);
+      if (lane == 0) units[next_slot] = w;
+    }
+    cp_async_wait_all();
+    __syncthreads();  // (A): this item's stage landed; the next unit is resolved
+
+    const IntraUnit u = units[slot];
+    const int cur = stages == 2 ? static_cast<int>(n % 2) : 0;
+    unsigned char* stage = smem + cur * lay.stage_bytes;
+    uint32_t beta_next = 0;
+    bool beta_next_pending = false;
+    if (stages == 2 && has_next) {
+      // The other stage was last read by item n - 1, before (A).
+      const IntraUnit un = units[next_slot];
+      if (un.valid) {
+        beta_next =
+            issue_item_copies<Tr>(p, un, next_pass, smem + (cur ^ 1) * lay.stage_bytes, tid);
+        beta_next_pending = true;
+      }
+      cp_async_commit();
+    }
+    const bool last_pass = pass == passes - 1;
+    float db_in = 0.0f;
+    if (u.valid) {
+      if (p.l2_prefetch) {
+        prefetch_item<Tr>(p, u, pass, false, true, tid);
+        if (stages == 1 && has_next && units[next_slot].valid) {
+          prefetch_item<Tr>(p, units[next_slot], next_pass, true, false, tid);
+        }
+      }
+      if (last_pass && tid < u.len) {
+        db_in = load_float<float>(p.db.data, origin(p.db, u) + tid * p.db.stride_token);
+      }
+      // At most one task per warp: (sub-chunk, channel group) pairs <= NC x 4 = warps.
+      const Stage<Tr> st = stage_at<Tr>(stage, lay);
+      const int groups = pass_channels(p, pass).padded / 32;
+      const bool has_task = warp < (u.len + 15) / 16 * groups;
+      const int t = warp / groups;
+      const int cg = warp % groups;
+      float acc_q[4][4] = {};
+      float acc_r[4][4] = {};
+      float acc_c[4][4] = {};
+      if (has_task) off_diagonal_phase(st, u.len, t, cg, lane, acc_q, acc_r, acc_c);
+      __syncthreads();  // (C): the tiles of other tasks are read no more
+      if (has_task) {
+        diagonal_phase(p, stage, st, u, pass, t, cg, acc_q, acc_r, acc_c, scratch, dbpart, lane);
+      }
+    }
+    if (beta_next_pending && tid < Tr::kBT) {
+      store_beta<Tr>(p, smem + (cur ^ 1) * lay.stage_bytes, beta_next, tid);
+    }
+    __syncthreads();  // (B): every task of the item is done (db partials, stage reads)
+
+    if (u.valid && last_pass && tid < u.len) {
+      const int groups_total = static_cast<int>((p.K + 31) / 32);
+      float sum = 0.0f;
+      for (int gi = 0; gi < groups_total; ++gi) sum += dbpart[gi * Tr::kBT + tid];
+      p.db_out[(u.batch * p.T + u.t0 + tid) * p.HV + u.hv] = db_in + sum;
+    }
+    if (stages == 1 && has_next) {
+      const IntraUnit un = units[next_slot];
+      if (un.valid) {
+        const uint32_t beta = issue_item_copies<Tr>(p, un, next_pass, smem, tid);
+        if (tid < Tr::kBT) store_beta<Tr>(p, smem, beta, tid);
+      }
+      cp_async_commit();
+    }
+  }
+}
+
+}  // namespace kda::cuda::intra

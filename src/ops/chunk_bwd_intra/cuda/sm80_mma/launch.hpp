@@ -1,0 +1,53 @@
+#pragma once
+// Host launcher of the chunk_bwd_intra kernel: one explicit instantiation per (X, BT, split) in the
+// intra_inst_*.cu files, and the variant switches the benchmark compares.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "kda/ops/chunk_bwd_intra.hpp"
+#include "kda/status.hpp"
+#include "ops/chunk_bwd_intra/cuda/sm80_mma/params.hpp"
+
+namespace kda::cuda::intra {
+
+// Kernel variants. The defaults are the library's choice; the benchmark times the others.
+struct IntraVariant {
+  // Off-diagonal products: 1 = TF32 (one rounding of each operand; 16-bit X only), 3 = 3xTF32
+  // (float32-level; always used for float32 X). 0: the default, 1 for 16-bit X.
+  int split = 0;
+  // Shared-memory stages: 0 = two when they fit (the next item's copies overlap the current
+  // item's compute), else one; 1 or 2 force it (2 falls back to 1 when it does not fit).
+  int stages = 0;
+  // L2 prefetch of each item's incoming dq/dk/dg when it starts (and of the next item's inputs
+  // when there is one stage).
+  bool l2_prefetch = true;
+
+  // "split=3,stages=1,prefetch=0" (any subset, any order); false on a malformed string.
+  static bool parse(const std::string& text, IntraVariant* out);
+  std::string describe() const;
+};
+
+// XT: float, __half or __nv_bfloat16; kBT: 16, 32 or 64; kSplit: 1 or 3. `device` must be
+// current. Fills params.smem, then queues one launch (a persistent grid) on `stream`.
+template <typename XT, int kBT, int kSplit>
+Status launch_chunk_bwd_intra(IntraParams params, const IntraVariant& variant, int device,
+                              cudaStream_t stream);
+
+// Fills every field but smem from a validated problem.
+IntraParams make_intra_params(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& dims);
+
+}  // namespace kda::cuda::intra
+
+namespace kda::detail {
+
+// run_chunk_bwd_intra_cuda with an explicit variant (the benchmark's entry point; the library
+// uses IntraVariant{} unless KDA_INTRA_VARIANT says otherwise).
+Status run_chunk_bwd_intra_cuda_variant(const ChunkBwdIntraProblem& problem,
+                                        const ChunkBwdIntraDims& dims, void* stream,
+                                        const cuda::intra::IntraVariant& variant);
+
+}  // namespace kda::detail

@@ -1,0 +1,91 @@
+#pragma once
+// Definition of launch_chunk_bwd_intra; included only by the generated explicit-instantiation
+// files.
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <type_traits>
+
+#include "cuda/common/cuda_status.hpp"
+#include "cuda/common/kernel_attributes.hpp"
+#include "ops/chunk_bwd_intra/cuda/sm80_mma/kernel.cuh"
+#include "ops/chunk_bwd_intra/cuda/sm80_mma/launch.hpp"
+
+namespace kda::cuda::intra {
+
+template <typename T>
+constexpr const char* intra_dtype_tag() {
+  if constexpr (std::is_same_v<T, float>) {
+    return "f32";
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return "f16";
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "X is float, __half or __nv_bfloat16");
+    return "bf16";
+  }
+}
+
+// Per (device): SM count and the opt-in per-block shared-memory limit; per (kernel, device,
+// bytes): resident CTAs per SM. Queried once (no synchronization), under a lock.
+struct DeviceFacts {
+  int sms = 0;
+  int max_smem = 0;
+};
+Status device_facts(int device, DeviceFacts* out);
+Status resident_ctas(const void* kernel, int device, int threads, int smem_bytes, int* out);
+
+template <typename XT, int kBT, int kSplit>
+Status launch_chunk_bwd_intra(IntraParams params, const IntraVariant& variant, int device,
+                              cudaStream_t stream) {
+  using Tr = IntraTraits<XT, kBT, kSplit>;
+  const std::string name = std::string("chunk_bwd_intra_kernel<X=") + intra_dtype_tag<XT>() +
+                           ", BT=" + std::to_string(kBT) + ", split=" + std::to_string(kSplit) +
+                           ">";
+  DeviceFacts facts;
+  if (Status s = device_facts(device, &facts); !s.ok()) return s;
+  params.smem = make_intra_smem_layout(kBT, params.K, static_cast<int>(sizeof(XT)), Tr::kWarps,
+                                       variant.stages, facts.max_smem);
+  if (params.smem.total_bytes > facts.max_smem) {
+    return {StatusCode::unsupported, name + ": needs " + std::to_string(params.smem.total_bytes) +
+                                         " bytes of shared memory, the device allows " +
+                                         std::to_string(facts.max_smem)};
+  }
+  params.l2_prefetch = variant.l2_prefetch;
+  const void* kernel = reinterpret_cast<const void*>(&chunk_bwd_intra_kernel<Tr>);
+  if (Status s = ensure_max_dynamic_smem(kernel, device, params.smem.total_bytes, name.c_str());
+      !s.ok()) {
+    return s;
+  }
+  int per_sm = 0;
+  if (Status s = resident_ctas(kernel, device, Tr::kThreads, params.smem.total_bytes, &per_sm);
+      !s.ok()) {
+    return s;
+  }
+  // Persistent: as many CTAs as fit at once, each looping over units.
+  const int64_t slots = static_cast<int64_t>(std::max(per_sm, 1)) * facts.sms;
+  const auto grid = static_cast<unsigned>(std::min(params.num_units, slots));
+  chunk_bwd_intra_kernel<Tr><<<grid, Tr::kThreads, params.smem.total_bytes, stream>>>(params);
+  return cuda_status(cudaGetLastError(), "launch of " + name);
+}
+
+}  // namespace kda::cuda::intra
+
+// The explicit instantiations for one X dtype: every chunk size, with TF32 (split 1) and 3xTF32
+// (split 3) products for 16-bit X, 3xTF32 only for float32 (TF32 misses its bar). CMake generates
+// one file per X dtype from the list in src/ops/chunk_bwd_intra/CMakeLists.txt.
+#define KDA_INSTANTIATE_INTRA_SM80_MMA_SPLIT(XT, SPLIT)                   \
+  template Status intra::launch_chunk_bwd_intra<XT, 16, SPLIT>(           \
+      intra::IntraParams, const intra::IntraVariant&, int, cudaStream_t); \
+  template Status intra::launch_chunk_bwd_intra<XT, 32, SPLIT>(           \
+      intra::IntraParams, const intra::IntraVariant&, int, cudaStream_t); \
+  template Status intra::launch_chunk_bwd_intra<XT, 64, SPLIT>(           \
+      intra::IntraParams, const intra::IntraVariant&, int, cudaStream_t);
+#define KDA_INSTANTIATE_INTRA_SM80_MMA_X16(XT) \
+  KDA_INSTANTIATE_INTRA_SM80_MMA_SPLIT(XT, 1) KDA_INSTANTIATE_INTRA_SM80_MMA_SPLIT(XT, 3)
+#define KDA_INSTANTIATE_INTRA_SM80_MMA_F32(XT) KDA_INSTANTIATE_INTRA_SM80_MMA_SPLIT(XT, 3)

@@ -1,0 +1,191 @@
+// Host side of the chunk_bwd_intra kernel: the parameter block from a validated problem, the
+// shared-memory map, the variant switches, and the cached device facts the launcher needs.
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <tuple>
+
+#include "cuda/common/cuda_status.hpp"
+#include "ops/chunk_bwd_intra/cuda/sm80_mma/launch.hpp"
+#include "ops/chunk_bwd_intra/cuda/sm80_mma/launch_template.cuh"
+
+namespace kda::cuda::intra {
+
+namespace {
+
+// The widest of 16, 8, 4 bytes that every row start of `t` is aligned to (data pointer and all
+// strides but the last), with a unit column stride; 0 when none (element-by-element copies).
+int copy_bytes_of(const TensorView& t) {
+  if (t.strides[t.rank - 1] != 1) return 0;
+  const auto elem = static_cast<int64_t>(dtype_size(t.dtype));
+  for (int bytes : {16, 8, 4}) {
+    if (bytes < elem || reinterpret_cast<uintptr_t>(t.data) % bytes != 0) continue;
+    bool aligned = true;
+    for (int d = 0; d + 1 < t.rank; ++d) aligned = aligned && (t.strides[d] * elem) % bytes == 0;
+    if (aligned) return bytes;
+  }
+  return 0;
+}
+
+IntraRows rows_view(const TensorView& t) {
+  return {t.data, t.strides[0], t.strides[1], t.strides[2], t.strides[3], copy_bytes_of(t)};
+}
+
+IntraColumn column_view(const TensorView& t) {
+  return {t.data, t.strides[0], t.strides[1], t.strides[2]};
+}
+
+int align16(int bytes) {
+  return (bytes + 15) / 16 * 16;
+}
+
+}  // namespace
+
+IntraSmemLayout make_intra_smem_layout(int chunk_size, int64_t K, int x_bytes, int warps,
+                                       int stages_request, int max_bytes) {
+  IntraSmemLayout l;
+  const auto k_padded = static_cast<int>((K + 31) / 32 * 32);
+  l.pass_channels = std::min(k_padded, IntraSmemLayout::kMaxPassChannels);
+  l.passes = static_cast<int>((K + l.pass_channels - 1) / l.pass_channels);
+  // Pitches: G's 8 (mod 32) floats and Q/Kk's 8 or 24 (mod 32) words make the mma operand reads
+  // (4 rows x 8 channels per instruction) free of bank conflicts.
+  l.ld_g = l.pass_channels + 8;
+  l.ld_x = l.pass_channels + (x_bytes == 2 ? 16 : 8);
+  const int nc = chunk_size / 16;
+  const int a_floats = 128 * nc * (nc + 1) + 64 * nc;  // IntraTraits::kAFloats
+  int at = 0;
+  l.g_off = at;
+  at = align16(at + chunk_size * l.ld_g * 4);
+  l.q_off = at;
+  at = align16(at + chunk_size * l.ld_x * x_bytes);
+  l.k_off = at;
+  at = align16(at + chunk_size * l.ld_x * x_bytes);
+  l.aq_off = at;
+  at = align16(at + a_floats * 4);
+  l.ak_off = at;
+  at = align16(at + a_floats * 4);
+  l.beta_off = at;
+  at = align16(at + chunk_size * 4);
+  l.stage_bytes = at;
+  constexpr int kMaxGroups = 8;
+  constexpr int kUnitsBytes = 64;  // 2 IntraUnit (checked in intra_kernel.cuh)
+  const int fixed = warps * 16 * 32 * 4 + kMaxGroups * chunk_size * 4 + kUnitsBytes;
+  l.stages = stages_request != 1 && 2 * l.stage_bytes + fixed <= max_bytes ? 2 : 1;
+  l.scratch_off = l.stages * l.stage_bytes;
+  l.dbpart_off = l.scratch_off + warps * 16 * 32 * 4;
+  l.units_off = l.dbpart_off + kMaxGroups * chunk_size * 4;
+  l.total_bytes = l.units_off + kUnitsBytes;
+  return l;
+}
+
+IntraParams make_intra_params(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& dims) {
+  IntraParams p;
+  p.q = rows_view(problem.q);
+  p.k = rows_view(problem.k);
+  p.g = rows_view(problem.g);
+  p.dAqk = rows_view(problem.dAqk);
+  p.dAkk = rows_view(problem.dAkk);
+  p.dq = rows_view(problem.dq);
+  p.dk = rows_view(problem.dk);
+  p.dg = rows_view(problem.dg);
+  p.beta = column_view(problem.beta);
+  p.db = column_view(problem.db);
+  p.beta_is_f32 = problem.beta.dtype == DType::f32;
+  p.chunks =
+      chunk_layout(problem.cu_seqlens, problem.chunk_indices, dims.T, dims.NT, dims.num_seqs);
+  p.dq_out = static_cast<float*>(problem.dq_out.data);
+  p.dk_out = static_cast<float*>(problem.dk_out.data);
+  p.dg_out = static_cast<float*>(problem.dg_out.data);
+  p.db_out = static_cast<float*>(problem.db_out.data);
+  p.B = dims.B;
+  p.T = dims.T;
+  p.H = dims.H;
+  p.HV = dims.HV;
+  p.K = dims.K;
+  p.heads_per_group = dims.HV / dims.H;
+  p.num_units = (dims.varlen ? dims.NT : dims.B * dims.NT) * dims.HV;
+  return p;
+}
+
+bool IntraVariant::parse(const std::string& text, IntraVariant* out) {
+  IntraVariant v;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) return false;
+    const std::string key = item.substr(0, eq);
+    const std::string value = item.substr(eq + 1);
+    if (key == "split" && (value == "0" || value == "1" || value == "3")) {
+      v.split = std::stoi(value);
+    } else if (key == "stages" && (value == "0" || value == "1" || value == "2")) {
+      v.stages = std::stoi(value);
+    } else if (key == "prefetch" && (value == "0" || value == "1")) {
+      v.l2_prefetch = value == "1";
+    } else {
+      return false;
+    }
+  }
+  *out = v;
+  return true;
+}
+
+std::string IntraVariant::describe() const {
+  return "split=" + std::to_string(split) + ",stages=" + std::to_string(stages) +
+         ",prefetch=" + std::to_string(l2_prefetch ? 1 : 0);
+}
+
+Status device_facts(int device, DeviceFacts* out) {
+  static std::mutex mutex;
+  static std::map<int, DeviceFacts> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = known.find(device); it != known.end()) {
+    *out = it->second;
+    return Status::Ok();
+  }
+  DeviceFacts f;
+  if (Status s = cuda_status(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device),
+                             "cudaDeviceGetAttribute(MultiProcessorCount)");
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = cuda_status(
+          cudaDeviceGetAttribute(&f.max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+          "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+      !s.ok()) {
+    return s;
+  }
+  known[device] = f;
+  *out = f;
+  return Status::Ok();
+}
+
+Status resident_ctas(const void* kernel, int device, int threads, int smem_bytes, int* out) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int>, int> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(kernel, device, smem_bytes);
+  if (auto it = known.find(key); it != known.end()) {
+    *out = it->second;
+    return Status::Ok();
+  }
+  int n = 0;
+  if (Status s = cuda_status(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem_bytes),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor(chunk_bwd_intra)");
+      !s.ok()) {
+    return s;
+  }
+  known[key] = n;
+  *out = n;
+  return Status::Ok();
+}
+
+}  // namespace kda::cuda::intra
