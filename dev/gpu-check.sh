@@ -2,21 +2,28 @@
 # The GPU check, for a fresh GPU machine with nothing of ours installed, in one command per device
 # call (dev/README.md says how the parts are split over calls):
 #   dev/gpu-check.sh [--parts LIST] [--deadline SECONDS] [--carry DIR] [--out DIR]
-# LIST is a comma list of the parts below (default: all but sanitizer-matrix). Every step runs
-# under a timeout cut to one deadline (default 470 s), so the call ends inside the device tool's
-# limit with its logs written; a step cut short says so in its row.
+# LIST is a comma list of the parts below (default: python,tests,golden,sanitizer,reliability,
+# bench,bench-intra). Every step runs under a timeout cut to one deadline (default 470 s), so the call ends
+# inside the device tool's limit with its logs written; a step cut short says so in its row.
 #   python            (in the background, beside the C++ parts) `pip install ./python` offline
 #                     into a fresh folder, one op call through that install from outside the
 #                     checkout, then the whole Python suite against it, fla's tests included
 #                     (fla's autotuners trimmed to one config: tests/python/fla_tuning.py)
-#   tests             test_cuda for each kernel choice, in gtest shards; the tensor-core unit tests
-#   golden            the golden files through `kda run --check --backend cuda`; `kda run` with no
+#   tests             test_cuda (chunk_bwd_wy_dqkg, every kernel in one process), the sm80_mma
+#                     unit tests, test_intra_cuda (chunk_bwd_intra), in gtest shards
+#   golden            every golden file of both operators through `kda run <op> --check --backend
+#                     cuda` (chunk_bwd_wy_dqkg also with --kernel simt); `kda run` with no
 #                     --backend picks cuda
-#   sanitizer         memcheck, racecheck, synccheck, initcheck on the subset, each kernel choice
-#   reliability       test_cuda_reliability for each kernel choice; memcheck on garbage indices
-#   sanitizer-matrix  the four tools over the whole test_cuda matrix (default kernel), then
-#                     memcheck over it with the general kernel, as far as the deadline allows
-#   bench             model-shape timings per kernel choice (kda run, CUDA events, median of 100)
+#   sanitizer         memcheck, racecheck, synccheck, initcheck on each operator's subset
+#   reliability       test_cuda_reliability with the simt kernel and the default dispatch;
+#                     memcheck on the garbage-index tests of both operators
+#   sanitizer-matrix  the four tools over the whole test_cuda matrix, then memcheck over
+#                     test_intra_cuda, as far as the deadline allows
+#   bench             chunk_bwd_wy_dqkg timings per kernel (kda run, CUDA events)
+#   bench-intra       bench_intra_cuda (chunk_bwd_intra, its variants, both safe_gate values)
+#   ab                the same chunk_bwd_wy_dqkg shapes with a build of another commit
+#                     (.carry/old/kda, old command syntax) alternated with this one: before and
+#                     after in one run
 # Needs .carry from dev/stage-carry.sh (carry [".carry"]). Writes $OUT/summary.txt and one
 # $OUT/logs.tar.gz of every log (the device tool brings back at most 8 files), and prints the
 # summary last, each row with the elapsed seconds at its end.
@@ -25,7 +32,7 @@ cd "$(dirname "$0")/.."
 
 carry=.carry
 out=${OUT:-gpu-check-out}
-parts=python,tests,golden,sanitizer,reliability,bench
+parts=python,tests,golden,sanitizer,reliability,bench,bench-intra
 budget=470
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,6 +45,13 @@ while [ $# -gt 0 ]; do
 done
 carry=$(cd "$carry" && pwd)
 build=$carry/build
+# The builds travel packed (dev/stage-carry.sh): unpack them once.
+if [ ! -d "$build" ] && [ -f "$carry/build.tar.xz" ]; then
+  mkdir -p "$build" && tar -xJf "$carry/build.tar.xz" -C "$carry"
+fi
+if [ ! -d "$carry/old" ] && [ -f "$carry/old.tar.xz" ]; then
+  mkdir -p "$carry/old" && tar -xJf "$carry/old.tar.xz" -C "$carry/old"
+fi
 logs=$out/logs
 mkdir -p "$logs"
 summary=$out/summary.txt
@@ -45,7 +59,7 @@ summary=$out/summary.txt
 . dev/deadline.sh
 deadline_in "$budget"
 want() { [[ ",$parts," == *",$1,"* ]]; }
-row() { printf '%-46s %s  [%ss]\n' "$1" "$2" "$SECONDS" | tee -a "$summary" >/dev/null; }
+row() { printf '%-50s %s  [%ss]\n' "$1" "$2" "$SECONDS" | tee -a "$summary" >/dev/null; }
 # bounded SECONDS COMMAND...: COMMAND under a timeout cut to the deadline (status 124 if cut).
 bounded() {
   local want=$1
@@ -56,9 +70,12 @@ bounded() {
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 export LD_LIBRARY_PATH="$build/src:${LD_LIBRARY_PATH:-}"
 export KDA_GOLDEN_DIR=$carry/golden/golden
+export KDA_INTRA_GOLDEN_DIR=$carry/golden/golden-intra
 export TRITON_CACHE_DIR=/tmp/triton-cache
+unset KDA_CUDA_KERNEL KDA_INTRA_VARIANT
 kda=$build/tools/kda
 test_cuda=$build/tests/test_cuda
+test_intra=$build/tests/ops/chunk_bwd_intra/test_intra_cuda
 reliability=$build/tests/test_cuda_reliability
 {
   date -u
@@ -68,10 +85,6 @@ reliability=$build/tests/test_cuda_reliability
   nproc
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 } >"$logs/env.txt" 2>&1
-
-# The environment of a kernel choice: general or auto (the default dispatch), as words for `env`.
-kernel_env() { echo "KDA_CUDA_KERNEL=$1"; }
-kernels="general auto"
 
 # --- python: in the background ----------------------------------------------------------------
 python_pid=
@@ -127,11 +140,11 @@ gtest_row() {  # gtest_row LABEL LOG RC
 shards=$(($(nproc) / 3))
 [ "$shards" -lt 2 ] && shards=2
 # run_shards SECONDS LOG COMMAND...: COMMAND (a gtest binary, or a tool running one) as $shards
-# gtest shards at once, outputs concatenated into LOG; status 124 if cut, 1 if any shard failed.
+# gtest shards at once, outputs concatenated into LOG with each shard's exit status; status 124 if
+# cut, 1 if any shard failed.
 run_shards() {
-  local want=$1 log=$2 rc=0 i src
+  local want=$1 log=$2 rc=0 i src limit
   shift 2
-  local limit
   limit=$(left "$want")
   local pids=()
   for ((i = 0; i < shards; i++)); do
@@ -153,27 +166,33 @@ run_shards() {
 
 # --- tests -----------------------------------------------------------------------------------
 if want tests; then
-  for kernel in $kernels; do
-    run_shards 200 "$logs/test_cuda.$kernel.log" env $(kernel_env $kernel) "$test_cuda" \
-      --gtest_color=no
-    gtest_row "test_cuda ($kernel)" "$logs/test_cuda.$kernel.log" $?
-  done
+  run_shards 200 "$logs/test_cuda.log" "$test_cuda" --gtest_color=no
+  gtest_row "test_cuda (wy_dqkg: simt, sm80_mma, auto)" "$logs/test_cuda.log" $?
+  run_shards 200 "$logs/test_intra_cuda.log" "$test_intra" --gtest_color=no
+  gtest_row "test_intra_cuda (intra: sm80_mma)" "$logs/test_intra_cuda.log" $?
   bounded 120 "$build/tests/test_cuda_fast_units" --gtest_color=no >"$logs/fast_units.log" 2>&1
-  gtest_row "tensor-core path unit tests" "$logs/fast_units.log" $?
+  gtest_row "sm80_mma unit tests (wy_dqkg)" "$logs/fast_units.log" $?
 fi
 
 # --- golden ----------------------------------------------------------------------------------
-if want golden; then
-  ok=0 all=0
-  : >"$logs/cli.log"
-  for f in "$KDA_GOLDEN_DIR"/*.safetensors; do
+golden_files() {  # golden_files OP DIR [kda run options...]
+  local op=$1 dir=$2 ok=0 all=0 f
+  shift 2
+  for f in "$dir"/*.safetensors; do
     all=$((all + 1))
-    echo "== kda run --input $(basename "$f") --check --backend cuda" >>"$logs/cli.log"
-    bounded 30 "$kda" run --input "$f" --check --backend cuda >>"$logs/cli.log" 2>&1 && ok=$((ok + 1))
+    echo "== kda run $op --input $(basename "$f") --check --backend cuda $*" >>"$logs/cli.log"
+    bounded 30 "$kda" run "$op" --input "$f" --check --backend cuda "$@" >>"$logs/cli.log" 2>&1 &&
+      ok=$((ok + 1))
   done
-  row "golden files via kda run --check (cuda)" "$([ $ok -eq $all ] && echo PASS || echo FAIL): $ok/$all"
-  echo "== kda run --shape 1,130,2,64,64 --check (no --backend)" >>"$logs/cli.log"
-  bounded 30 "$kda" run --shape 1,130,2,64,64 --check >"$logs/.default" 2>&1
+  row "golden $op via kda run --check $*" "$([ $ok -eq $all ] && [ $all -gt 0 ] && echo PASS || echo FAIL): $ok/$all"
+}
+if want golden; then
+  : >"$logs/cli.log"
+  golden_files chunk_bwd_wy_dqkg "$KDA_GOLDEN_DIR"
+  golden_files chunk_bwd_wy_dqkg "$KDA_GOLDEN_DIR" --kernel simt
+  golden_files chunk_bwd_intra "$KDA_INTRA_GOLDEN_DIR"
+  echo "== kda run chunk_bwd_wy_dqkg --shape 1,130,2,64,64 --check (no --backend)" >>"$logs/cli.log"
+  bounded 30 "$kda" run chunk_bwd_wy_dqkg --shape 1,130,2,64,64 --check >"$logs/.default" 2>&1
   drc=$?
   cat "$logs/.default" >>"$logs/cli.log"
   picked=$(grep -E '^ *backend +' "$logs/.default" | head -1 | awk '{print $2}')
@@ -182,48 +201,52 @@ if want golden; then
     "$([ $drc -eq 0 ] && [ "$picked" = cuda ] && echo PASS || echo FAIL): picked ${picked:-nothing}, rc $drc"
 fi
 
-# --- sanitizer on the subset -----------------------------------------------------------------
-# sanitize LABEL KERNEL TOOL BINARY FILTER: one compute-sanitizer run, one summary row.
+# --- sanitizer on the subsets ----------------------------------------------------------------
+# sanitize LABEL TOOL BINARY FILTER [ENV...]: one compute-sanitizer run, one summary row.
 sanitize() {
-  local log=$logs/sanitizer.$3.$2.log
-  bounded 120 env $(kernel_env "$2") compute-sanitizer --tool "$3" --error-exitcode 99 "$4" \
-    --gtest_color=no --gtest_filter="$5" >>"$log" 2>&1
+  local label=$1 tool=$2 binary=$3 filter=$4
+  shift 4
+  local log=$logs/sanitizer.$tool.$(basename "$binary").log
+  echo "== $filter $*" >>"$log"
+  bounded 150 env "$@" compute-sanitizer --tool "$tool" --error-exitcode 99 "$binary" \
+    --gtest_color=no --gtest_filter="$filter" >>"$log" 2>&1
   local src=$? errors
   errors=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1 | sed 's/.*SUMMARY: //')
-  row "$1" "$([ $src -eq 0 ] && echo PASS || echo "FAIL (rc $src)"): ${errors:-no summary}"
+  row "$label" "$([ $src -eq 0 ] && echo PASS || echo "FAIL (rc $src)"): ${errors:-no summary}"
 }
+intra_subset='*/fixed_bf16_bt64:*/fixed_fp32_bt16:*/k100_fp16:*/gva_h2_hv8_bf16'
+intra_subset+=':*/varlen_bf16_bt16_derived_i32_nt_bound:*/layout_channel_strided_fp16'
 if want sanitizer; then
-  for kernel in $kernels; do
-    for tool in memcheck racecheck synccheck initcheck; do
-      sanitize "sanitizer $tool, subset ($kernel)" "$kernel" "$tool" "$test_cuda" \
-        'Subset/CudaSanitizerSubset.*'
-    done
+  for tool in memcheck racecheck synccheck initcheck; do
+    sanitize "sanitizer $tool, wy_dqkg subset" "$tool" "$test_cuda" 'Subset/CudaSanitizerSubset.*'
+    sanitize "sanitizer $tool, intra subset" "$tool" "$test_intra" "$intra_subset"
   done
 fi
 
 # --- reliability -----------------------------------------------------------------------------
 if want reliability; then
-  for kernel in $kernels; do
-    bounded 150 env $(kernel_env $kernel) "$reliability" --gtest_color=no \
+  for kernel in simt auto; do
+    bounded 150 env KDA_CUDA_KERNEL=$kernel "$reliability" --gtest_color=no \
       >"$logs/reliability.$kernel.log" 2>&1
-    gtest_row "test_cuda_reliability ($kernel)" "$logs/reliability.$kernel.log" $?
-    sanitize "memcheck, garbage device indices ($kernel)" "$kernel" memcheck "$reliability" \
-      '*DeviceIndexGarbage*'
+    gtest_row "test_cuda_reliability (KDA_CUDA_KERNEL=$kernel)" "$logs/reliability.$kernel.log" $?
   done
+  sanitize "memcheck, garbage device indices (wy_dqkg)" memcheck "$reliability" \
+    '*DeviceIndexGarbage*'
+  sanitize "memcheck, garbage device indices (intra)" memcheck "$test_intra" '*Garbage*'
 fi
 
 # --- sanitizer over the whole matrix ---------------------------------------------------------
 if want sanitizer-matrix; then
-  for run in "auto memcheck" "auto racecheck" "auto synccheck" "auto initcheck" \
-    "general memcheck"; do
+  for run in "memcheck $test_cuda" "racecheck $test_cuda" "synccheck $test_cuda" \
+    "initcheck $test_cuda" "memcheck $test_intra"; do
     set -- $run
+    name=$(basename "$2")
     if [ "$(left 1000)" -lt 30 ]; then
-      row "sanitizer $2, whole matrix ($1)" "NOT RUN: no time left before the deadline"
+      row "sanitizer $1, whole $name" "NOT RUN: no time left before the deadline"
       continue
     fi
-    log=$logs/sanitizer-matrix.$2.$1.log
-    run_shards 400 "$log" env $(kernel_env "$1") compute-sanitizer --tool "$2" \
-      --error-exitcode 99 "$test_cuda" --gtest_color=no
+    log=$logs/sanitizer-matrix.$1.$name.log
+    run_shards 400 "$log" compute-sanitizer --tool "$1" --error-exitcode 99 "$2" --gtest_color=no
     rc=$?
     # memcheck, synccheck, initcheck end with "ERROR SUMMARY: 0 errors", racecheck with
     # "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)".
@@ -231,32 +254,86 @@ if want sanitizer-matrix; then
     verdict=PASS
     [ $rc -ne 0 ] || [ "$clean" -ne "$shards" ] && verdict=FAIL
     [ $rc -eq 124 ] && verdict="CUT (deadline)"
-    row "sanitizer $2, whole matrix ($1)" "$verdict: $clean/$shards shards with 0 errors, $(grep -c '^\[       OK \]' "$log") tests passed"
+    row "sanitizer $1, whole $name" "$verdict: $clean/$shards shards with 0 errors, $(grep -c '^\[       OK \]' "$log") tests passed"
   done
 fi
 
-# --- bench -----------------------------------------------------------------------------------
+# --- timings: the GPU to themselves ----------------------------------------------------------
 if [ -n "$python_pid" ]; then
   wait "$python_pid"
 fi
+# time_row LABEL LOG COMMAND...: COMMAND's `median` line as a row.
+time_row() {
+  local label=$1 log=$2
+  shift 2
+  echo "== $*" >>"$log"
+  bounded 60 "$@" >"$log.one" 2>&1
+  local rc=$?
+  cat "$log.one" >>"$log"
+  local median
+  median=$(grep -E '^ *median' "$log.one" | head -1 | awk '{print $2, $3}')
+  rm -f "$log.one"
+  row "$label" "$([ $rc -eq 0 ] && echo "${median:-no median}" || echo "FAIL (rc $rc) ${median}")"
+}
+wy_shapes=(
+  "model-bf16 --shape 1,2048,32,128,128 --dtype bf16"
+  "model-bf16-hx --shape 1,2048,32,128,128 --dtype bf16 --h-dtype x"
+  "model-fp16 --shape 1,2048,32,128,128 --dtype fp16"
+  "model-fp32 --shape 1,2048,32,128,128 --dtype fp32"
+  "bt16-fp16 --shape 1,2048,32,128,128 --dtype fp16 --chunk-size 16"
+  "heads16-k64 --shape 2,4096,16,64,64 --dtype bf16"
+  "varlen-bf16 --shape 1,8192,32,128,128 --dtype bf16 --seqlens 1300,547,2048,963,271,3063"
+)
+# The inputs of each shape, generated once into /tmp (`kda run -o`), so that every timed run
+# reads them instead of drawing gigabytes of random numbers again.
+wy_input() {  # wy_input NAME OPTIONS...: the file's path, generated on first use
+  local file=/tmp/wy-$1.safetensors
+  shift
+  [ -f "$file" ] || bounded 90 "$kda" run chunk_bwd_wy_dqkg "$@" --backend cuda --repeat 1 \
+    -o "$file" >/dev/null 2>&1
+  echo "$file"
+}
 if want bench; then
   : >"$logs/bench.log"
-  for kernel in general auto; do
-    for dtype in bf16 fp16 fp32; do
-      for hdtype in fp32 x; do
-        [ "$dtype" = fp32 ] && [ "$hdtype" = x ] && continue
-        [ "$kernel" != general ] && [ "$dtype" = fp32 ] && continue
-        echo "== model shape $dtype h=$hdtype kernel=$kernel" >>"$logs/bench.log"
-        bounded 60 env $(kernel_env $kernel) "$kda" run --shape 1,2048,32,128,128 --dtype "$dtype" \
-          --h-dtype "$hdtype" --backend cuda --repeat 100 --check >"$logs/.bench" 2>&1
-        brc=$?
-        cat "$logs/.bench" >>"$logs/bench.log"
-        median=$(grep -E '^ *median' "$logs/.bench" | awk '{print $2, $3, $4}')
-        row "model shape $dtype h=$hdtype ($kernel)" "$([ $brc -eq 0 ] && echo PASS || echo FAIL): $median"
-      done
+  for entry in "${wy_shapes[@]}"; do
+    set -- $entry
+    name=$1
+    shift
+    file=$(wy_input "$name" "$@")
+    for kernel in simt auto; do
+      [ "$kernel" = simt ] && [ "$name" != model-bf16 ] && [ "$name" != model-fp32 ] && continue
+      time_row "wy $name ($kernel)" "$logs/bench.log" "$kda" run chunk_bwd_wy_dqkg \
+        --input "$file" --backend cuda --kernel "$kernel" --repeat 100
     done
   done
-  rm -f "$logs/.bench"
+fi
+
+# --- before/after: another commit's build alternated with this one ---------------------------
+if want ab; then
+  old=$carry/old/tools/kda
+  : >"$logs/ab.log"
+  for round in 1 2; do
+    for entry in "${wy_shapes[@]}"; do
+      set -- $entry
+      name=$1
+      shift
+      file=$(wy_input "$name" "$@")
+      time_row "ab $name old #$round" "$logs/ab.log" env LD_LIBRARY_PATH="$carry/old/src" "$old" \
+        run --input "$file" --backend cuda --repeat 100
+      time_row "ab $name new #$round" "$logs/ab.log" "$kda" run chunk_bwd_wy_dqkg \
+        --input "$file" --backend cuda --repeat 100
+    done
+  done
+fi
+
+# --- chunk_bwd_intra's benchmark: its variants, both safe_gate values -------------------------
+if want bench-intra; then
+  bounded 280 "$build/tests/ops/chunk_bwd_intra/bench_intra_cuda" --T 8192,2048 \
+    --dtypes bf16,fp16,fp32 --runs 50 \
+    --variants "split=1;split=3;split=1,stages=1;split=1,prefetch=0" \
+    >"$logs/bench_intra.log" 2>&1
+  brc=$?
+  row "bench_intra_cuda" "$([ $brc -eq 0 ] && echo PASS || echo "FAIL (rc $brc)"): see bench_intra.log"
 fi
 
 tar -czf "$out/logs.tar.gz" -C "$logs" . && rm -rf "$logs"

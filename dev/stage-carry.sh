@@ -1,25 +1,42 @@
 #!/usr/bin/env bash
 # Stages what a GPU check needs into .carry/ (git-ignored through .git/info/exclude), since the
 # GPU machines lack our Debian build dependencies and ../shared does not travel there:
-#   .carry/build   libkda, the GPU test binaries and the kda command, built here
-#   .carry/golden  the golden files of every operator (../shared/golden*/, read-only copies that
-#                  exist only for the trip; the repository never holds them)
+#   .carry/build.tar.xz  libkda, the GPU test binaries, the benchmarks and the kda command, built
+#                        here (xz: CUDA fatbins shrink ~10x, and a call carries 64 MB at most);
+#                        dev/gpu-check.sh unpacks it into .carry/build
+#   .carry/old.tar.xz    (with --old DIR) libkda and kda of another build, for the before/after
+#                        part of the check; unpacked into .carry/old
+#   .carry/golden/       the golden files of every operator (../shared/golden*/: read-only copies
+#                        that exist only for the trip; the repository never holds them)
 #   .carry/fla_best_configs_h200.json   fla's tuned configs, for the benchmarks
-#   .carry/fla     fla's Python package from the mirror (for the fla tests and benchmarks)
-# Then, with the device tool: run `dev/gpu-check.sh --call 1` (and 2) with carry [".carry"].
+#   .carry/fla/          fla's Python package from the mirror (for the fla tests and benchmarks)
+# Then, with the device tool: run `dev/gpu-check.sh ...` with carry [".carry"].
+#   dev/stage-carry.sh [--old BUILD_DIR] [--no-fla]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+old=""
+with_fla=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --old) old=$2; shift 2 ;;
+    --no-fla) with_fla=0; shift ;;
+    *) echo "stage-carry: unknown option $1" >&2; exit 2 ;;
+  esac
+done
 build=build
 cmake --preset default >/dev/null
 cmake --build --preset default
 rm -rf .carry
-mkdir -p .carry/build/src .carry/build/tests .carry/build/tools .carry/golden
-cp -a "$build"/src/libkda.so* .carry/build/src/
-for t in "$build"/tests/test_cuda*; do
+mkdir -p .carry/golden
+binaries=("$build"/src/libkda.so* "$build/tools/kda")
+for t in "$build"/tests/test_cuda* "$build"/tests/ops/*/test_*_cuda "$build"/tests/ops/*/bench_*; do
   case "$t" in *.cmake) continue ;; esac
-  [ -x "$t" ] && cp "$t" .carry/build/tests/
+  [ -x "$t" ] && binaries+=("$t")
 done
-cp "$build/tools/kda" .carry/build/tools/
+tar -cf - "${binaries[@]}" | xz -T2 -6 >.carry/build.tar.xz
+if [ -n "$old" ]; then
+  tar -cf - -C "$old" $(cd "$old" && ls src/libkda.so* tools/kda) | xz -T2 -6 >.carry/old.tar.xz
+fi
 for d in ../shared/golden*/; do
   name=$(basename "$d")
   mkdir -p ".carry/golden/$name"
@@ -27,9 +44,9 @@ for d in ../shared/golden*/; do
 done
 cp ../shared/fla_best_configs_h200.json .carry/
 mirror=/work/.mirror/fla-org+flash-linear-attention/repo
-if [ -d "$mirror" ]; then
+if [ "$with_fla" = 1 ] && [ -d "$mirror" ]; then
   git -C "$mirror" archive HEAD fla | tar -x -C .carry
-else
+elif [ "$with_fla" = 1 ]; then
   echo "stage-carry: no fla mirror at $mirror (the fla tests and columns will skip)" >&2
 fi
 grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo '/.carry/' >>.git/info/exclude
