@@ -1,18 +1,26 @@
-"""kda-kernels: the KDA chunk-backward operator chunk_kda_bwd_wy_dqkg_fused for PyTorch (CPU and
-CUDA tensors, torch.compile, CUDA graphs) and NumPy, through libkda's C ABI (ctypes).
+"""kda-kernels: KDA chunk-backward operators for PyTorch (CPU and CUDA tensors, torch.compile,
+CUDA graphs) and NumPy, through libkda's C ABI (ctypes), with fla's signatures:
+chunk_kda_bwd_wy_dqkg_fused and chunk_kda_bwd_intra.
 
 Importing never loads libkda; the first call does, from $KDA_LIBRARY, else the copy bundled in
 this package, else a build in the source checkout (build*/src/). ``kda_kernels.fla.enable()``
-makes flash-linear-attention's chunk_kda backward use this operator.
+makes flash-linear-attention's chunk_kda backward use these operators.
 """
 
-from ._api import backend_available, chunk_indices, chunk_kda_bwd_wy_dqkg_fused, library_path
+from ._api import (
+    backend_available,
+    chunk_indices,
+    chunk_kda_bwd_intra,
+    chunk_kda_bwd_wy_dqkg_fused,
+    library_path,
+)
 from ._library import LibraryError
 
 __all__ = [
     "LibraryError",
     "backend_available",
     "chunk_indices",
+    "chunk_kda_bwd_intra",
     "chunk_kda_bwd_wy_dqkg_fused",
     "library_path",
 ]

@@ -1,14 +1,18 @@
-"""ctypes mirror of include/kda/kda.h (ABI version 1).
+"""ctypes mirror of include/kda/kda.h (C ABI version 2): codes, kda_tensor, kda_arg_info, and one
+problem struct per operator built from its signature (_signatures).
 
-Only layouts and codes live here; nothing is loaded. Keep this file in step with kda.h: the
-library's kda_abi_version() is compared with ABI_VERSION when it is loaded, so a layout change
-on the C side that bumps KDA_ABI_VERSION is caught instead of silently misread.
+Only layouts and codes live here; nothing is loaded. When libkda is loaded, _library compares
+its kda_abi_version() with ABI_VERSION and its argument tables (kda_op_*: names, roles, ranks,
+byte offsets, struct sizes) with the layouts built here, so a library whose structs differ from
+these is refused instead of silently misread.
 """
 
 import ctypes
 import struct
 
-ABI_VERSION = 1
+from . import _signatures
+
+ABI_VERSION = 2
 MAX_RANK = 6
 
 # kda_status
@@ -33,6 +37,8 @@ DEVICE_CUDA = 1
 
 # backends, by the names SPEC and the `kda` command use
 BACKENDS = {"cpu-ref": 0, "cpu": 1, "cuda": 2}
+# KDA_KERNEL_*, by kda_kernel_name()'s names (checked against the library when it is loaded)
+KERNELS = {"auto": 0, "simt": 1, "sm80_mma": 2}
 
 
 class KdaTensor(ctypes.Structure):
@@ -49,40 +55,23 @@ class KdaTensor(ctypes.Structure):
     ]
 
 
-# Python argument name -> kda_problem field name ("do" is a C++ keyword, hence "do_").
-INPUT_FIELDS = {
-    "q": "q",
-    "k": "k",
-    "v": "v",
-    "v_new": "v_new",
-    "g": "g",
-    "beta": "beta",
-    "A": "A",
-    "h": "h",
-    "do": "do_",
-    "dh": "dh",
-    "dv": "dv",
-}
-INDEX_FIELDS = ("cu_seqlens", "chunk_indices")
-# Output names in the order the operator returns them (dv_out is returned as "dv").
-OUTPUT_FIELDS = ("dq", "dk", "dv_out", "db", "dg", "dA")
-
-
-# kda_problem's tensor fields, in struct order.
-TENSOR_FIELDS = (*INPUT_FIELDS.values(), *INDEX_FIELDS, *OUTPUT_FIELDS)
-
-
-class KdaProblem(ctypes.Structure):
-    """kda_problem: every tensor of one call plus the scalar options."""
+class KdaArgInfo(ctypes.Structure):
+    """kda_arg_info: one row of an operator's argument table, as kda_op_arg reports it."""
 
     _fields_ = [
-        ("abi_version", ctypes.c_int32),
-        ("state_v_first", ctypes.c_int32),
-        ("chunk_size", ctypes.c_int64),
-        ("has_scale", ctypes.c_int32),
-        ("reserved0", ctypes.c_int32),
-        ("scale", ctypes.c_double),
-    ] + [(field, KdaTensor) for field in TENSOR_FIELDS]
+        ("name", ctypes.c_char_p),
+        ("doc", ctypes.c_char_p),
+        ("role", ctypes.c_int32),
+        ("rank", ctypes.c_int32),
+        ("offset", ctypes.c_int64),
+    ]
+
+
+_HEADER_CTYPES = {
+    _signatures.INT32: ctypes.c_int32,
+    _signatures.INT64: ctypes.c_int64,
+    _signatures.FLOAT64: ctypes.c_double,
+}
 
 
 def _struct_format(ctype):
@@ -95,7 +84,44 @@ def _struct_format(ctype):
     return ctype._type_
 
 
-# Packs a whole kda_problem in one call: setting ~250 ctypes fields one by one costs more than
-# the kernel launch on small problems. Derived from KdaProblem, so there is one layout.
-PROBLEM_STRUCT = struct.Struct(_struct_format(KdaProblem))
-assert PROBLEM_STRUCT.size == ctypes.sizeof(KdaProblem)
+class ProblemLayout:
+    """An operator's C problem struct (kda_<op>_problem): the scalar header, then one kda_tensor
+    per argument-table row in table order.
+
+    Packing sets every field in one struct.pack call: setting ~250 ctypes fields one by one
+    costs more than a kernel launch on small problems. The struct format is derived from the
+    ctypes Structure, so there is one layout.
+    """
+
+    def __init__(self, signature):
+        self.signature = signature
+        fields = [(name, _HEADER_CTYPES[code]) for name, code in signature.header]
+        fields += [(arg.member, KdaTensor) for arg in signature.args]
+        self.ctype = type(f"kda_{signature.op_name}_problem", (ctypes.Structure,),
+                          {"_fields_": fields})
+        self.struct = struct.Struct(_struct_format(self.ctype))
+        assert self.struct.size == ctypes.sizeof(self.ctype)
+        self.size = ctypes.sizeof(self.ctype)
+        # Byte offset of every argument's kda_tensor, by table name.
+        self.offsets = {arg.name: getattr(self.ctype, arg.member).offset
+                        for arg in signature.args}
+
+    def pack(self, header, tensors):
+        """The problem struct of one call.
+
+        Parameters
+        ----------
+        header : sequence
+            The scalar header's values in its order (abi_version first).
+        tensors : sequence of tuple
+            kda_tensor field values (``_problem.tensor_fields`` or ``OMITTED``) of every
+            argument in table order.
+        """
+        values = list(header)
+        for tensor in tensors:
+            values.extend(tensor)
+        return self.ctype.from_buffer_copy(self.struct.pack(*values))
+
+
+LAYOUTS = tuple(ProblemLayout(s) for s in _signatures.SIGNATURES)
+LAYOUT_BY_FLA_NAME = {layout.signature.fla_name: layout for layout in LAYOUTS}

@@ -1,7 +1,8 @@
-"""The public functions. Torch tensors go through the registered custom op; NumPy arrays go to
-the CPU backends directly."""
+"""The public functions. Torch tensors go through the registered custom ops; NumPy arrays go to
+the CPU backends directly. Each operator's function spells out fla's signature (for help() and
+for fla's keyword calls) and hands its arguments to the one shared path (_call)."""
 
-from . import _abi, _library, _numpy_path
+from . import _abi, _library, _numpy_path, _problem
 
 try:
     import torch
@@ -20,7 +21,7 @@ def _is_torch_tensor(x):
 
 def chunk_kda_bwd_wy_dqkg_fused(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None,
                                 cu_seqlens=None, chunk_size=64, chunk_indices=None,
-                                state_v_first=False, *, backend=None):
+                                state_v_first=False, *, backend=None, kernel="auto"):
     """KDA chunk backward through the WY representation: gradients dq, dk, dv, db, dg, dA.
 
     The contract is SPEC.md's (the same as flash-linear-attention 0.5.2's Triton kernel of this
@@ -58,6 +59,11 @@ def chunk_kda_bwd_wy_dqkg_fused(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale
     backend : {None, 'cuda', 'cpu', 'cpu-ref'}, keyword-only
         None runs CUDA tensors on 'cuda' (on the tensors' device and torch's current stream)
         and CPU data on 'cpu' (float32, threaded). 'cpu-ref' is the float64 reference.
+    kernel : {'auto', 'simt', 'sm80_mma'}, keyword-only, default 'auto'
+        The CUDA kernel: 'auto' the fastest that takes the problem (or the one the environment
+        variable KDA_CUDA_KERNEL names), 'simt' the float32 FFMA kernel (every option and
+        dtype), 'sm80_mma' the tensor-core kernel (refused, NotImplementedError, for a
+        problem it cannot take). The CPU backends take 'auto' only.
 
     All arrays are either torch tensors (CPU or CUDA; both run through the custom op
     ``torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused``, which torch.compile traces and CUDA
@@ -83,9 +89,10 @@ def chunk_kda_bwd_wy_dqkg_fused(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale
         An argument has the wrong dtype or is not an array of q's kind.
     ValueError
         An argument has the wrong rank, shape, size, device or contents (cu_seqlens,
-        chunk_indices), or ``backend`` is unknown.
+        chunk_indices), ``backend`` or ``kernel`` is unknown, or a CPU backend is given a
+        kernel other than 'auto'.
     NotImplementedError
-        The backend does not support this case.
+        The backend or the kernel does not support this case.
     RuntimeError
         libkda was not found, the backend is not available in it, or a CUDA error occurred.
 
@@ -94,20 +101,112 @@ def chunk_kda_bwd_wy_dqkg_fused(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale
     >>> dq, dk, dv2, db, dg, dA = chunk_kda_bwd_wy_dqkg_fused(
     ...     q, k, v, v_new, g, beta, A, h, do, dh, dv, chunk_size=64)  # doctest: +SKIP
     """
-    inputs = dict(q=q, k=k, v=v, v_new=v_new, g=g, beta=beta, A=A, h=h, do=do, dh=dh, dv=dv)
-    if _is_torch_tensor(q):
+    return _call(_problem.CHUNK_BWD_WY_DQKG,
+                 dict(q=q, k=k, v=v, v_new=v_new, g=g, beta=beta, A=A, h=h, do=do, dh=dh, dv=dv),
+                 dict(cu_seqlens=cu_seqlens, chunk_indices=chunk_indices),
+                 (scale, chunk_size, state_v_first), backend, kernel)
+
+
+def chunk_kda_bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None,
+                        chunk_indices=None, chunk_size=64, safe_gate=False, *, backend=None,
+                        kernel="auto"):
+    """KDA chunk backward, intra-chunk part: the gradients that flow through the chunk's Aqk
+    and Akk matrices back to q, k, beta and g, added to the incoming dq, dk, db, dg.
+
+    The contract is SPEC-chunk-bwd-intra.md's (the same as flash-linear-attention 0.5.2's
+    Triton kernel of this name). X below is one of float16, bfloat16, float32, the same for q
+    and k. Arguments are validated once, in libkda; a bad one raises an exception whose
+    message names it.
+
+    Parameters
+    ----------
+    q, k : array, shape [B, T, H, K], dtype X
+        Queries and keys (K <= 256).
+    g : array, shape [B, T, HV, K], float32
+        Chunk-local cumulative gate in log2 space (the operator uses exp2), non-increasing
+        along time inside every chunk. HV is a multiple of H (GVA: value head hv reads
+        query/key head hv // (HV // H)); everything but q and k is at the HV value heads.
+    beta : array, shape [B, T, HV], dtype X or float32
+    dAqk, dAkk : array, shape [B, T, HV, BT], float32
+        Gradients of the chunk's Aqk (scale already in it) and Akk; row t's columns are
+        positions inside t's chunk, read lower-inclusive (j <= i, the diagonal included).
+        Entries above the diagonal, and columns past a short chunk's end, are never read.
+    dq, dk : array, shape [B, T, HV, K], float32
+        The incoming gradients (only read).
+    db : array, shape [B, T, HV], float32
+    dg : array, shape [B, T, HV, K], float32
+    cu_seqlens : array, shape [N + 1], int32 or int64, optional
+        Sequence boundaries of N sequences packed along T (then B must be 1).
+    chunk_indices : array, shape [NT, 2], int32 or int64, optional
+        (sequence id, chunk id within the sequence) for every chunk; derived from cu_seqlens
+        when omitted (see ``kda_kernels.chunk_indices``); ignored without cu_seqlens.
+    chunk_size : int, default 64
+        BT: 16, 32 or 64; must equal dAqk.shape[-1] and dAkk.shape[-1].
+    safe_gate : bool, default False
+        fla's algorithm switch (the gate is bounded: per-token natural-log decays >= -5). It
+        changes nothing mathematically.
+    backend : {None, 'cuda', 'cpu', 'cpu-ref'}, keyword-only
+        None runs CUDA tensors on 'cuda' (on the tensors' device and torch's current stream)
+        and CPU data on 'cpu' (float32, threaded). 'cpu-ref' is the float64 reference.
+    kernel : {'auto', 'simt', 'sm80_mma'}, keyword-only, default 'auto'
+        The CUDA kernel ('auto': the fastest that takes the problem, or the one the environment
+        variable KDA_CUDA_KERNEL names); a kernel the operator does not have is refused
+        (NotImplementedError). The CPU backends take 'auto' only.
+
+    All arrays are either torch tensors (CPU or CUDA; both run through the custom op
+    ``torch.ops.kda_kernels.chunk_kda_bwd_intra``, which torch.compile traces and CUDA graphs
+    capture) or NumPy arrays (CPU backends; bfloat16 as ml_dtypes' dtype). Inputs may have any
+    non-negative element strides (broadcast dimensions included); outputs are new.
+
+    Returns
+    -------
+    dq, dk : array, shape [B, T, HV, K], float32
+        Incoming plus intra-chunk terms, per value head (for GVA the caller sums groups of
+        HV // H heads).
+    db : array, shape [B, T, HV], float32
+    dg : array, shape [B, T, HV, K], float32
+        Before the caller's reverse chunk-local cumulative sum.
+
+    Outputs are new contiguous arrays of the inputs' kind, on q's device; no input is written.
+
+    Raises
+    ------
+    TypeError
+        An argument has the wrong dtype or is not an array of q's kind.
+    ValueError
+        An argument has the wrong rank, shape, size, device or contents (cu_seqlens,
+        chunk_indices), ``backend`` or ``kernel`` is unknown, or a CPU backend is given a
+        kernel other than 'auto'.
+    NotImplementedError
+        The backend or the kernel does not support this case.
+    RuntimeError
+        libkda was not found, the backend is not available in it, or a CUDA error occurred.
+
+    Examples
+    --------
+    >>> dq, dk, db, dg = chunk_kda_bwd_intra(
+    ...     q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, chunk_size=64)  # doctest: +SKIP
+    """
+    return _call(_problem.CHUNK_BWD_INTRA,
+                 dict(q=q, k=k, g=g, beta=beta, dAqk=dAqk, dAkk=dAkk, dq=dq, dk=dk, db=db, dg=dg),
+                 dict(cu_seqlens=cu_seqlens, chunk_indices=chunk_indices),
+                 (chunk_size, safe_gate), backend, kernel)
+
+
+def _call(op, inputs, optionals, options, backend, kernel):
+    """Either path of an operator: torch tensors through its custom op, anything else (NumPy
+    arrays) to the CPU backends directly. ``options`` are in the signature's option order."""
+    if _is_torch_tensor(inputs["q"]):
         if not _TORCH_OP:
             raise RuntimeError(
                 f"kda_kernels needs torch >= 2.4 (torch.library.custom_op); found {torch.__version__}"
             )
-        return _torch_op.call(inputs, scale, cu_seqlens, chunk_size, chunk_indices,
-                              state_v_first, backend)
-    return _numpy_path.run(inputs, scale, cu_seqlens, chunk_size, chunk_indices, state_v_first,
-                           backend)
+        return _torch_op.OPS[op.name].call(inputs, optionals, options, backend, kernel)
+    return _numpy_path.run(op, inputs, optionals, options, backend, kernel)
 
 
 def chunk_indices(cu_seqlens, chunk_size=64):
-    """The chunk list the operator walks for packed sequences.
+    """The chunk list the operators walk for packed sequences.
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""The operator on NumPy arrays: describe them for the core, allocate outputs, run on a CPU
+"""The operators on NumPy arrays: describe them for the core, allocate outputs, run on a CPU
 backend.
 
 NumPy has no bfloat16 of its own; arrays of the ``bfloat16`` dtype that ml_dtypes registers are
@@ -28,22 +28,22 @@ def _dtype_code(dtype):
     return code
 
 
-def describe(name, array):
+def describe(op, name, array):
     """kda_tensor field values of a NumPy array (``_problem.tensor_fields``); a
     TypeError/ValueError naming the argument when the array cannot be expressed as a kda_tensor
-    at all (not an ndarray, foreign dtype, odd strides)."""
-    where = f"{_problem.OP_NAME}: argument '{name}'"
+    at all (not an ndarray, foreign dtype, odd strides). ``op`` is the _problem.Operator the
+    array is for (its name prefixes the messages)."""
     if not isinstance(array, np.ndarray):
-        raise TypeError(f"{where}: expected a numpy.ndarray, got {type(array).__name__}")
+        raise TypeError(f"{op.where(name)}: expected a numpy.ndarray, got {type(array).__name__}")
     code = _dtype_code(array.dtype)
     if code is None:
         raise TypeError(
-            f"{where}: expected dtype float16, bfloat16 (ml_dtypes), float32, int32 or int64 "
-            f"in native byte order, got {array.dtype.str} ({array.dtype.name})"
+            f"{op.where(name)}: expected dtype float16, bfloat16 (ml_dtypes), float32, int32 or "
+            f"int64 in native byte order, got {array.dtype.str} ({array.dtype.name})"
         )
     itemsize = array.dtype.itemsize
     if any(s % itemsize for s in array.strides):
-        raise ValueError(f"{where}: byte strides {array.strides} are not whole elements")
+        raise ValueError(f"{op.where(name)}: byte strides {array.strides} are not whole elements")
     return _problem.tensor_fields(
         array.__array_interface__["data"][0],  # ndarray.ctypes is ~10x slower
         code,
@@ -60,26 +60,28 @@ def new_output(shape, dtype):
     return np.empty(shape, dtype=dtype)
 
 
-def run(arrays, scale, cu_seqlens, chunk_size, chunk_indices, state_v_first, backend):
-    """The operator on NumPy arrays; returns (dq, dk, dv, db, dg, dA) as new arrays.
+def run(op, arrays, optionals, options, backend, kernel):
+    """Operator ``op`` (a _problem.Operator) on NumPy arrays; returns its outputs as new arrays,
+    in return order.
 
-    ``arrays`` maps the eleven input names (q .. dv) to arrays.
+    ``arrays`` maps the required input names to arrays, ``optionals`` the optional ones
+    (cu_seqlens, chunk_indices) to arrays or None; ``options`` holds the option values in the
+    signature's option order, ``backend`` and ``kernel`` the names.
     """
-    options = _problem.scalar_options(scale, chunk_size, state_v_first)
-    code = _problem.backend_code(backend, on_cuda=False)
-    fields = [describe(name, arrays[name]) for name in _abi.INPUT_FIELDS]
-    for name, value in (("cu_seqlens", cu_seqlens), ("chunk_indices", chunk_indices)):
-        fields.append(_problem.OMITTED if value is None else describe(name, value))
+    options = op.convert_options(options)
+    backend_code = op.backend_code(backend, on_cuda=False)
+    kernel_code = op.kernel_code(kernel)
+    tensors = [describe(op, name, arrays[name]) for name in op.input_names]
+    for name in op.optional_names:
+        value = optionals[name]
+        tensors.append(_problem.OMITTED if value is None else describe(op, name, value))
 
     q = arrays["q"]
-    layout = _problem.output_layout(q.shape, arrays["v"].shape, arrays["A"].shape)
-    outputs = {
-        name: new_output(shape, q.dtype if in_x else np.float32)
-        for name, (shape, in_x) in layout.items()
-    }
-    fields.extend(describe(name, out) for name, out in outputs.items())
-    _problem.run(fields, options, code)
-    return tuple(outputs[name] for name in _abi.OUTPUT_FIELDS)
+    layout = op.output_layout({name: arrays[name].shape for name in op.input_names})
+    outputs = [new_output(shape, q.dtype if in_x else np.float32) for shape, in_x in layout]
+    tensors.extend(describe(op, name, out) for name, out in zip(op.output_names, outputs))
+    op.run(tensors, options, backend_code, kernel_code)
+    return tuple(outputs)
 
 
 def chunk_indices(cu_seqlens, chunk_size):
@@ -97,7 +99,7 @@ def chunk_indices(cu_seqlens, chunk_size):
     cu = np.ascontiguousarray(values, dtype=np.int64)
     if cu.ndim != 1:
         raise ValueError(f"chunk_indices: argument 'cu_seqlens': expected rank 1, got {cu.ndim}")
-    _, _, chunk, _ = _problem.scalar_options(None, chunk_size, False)
+    chunk = _problem.chunk_size_value(chunk_size)
     num = _problem.count_chunks(cu.ctypes.data, cu.shape[0], chunk)
     out = np.empty((num, 2), dtype=np.int64)
     _problem.fill_chunk_indices(cu.ctypes.data, cu.shape[0], chunk, out.ctypes.data, num)

@@ -1,4 +1,6 @@
-"""Builds one kda_problem from described tensors and options, and runs it through kda_run.
+"""One call of an operator through the C ABI, for every operator alike: its options converted to
+the C header, its tensors described, its outputs' shapes, the problem struct packed, and
+kda_<op>_run called.
 
 The NumPy and torch paths each describe their own arrays (data pointer, dtype code, shape,
 element strides, device) and allocate their own outputs; everything they share is here. No rule
@@ -9,76 +11,9 @@ exception (see _errors).
 import ctypes
 import operator
 
-from . import _abi, _errors, _library
-
-OP_NAME = "chunk_kda_bwd_wy_dqkg_fused"
+from . import _abi, _errors, _library, _signatures
 
 _INT64_MAX = 2**63 - 1
-
-
-def output_layout(q_shape, v_shape, A_shape):
-    """SPEC's output shapes, derived from the inputs' shapes.
-
-    Returns ``{name: (shape, in_x)}`` for dq, dk, dv_out, db, dg, dA, where ``in_x`` marks the
-    output stored in the X dtype (dv_out); the others are float32. When q, v or A does not have
-    rank 4 the extents are 0: the core then reports that input, which it checks before any
-    output. dA's last extent is A's, so a bad chunk_size never sizes an allocation.
-    """
-    B, T, K = (q_shape[0], q_shape[1], q_shape[3]) if len(q_shape) == 4 else (0, 0, 0)
-    HV, V = (v_shape[2], v_shape[3]) if len(v_shape) == 4 else (0, 0)
-    BT = A_shape[3] if len(A_shape) == 4 else 0
-    return {
-        "dq": ((B, T, HV, K), False),
-        "dk": ((B, T, HV, K), False),
-        "dv_out": ((B, T, HV, V), True),
-        "db": ((B, T, HV), False),
-        "dg": ((B, T, HV, K), False),
-        "dA": ((B, T, HV, BT), False),
-    }
-
-
-def backend_code(backend, on_cuda):
-    """kda_backend code for a backend name; None picks cuda for CUDA tensors, else cpu."""
-    if backend is None:
-        backend = "cuda" if on_cuda else "cpu"
-    code = _abi.BACKENDS.get(backend) if isinstance(backend, str) else None
-    if code is None:
-        names = ", ".join(repr(n) for n in _abi.BACKENDS)
-        raise ValueError(f"{OP_NAME}: argument 'backend': expected None, {names}, got {backend!r}")
-    return code
-
-
-def scalar_options(scale, chunk_size, state_v_first):
-    """Python scalars as the C struct holds them: (has_scale, scale, chunk_size, state_v_first).
-    Only conversions: whether the values are allowed is the core's call."""
-    if scale is None:
-        has_scale, scale_value = 0, 0.0
-    else:
-        # float() would also take True and numeric strings: a number, or nothing.
-        bad = isinstance(scale, (bool, str, bytes))
-        try:
-            has_scale, scale_value = 1, 0.0 if bad else float(scale)
-        except (TypeError, ValueError):
-            bad = True
-        if bad:
-            raise TypeError(
-                f"{OP_NAME}: argument 'scale': expected a float or None, got {type(scale).__name__}"
-            )
-    try:
-        chunk = operator.index(chunk_size)
-    except TypeError:
-        raise TypeError(
-            f"{OP_NAME}: argument 'chunk_size': expected an int, got {type(chunk_size).__name__}"
-        ) from None
-    if not -_INT64_MAX <= chunk <= _INT64_MAX:  # ctypes would wrap it silently
-        raise ValueError(f"{OP_NAME}: argument 'chunk_size': {chunk} does not fit in int64")
-    # bool() would read any non-empty string, 'False' included, as True.
-    if isinstance(state_v_first, (str, bytes)) or state_v_first not in (True, False):
-        raise TypeError(
-            f"{OP_NAME}: argument 'state_v_first': expected a bool, got {state_v_first!r}"
-        )
-    return has_scale, scale_value, chunk, int(bool(state_v_first))
-
 
 # kda_tensor's values for an omitted argument: data NULL, rank 0.
 OMITTED = (0,) * (5 + 2 * _abi.MAX_RANK)
@@ -97,39 +32,156 @@ def tensor_fields(data, dtype, shape, strides, device_type, device_index):
             *strides[: _abi.MAX_RANK])
 
 
-def pack(fields, options):
-    """The kda_problem of one call.
+class Operator:
+    """An operator's Python-side plumbing, built from its signature (_signatures).
 
-    Parameters
-    ----------
-    fields : sequence of tuple
-        ``tensor_fields(...)`` (or ``OMITTED``) of every tensor in kda_problem's order: the
-        eleven inputs (q .. dv), cu_seqlens, chunk_indices, then the six outputs (dq .. dA).
-    options : tuple
-        ``scalar_options(...)``'s result.
+    Attributes: ``signature``; ``name`` (fla's function name, the prefix of every message);
+    ``input_names`` (the required tensors), ``optional_names`` (cu_seqlens, chunk_indices),
+    ``output_names`` (table names, "out.dq" ...), ``returned`` (the names outputs are returned
+    under); ``layout`` (its _abi.ProblemLayout).
     """
-    has_scale, scale, chunk_size, state_v_first = options
-    values = [_abi.ABI_VERSION, state_v_first, chunk_size, has_scale, 0, scale]
-    for tensor in fields:
-        values.extend(tensor)
-    return _abi.KdaProblem.from_buffer_copy(_abi.PROBLEM_STRUCT.pack(*values))
+
+    def __init__(self, signature):
+        self.signature = signature
+        self.name = signature.fla_name
+        self.layout = _abi.LAYOUT_BY_FLA_NAME[self.name]
+        self.input_names = tuple(a.name for a in signature.inputs)
+        self.optional_names = tuple(a.name for a in signature.optionals)
+        self.output_names = tuple(a.name for a in signature.outputs)
+        self.returned = tuple(a.returned_as for a in signature.outputs)
+        self.option_names = tuple(o.name for o in signature.options)
+        # (output's rank, [(input name, dim)], in X) per output, for output_layout.
+        self._outputs = tuple((a.rank, a.shape, a.x) for a in signature.outputs)
+        self._ranks = {a.name: a.rank for a in signature.args}
+        # Where each header field comes from: ABI version, an option's converted value, or 0.
+        self._header = []
+        for field, _ in signature.header:
+            source = ("abi",) if field == "abi_version" else ("zero",)
+            for i, opt in enumerate(signature.options):
+                if field in opt.fields:
+                    source = ("option", i, opt.fields.index(field))
+            self._header.append(source)
+
+    # --- options --------------------------------------------------------------------------
+
+    def where(self, argument):
+        return f"{self.name}: argument '{argument}'"
+
+    def convert_options(self, values):
+        """The options (in the signature's option order) as canonical Python values: a float or
+        None, an int, a bool. Only conversions: whether a value is allowed is the core's call;
+        a value that is not of the option's kind at all is a TypeError naming it."""
+        return tuple(self._convert(opt, value)
+                     for opt, value in zip(self.signature.options, values))
+
+    def _convert(self, opt, value):
+        if opt.kind == "optional_float":
+            if value is None:
+                return None
+            # float() would also take True and numeric strings: a number, or nothing.
+            if not isinstance(value, (bool, str, bytes)):
+                try:
+                    return float(value)
+                except (TypeError, ValueError):
+                    pass
+            raise TypeError(
+                f"{self.where(opt.name)}: expected a float or None, got {type(value).__name__}"
+            )
+        if opt.kind == "int":
+            try:
+                number = operator.index(value)
+            except TypeError:
+                raise TypeError(
+                    f"{self.where(opt.name)}: expected an int, got {type(value).__name__}"
+                ) from None
+            if not -_INT64_MAX <= number <= _INT64_MAX:  # ctypes would wrap it silently
+                raise ValueError(f"{self.where(opt.name)}: {number} does not fit in int64")
+            return number
+        # bool() would read any non-empty string, 'False' included, as True.
+        if isinstance(value, (str, bytes)) or value not in (True, False):
+            raise TypeError(f"{self.where(opt.name)}: expected a bool, got {value!r}")
+        return bool(value)
+
+    def header(self, options):
+        """The C header's values (abi_version first) from convert_options' result."""
+        values = []
+        for source in self._header:
+            if source[0] == "abi":
+                values.append(_abi.ABI_VERSION)
+            elif source[0] == "zero":
+                values.append(0)
+            else:
+                _, i, part = source
+                value = options[i]
+                kind = self.signature.options[i].kind
+                if kind == "optional_float":  # (has_x, x)
+                    value = (0, 0.0)[part] if value is None else (1, value)[part]
+                elif kind == "bool":
+                    value = int(value)
+                values.append(value)
+        return values
+
+    def backend_code(self, backend, on_cuda):
+        """kda_backend code for a backend name; None picks cuda for CUDA tensors, else cpu."""
+        if backend is None:
+            backend = "cuda" if on_cuda else "cpu"
+        code = _abi.BACKENDS.get(backend) if isinstance(backend, str) else None
+        if code is None:
+            names = ", ".join(repr(n) for n in _abi.BACKENDS)
+            raise ValueError(f"{self.where('backend')}: expected None, {names}, got {backend!r}")
+        return code
+
+    def kernel_code(self, kernel):
+        """KDA_KERNEL_* code for a kernel name ('auto', 'simt', 'sm80_mma')."""
+        code = _abi.KERNELS.get(kernel) if isinstance(kernel, str) else None
+        if code is None:
+            names = ", ".join(repr(n) for n in _abi.KERNELS)
+            raise ValueError(f"{self.where('kernel')}: expected one of {names}, got {kernel!r}")
+        return code
+
+    # --- tensors --------------------------------------------------------------------------
+
+    def output_layout(self, shapes):
+        """The outputs' (shape, in_x) in table order, derived from the inputs' shapes
+        (``shapes`` maps input names to shapes). in_x marks an output stored in q's dtype;
+        the others are float32. Where a source input does not have its table rank the extents
+        are 0: the core then reports that input, which it checks before any output."""
+        layout = []
+        for rank, sources, in_x in self._outputs:
+            shape = []
+            for name, dim in sources:
+                source = shapes[name]
+                shape.append(source[dim] if len(source) == self._ranks[name] else 0)
+            layout.append((tuple(shape), in_x))
+        return layout
+
+    def pack(self, tensors, options):
+        """The problem struct of one call: ``tensors`` holds the kda_tensor field values of
+        every argument in table order (inputs, cu_seqlens, chunk_indices, outputs);
+        ``options`` is convert_options' result."""
+        return self.layout.pack(self.header(options), tensors)
+
+    def run(self, tensors, options, backend, kernel, stream=None):
+        """Run the operator once on ``pack(tensors, options)``.
+
+        Parameters
+        ----------
+        tensors, options
+            As for ``pack``.
+        backend, kernel : int
+            ``backend_code(...)`` and ``kernel_code(...)``'s results.
+        stream : int or None
+            A cudaStream_t as an integer, for the cuda backend; None is the default stream.
+        """
+        lib = _library.library()
+        problem = self.pack(tensors, options)
+        status = lib.entry(self.signature, "run")(ctypes.byref(problem), backend, kernel, stream)
+        _errors.check(status, lib, self.name)
 
 
-def run(fields, options, backend, stream=None):
-    """Run the operator once on ``pack(fields, options)``.
-
-    Parameters
-    ----------
-    fields, options
-        As for ``pack``.
-    backend : int
-        ``backend_code(...)``'s result.
-    stream : int or None
-        A cudaStream_t as an integer, for the cuda backend; None is the default stream.
-    """
-    lib = _library.library()
-    status = lib.dll.kda_run(ctypes.byref(pack(fields, options)), backend, stream)
-    _errors.check(status, lib, OP_NAME)
+OPERATORS = {s.fla_name: Operator(s) for s in _signatures.SIGNATURES}
+CHUNK_BWD_WY_DQKG = OPERATORS["chunk_kda_bwd_wy_dqkg_fused"]
+CHUNK_BWD_INTRA = OPERATORS["chunk_kda_bwd_intra"]
 
 
 def count_chunks(cu_seqlens_ptr, n_entries, chunk_size):
@@ -149,3 +201,16 @@ def fill_chunk_indices(cu_seqlens_ptr, n_entries, chunk_size, out_ptr, num_chunk
     status = lib.dll.kda_chunk_indices(ctypes.cast(cu_seqlens_ptr, i64_p), n_entries, chunk_size,
                                        ctypes.cast(out_ptr, i64_p), num_chunks)
     _errors.check(status, lib, "chunk_indices")
+
+
+def chunk_size_value(chunk_size, where="chunk_indices"):
+    """chunk_size as an int64 for the chunk helpers (TypeError/ValueError naming it)."""
+    try:
+        chunk = operator.index(chunk_size)
+    except TypeError:
+        raise TypeError(
+            f"{where}: argument 'chunk_size': expected an int, got {type(chunk_size).__name__}"
+        ) from None
+    if not -_INT64_MAX <= chunk <= _INT64_MAX:
+        raise ValueError(f"{where}: argument 'chunk_size': {chunk} does not fit in int64")
+    return chunk

@@ -1,19 +1,20 @@
-"""The operator on torch tensors, registered as the custom op
-``torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused``.
+"""The operators on torch tensors, each registered as the custom op
+``torch.ops.kda_kernels.<fla name>`` (chunk_kda_bwd_wy_dqkg_fused, chunk_kda_bwd_intra) by one
+helper from its signature (_signatures): schema, implementation and fake implementation.
 
 Being a custom op with a fake (meta) implementation is what lets torch.compile(fullgraph=True)
 trace a caller without a graph break, and the CUDA path does nothing a CUDA graph cannot capture:
 outputs come from torch's caching allocator, the kernel goes on torch's current stream, and
 cu_seqlens / chunk_indices on the GPU are passed as device pointers, never read on the host.
-"""
 
-from typing import Optional, Tuple
+Every op takes its arguments positionally in the public function's order (the required
+tensors, then fla's optional tensors and options with their defaults), then ``backend`` (a name
+or None) and ``kernel`` (a name).
+"""
 
 import torch
 
 from . import _abi, _numpy_path, _problem
-
-OP_QUALNAME = "kda_kernels::" + _problem.OP_NAME
 
 _DTYPE_CODES = {
     torch.float16: _abi.DTYPE_F16,
@@ -26,22 +27,22 @@ _DTYPE_CODES = {
 _DEVICE_TYPES = {"cpu": _abi.DEVICE_CPU, "cuda": _abi.DEVICE_CUDA}
 
 
-def describe(name, tensor):
+def describe(op, name, tensor):
     """kda_tensor field values of a torch tensor (``_problem.tensor_fields``); TypeError or
     ValueError naming the argument when it cannot be expressed as a kda_tensor at all (foreign
-    dtype, sparse layout, device other than cpu/cuda). Paid for 17 tensors on every call, so the
-    common case is a few dict lookups and the messages are built only on failure."""
+    dtype, sparse layout, device other than cpu/cuda). Paid for every tensor of every call, so
+    the common case is a few dict lookups and the messages are built only on failure."""
     code = _DTYPE_CODES.get(tensor.dtype)
     device = tensor.device
     device_type = _DEVICE_TYPES.get(device.type)
     if code is None or device_type is None or tensor.layout != torch.strided:
-        _refuse(name, tensor, code, device_type)
+        _refuse(op, name, tensor, code)
     return _problem.tensor_fields(tensor.data_ptr(), code, tensor.shape, tensor.stride(),
                                   device_type, device.index or 0)
 
 
-def _refuse(name, tensor, code, device_type):
-    where = f"{_problem.OP_NAME}: argument '{name}'"
+def _refuse(op, name, tensor, code):
+    where = op.where(name)
     if code is None:
         raise TypeError(
             f"{where}: expected dtype float16, bfloat16, float32, int32 or int64, "
@@ -52,102 +53,126 @@ def _refuse(name, tensor, code, device_type):
     raise ValueError(f"{where}: expected a cpu or cuda tensor, got one on {tensor.device}")
 
 
-def _empty_outputs(q, v, A):
-    layout = _problem.output_layout(q.shape, v.shape, A.shape)
-    return [
-        q.new_empty(shape, dtype=q.dtype if in_x else torch.float32)
-        for shape, in_x in layout.values()
-    ]
+def _schema(op):
+    """The custom op's schema, from the signature: "(Tensor q, ..., Tensor? cu_seqlens=None, ...,
+    str? backend=None, str kernel=\"auto\") -> (Tensor, ...)", with the public function's
+    defaults."""
+    sig = op.signature
+    params = [f"Tensor {name}" for name in op.input_names]
+    for name, default in sig.params:
+        kind = "Tensor?" if name in op.optional_names else sig.option(name).schema
+        params.append(f"{kind} {name}={default}")
+    params += ["str? backend=None", 'str kernel="auto"']
+    returns = ", ".join(["Tensor"] * len(op.output_names))
+    return f"({', '.join(params)}) -> ({returns})"
 
 
-def _run(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    v_new: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    A: torch.Tensor,
-    h: torch.Tensor,
-    do: torch.Tensor,
-    dh: torch.Tensor,
-    dv: torch.Tensor,
-    scale: Optional[float],
-    cu_seqlens: Optional[torch.Tensor],
-    chunk_size: int,
-    chunk_indices: Optional[torch.Tensor],
-    state_v_first: bool,
-    backend: Optional[str],
-) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The custom op's implementation for real (CPU or CUDA) tensors: allocate the outputs on
-    q's device, describe every tensor and run libkda on the chosen backend."""
-    options = _problem.scalar_options(scale, chunk_size, state_v_first)
-    on_cuda = q.device.type == "cuda"
-    code = _problem.backend_code(backend, on_cuda)
-    fields = [
-        describe(name, t)
-        for name, t in zip(_abi.INPUT_FIELDS, (q, k, v, v_new, g, beta, A, h, do, dh, dv))
-    ]
-    fields.append(_problem.OMITTED if cu_seqlens is None else describe("cu_seqlens", cu_seqlens))
-    fields.append(
-        _problem.OMITTED if chunk_indices is None else describe("chunk_indices", chunk_indices)
-    )
-    outputs = _empty_outputs(q, v, A)
-    fields.extend(describe(name, out) for name, out in zip(_abi.OUTPUT_FIELDS, outputs))
-    # The core makes q's device current for the launch itself; torch's current stream on that
-    # device is the one a caller (or a CUDA graph capture) expects the work on.
-    stream = torch.cuda.current_stream(q.device).cuda_stream if on_cuda else None
-    _problem.run(fields, options, code, stream)
-    return tuple(outputs)
+class TorchOp:
+    """One operator as a torch custom op: its implementation for real tensors (``run``), its
+    fake implementation, and the public function's torch path (``call``)."""
+
+    def __init__(self, op):
+        self.op = op
+        self.qualname = "kda_kernels::" + op.name
+        params = [name for name, _ in op.signature.params]
+        first = len(op.input_names)
+        self._optional_at = tuple(first + params.index(n) for n in op.optional_names)
+        self._option_at = tuple(first + params.index(n) for n in op.option_names)
+        self.num_args = first + len(params) + 2  # + backend, kernel
+        # Every parameter's name and default (None for the required tensors), in order.
+        self._names = (*op.input_names, *params, "backend", "kernel")
+        self._defaults = ((None,) * first + tuple(d for _, d in op.signature.params)
+                          + (None, "auto"))
+        self.custom_op = torch.library.custom_op(self.qualname, self.run, mutates_args=(),
+                                                 schema=_schema(op))
+        self.custom_op.register_fake(self.fake)
+        self.packet = getattr(torch.ops.kda_kernels, op.name)
+
+    def _positional(self, args, kwargs):
+        """All arguments positionally, defaults filled in: the dispatcher hands the
+        implementations what the caller wrote, keywords and omitted defaults included."""
+        if len(args) == self.num_args and not kwargs:
+            return args
+        full = list(args) + list(self._defaults[len(args):])
+        for name, value in kwargs.items():
+            full[self._names.index(name)] = value
+        return full
+
+    def _empty_outputs(self, args):
+        op = self.op
+        q = args[0]
+        shapes = {name: t.shape for name, t in zip(op.input_names, args)}
+        return [q.new_empty(shape, dtype=q.dtype if in_x else torch.float32)
+                for shape, in_x in op.output_layout(shapes)]
+
+    def run(self, *args, **kwargs):
+        """The custom op's implementation for real (CPU or CUDA) tensors: allocate the outputs
+        on q's device, describe every tensor and run libkda on the chosen backend. Also what the
+        fla backend calls directly (past torch's dispatcher), with every argument
+        positional."""
+        op = self.op
+        args = self._positional(args, kwargs)
+        options = op.convert_options([args[i] for i in self._option_at])
+        q = args[0]
+        on_cuda = q.device.type == "cuda"
+        backend = op.backend_code(args[-2], on_cuda)
+        kernel = op.kernel_code(args[-1])
+        tensors = [describe(op, name, t) for name, t in zip(op.input_names, args)]
+        for name, i in zip(op.optional_names, self._optional_at):
+            value = args[i]
+            tensors.append(_problem.OMITTED if value is None else describe(op, name, value))
+        outputs = self._empty_outputs(args)
+        tensors.extend(describe(op, name, out) for name, out in zip(op.output_names, outputs))
+        # The core makes q's device current for the launch itself; torch's current stream on
+        # that device is the one a caller (or a CUDA graph capture) expects the work on.
+        stream = torch.cuda.current_stream(q.device).cuda_stream if on_cuda else None
+        op.run(tensors, options, backend, kernel, stream)
+        return tuple(outputs)
+
+    def fake(self, *args, **kwargs):
+        return tuple(self._empty_outputs(self._positional(args, kwargs)))
+
+    def call(self, tensors, optionals, options, backend, kernel):
+        """The public function's torch path: checks what the dispatcher would report without
+        naming the argument, or not at all, then calls the custom op. Each required input must
+        be a tensor (the optional ones may be None); the options must be of their kinds;
+        `backend` and `kernel` must be names; and a tensor on the meta device must not be mixed
+        with real ones (the dispatcher would send the call to the fake implementation and hand
+        back uninitialized outputs)."""
+        op = self.op
+        q = tensors["q"]
+        on_meta = isinstance(q, torch.Tensor) and q.is_meta
+        for name, value in (*tensors.items(), *optionals.items()):
+            if value is None and name in optionals:
+                continue
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(
+                    f"{op.where(name)}: expected a torch.Tensor like q, got {type(value).__name__}"
+                )
+            if value.is_meta != on_meta:
+                raise ValueError(
+                    f"{op.where(name)}: is on {value.device} but q is on {q.device}; tensors "
+                    f"on the meta device only go with other meta tensors"
+                )
+        options = op.convert_options(options)
+        op.backend_code(backend, on_cuda=False)  # ValueErrors naming them, before the dispatcher
+        op.kernel_code(kernel)
+        args = [None] * self.num_args
+        args[: len(op.input_names)] = [tensors[n] for n in op.input_names]
+        for i, name in zip(self._optional_at, op.optional_names):
+            args[i] = optionals[name]
+        for i, value in zip(self._option_at, options):
+            args[i] = value
+        args[-2], args[-1] = backend, kernel
+        return self.packet(*args)
 
 
-chunk_kda_bwd_wy_dqkg_fused_op = torch.library.custom_op(OP_QUALNAME, _run, mutates_args=())
-
-
-@chunk_kda_bwd_wy_dqkg_fused_op.register_fake
-def _fake(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, cu_seqlens, chunk_size,
-          chunk_indices, state_v_first, backend):
-    return tuple(_empty_outputs(q, v, A))
-
-
-def call(tensors, scale, cu_seqlens, chunk_size, chunk_indices, state_v_first, backend):
-    """The public function's torch path: checks what the dispatcher would report without naming
-    the argument, or not at all, then calls the custom op. Each of the eleven inputs must be a
-    tensor (cu_seqlens and chunk_indices may be None); `backend` must be a name; and a tensor on
-    the meta device must not be mixed with real ones (the dispatcher would send the call to the
-    fake implementation and hand back uninitialized outputs)."""
-    q = tensors["q"]
-    on_meta = isinstance(q, torch.Tensor) and q.is_meta
-    for name, value in (*tensors.items(), ("cu_seqlens", cu_seqlens),
-                        ("chunk_indices", chunk_indices)):
-        if value is None and name in ("cu_seqlens", "chunk_indices"):
-            continue
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(
-                f"{_problem.OP_NAME}: argument '{name}': expected a torch.Tensor like q, "
-                f"got {type(value).__name__}"
-            )
-        if value.is_meta != on_meta:
-            raise ValueError(
-                f"{_problem.OP_NAME}: argument '{name}': is on {value.device} but q is on "
-                f"{q.device}; tensors on the meta device only go with other meta tensors"
-            )
-    has_scale, scale_value, chunk, svf = _problem.scalar_options(scale, chunk_size, state_v_first)
-    _problem.backend_code(backend, on_cuda=False)  # a ValueError naming it, before the dispatcher
-    return torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused(
-        *tensors.values(),
-        scale_value if has_scale else None,
-        cu_seqlens,
-        chunk,
-        chunk_indices,
-        bool(svf),
-        backend,
-    )
+OPS = {name: TorchOp(op) for name, op in _problem.OPERATORS.items()}
 
 
 def chunk_indices(cu_seqlens, chunk_size):
-    """chunk_indices for a torch cu_seqlens (int32 or int64, as the operator takes it): computed on
-    the host (a CUDA cu_seqlens is copied there, which synchronizes), returned on cu_seqlens'
+    """chunk_indices for a torch cu_seqlens (int32 or int64, as the operators take it): computed
+    on the host (a CUDA cu_seqlens is copied there, which synchronizes), returned on cu_seqlens'
     device in its dtype."""
     if cu_seqlens.dtype not in (torch.int32, torch.int64):
         raise TypeError(

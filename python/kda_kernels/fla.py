@@ -1,11 +1,14 @@
 """Makes flash-linear-attention's chunk_kda backward call kda_kernels.
 
-fla dispatches ``chunk_kda_bwd_wy_dqkg_fused`` (fla/ops/kda/chunk_bwd.py, decorated
-``@dispatch('kda')``) through its KDA backend registry: for each call it walks the registered
-backends by priority and takes the first whose verifier accepts the call and that implements the
-function; if none does, fla's own Triton kernel runs. ``enable()`` registers a backend that
-implements only that function, so every other KDA function keeps its usual path, and whose
-verifier hands back to fla every call this library has no kernel for.
+fla dispatches ``chunk_kda_bwd_wy_dqkg_fused`` (fla/ops/kda/chunk_bwd.py) and
+``chunk_kda_bwd_intra`` (fla/ops/kda/chunk_intra.py), both decorated ``@dispatch('kda')``,
+through its KDA backend registry: for each call it walks the registered backends by priority and
+takes the first whose verifier accepts the call and that implements the function; if none does,
+fla's own Triton kernel runs. ``enable()`` registers a backend that implements only those two
+functions, so every other KDA function keeps its usual path, and whose verifiers hand back to
+fla every call this library has no kernel for: non-CUDA tensors, other dtypes, K or V > 256,
+chunk sizes other than 16/32/64, and any operator whose CUDA kernel the loaded libkda lacks
+(``enable()`` asks the library once, see ``CUDA_KERNELS``).
 
 fla is optional: it is imported by ``enable()``, not by ``import kda_kernels``.
 
@@ -13,22 +16,37 @@ Examples
 --------
 >>> import kda_kernels.fla
 >>> kda_kernels.fla.enable()     # doctest: +SKIP
->>> o, _ = fla.ops.kda.chunk_kda(q, k, v, g, beta)   # backward now runs our CUDA kernel
+>>> o, _ = fla.ops.kda.chunk_kda(q, k, v, g, beta)   # backward now runs our CUDA kernels
 >>> kda_kernels.fla.disable()    # doctest: +SKIP
 """
 
 import threading
 
-from . import _api
+from . import _api, _signatures
 
 BACKEND_TYPE = "kda_kernels"
 # fla: lower runs first. 1 puts this ahead of fla's optional GPU backends (flash_kda 3,
 # tilelang 5); 0 belongs to the Ascend backend, which is only available on NPUs.
 PRIORITY = 1
-# What libkda has kernels for; anything else goes back to fla (SPEC.md).
+# What libkda has kernels for; anything else goes back to fla (SPEC.md, SPEC-chunk-bwd-intra.md).
 _X_DTYPES = ("float16", "bfloat16", "float32")
 _CHUNK_SIZES = (16, 32, 64)
 _MAX_HEAD_DIM = 256
+
+# Whether the loaded libkda's cuda backend has a kernel for each operator (by fla name), as
+# enable() found by running a tiny problem of it on the GPU once (the C ABI has no query for
+# it): True, or False with the library's reason in CUDA_KERNEL_NOTES. An operator missing here
+# (not probed: enable() was not called) is handed back to fla. While chunk_bwd_intra's CUDA
+# kernel is not in the library, its entry is False and fla runs its own kernel for it.
+CUDA_KERNELS = {}
+CUDA_KERNEL_NOTES = {}
+
+# Per operator: tensors that must have q's dtype, tensors that must be float32, tensors that may
+# be either (the verifiers' dtype rules; h / dh of chunk_bwd_wy_dqkg have a rule of their own).
+_DTYPE_RULES = {
+    "chunk_kda_bwd_wy_dqkg_fused": (("k", "v", "v_new", "A", "do", "dv"), ("g",), ("beta",)),
+    "chunk_kda_bwd_intra": (("k",), ("g", "dAqk", "dAkk", "dq", "dk", "db", "dg"), ("beta",)),
+}
 
 _lock = threading.Lock()
 _backend_class = None
@@ -38,8 +56,9 @@ def _name(dtype):
     return str(dtype).replace("torch.", "")
 
 
-def _unsupported_reason(q, k, v, v_new, g, beta, A, h, do, dh, dv, chunk_size):
-    """Why libkda's cuda backend cannot take this call, or None when it can.
+def _unsupported_reason(fla_name, tensors, chunk_size, cu_seqlens, chunk_indices):
+    """Why libkda's cuda backend cannot take this call of operator `fla_name` (tensors: its
+    required tensor arguments by name, q first), or None when it can.
 
     This is a capability gate, not validation: it sends fla the cases we have no kernel for;
     malformed arguments still reach the core, which validates them and raises. It runs on every
@@ -47,76 +66,172 @@ def _unsupported_reason(q, k, v, v_new, g, beta, A, h, do, dh, dv, chunk_size):
     """
     import torch
 
-    tensors = dict(q=q, k=k, v=v, v_new=v_new, g=g, beta=beta, A=A, h=h, do=do, dh=dh, dv=dv)
+    q = tensors["q"]
+    for name, t in (("cu_seqlens", cu_seqlens), ("chunk_indices", chunk_indices)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            return f"{name} is a {type(t).__name__}, not a torch.Tensor"
+        if t is not None and t.device != q.device:
+            return f"{name} is on {t.device}, q on {q.device}"
     x = q.dtype
     if x not in (torch.float16, torch.bfloat16, torch.float32):
         return f"q has dtype {_name(x)}; kda_kernels has kernels for {', '.join(_X_DTYPES)}"
-    for name in ("k", "v", "v_new", "A", "do", "dv"):
+    same_as_q, float32, x_or_float32 = _DTYPE_RULES[fla_name]
+    for name in same_as_q:
         if tensors[name].dtype != x:
             return f"{name} has dtype {_name(tensors[name].dtype)}, q has {_name(x)}"
-    if g.dtype != torch.float32:
-        return f"g has dtype {_name(g.dtype)}; kda_kernels needs float32"
-    if beta.dtype != x and beta.dtype != torch.float32:
-        return f"beta has dtype {_name(beta.dtype)}; kda_kernels needs {_name(x)} or float32"
-    if (h.dtype != x and h.dtype != torch.float32) or dh.dtype != h.dtype:
-        return (f"h, dh have dtypes {_name(h.dtype)}, {_name(dh.dtype)}; "
-                f"need float32 or {_name(x)}")
-    if q.shape[-1] > _MAX_HEAD_DIM or v.shape[-1] > _MAX_HEAD_DIM:
-        return f"K={q.shape[-1]}, V={v.shape[-1]}; kda_kernels has kernels up to {_MAX_HEAD_DIM}"
+    for name in float32:
+        if tensors[name].dtype != torch.float32:
+            return f"{name} has dtype {_name(tensors[name].dtype)}; kda_kernels needs float32"
+    for name in x_or_float32:
+        dtype = tensors[name].dtype
+        if dtype != x and dtype != torch.float32:
+            return f"{name} has dtype {_name(dtype)}; kda_kernels needs {_name(x)} or float32"
+    if "h" in tensors:
+        h, dh = tensors["h"], tensors["dh"]
+        if (h.dtype != x and h.dtype != torch.float32) or dh.dtype != h.dtype:
+            return (f"h, dh have dtypes {_name(h.dtype)}, {_name(dh.dtype)}; "
+                    f"need float32 or {_name(x)}")
+    K = q.shape[-1]
+    if "v" in tensors:
+        V = tensors["v"].shape[-1]
+        if K > _MAX_HEAD_DIM or V > _MAX_HEAD_DIM:
+            return f"K={K}, V={V}; kda_kernels has kernels up to {_MAX_HEAD_DIM}"
+    elif K > _MAX_HEAD_DIM:
+        return f"K={K}; kda_kernels has kernels up to {_MAX_HEAD_DIM}"
     if chunk_size not in _CHUNK_SIZES:
         return f"chunk_size={chunk_size}; kda_kernels has kernels for {_CHUNK_SIZES}"
     device = q.device
     for name, t in tensors.items():
         if t.device != device or device.type != "cuda":
             return f"{name} is on {t.device}; kda_kernels takes CUDA tensors on q's device"
+    available = CUDA_KERNELS.get(fla_name)
+    if not available:
+        if available is None:
+            return f"the CUDA kernel of {fla_name} was not probed (kda_kernels.fla.enable())"
+        return (f"the loaded libkda has no CUDA kernel for {fla_name} "
+                f"({CUDA_KERNEL_NOTES.get(fla_name, '')})")
     return None
 
 
 def _make_backend_class(base_class=None):
     """The backend class, derived from fla's BaseBackend (or from `base_class`, for tests and the
     host-cost bench that run without fla)."""
-    import torch
-
     if base_class is None:
         from fla.ops.backends import BaseBackend as base_class
 
     from . import _torch_op  # fla brings torch; plain `import kda_kernels.fla` does not need it
 
+    wy = _torch_op.OPS["chunk_kda_bwd_wy_dqkg_fused"].run
+    intra = _torch_op.OPS["chunk_kda_bwd_intra"].run
+
     class KdaKernelsBackend(base_class):
-        """fla KDA backend running chunk_kda_bwd_wy_dqkg_fused on kda_kernels' CUDA kernel."""
+        """fla KDA backend running chunk_kda_bwd_wy_dqkg_fused and chunk_kda_bwd_intra on
+        kda_kernels' CUDA kernels.
+
+        fla calls with keywords, in its own parameter order (for the WY function:
+        state_v_first before cu_seqlens). **kwargs keeps a future extra keyword from breaking
+        the call. The functions call the custom ops' implementations directly: fla's dispatch
+        is torch.compiler.disable'd, so they always run eagerly on plain CUDA tensors (the
+        verifier saw them), where the op's dispatch (~40 us of host time a call) buys nothing;
+        fla's own Triton launch is likewise invisible to torch's dispatcher.
+        """
 
         backend_type = BACKEND_TYPE
         package_name = None  # this module is loaded already; nothing to look for
         env_var = None  # enable()/disable() are the switch
         priority = PRIORITY
 
-        # fla calls with keywords, in its own parameter order: state_v_first before
-        # cu_seqlens. **kwargs keeps a future extra keyword from breaking the call.
         def chunk_kda_bwd_wy_dqkg_fused_verifier(self, q, k, v, v_new, g, beta, A, h, do, dh,
                                                  dv, scale=None, state_v_first=False,
                                                  cu_seqlens=None, chunk_size=64,
                                                  chunk_indices=None, **kwargs):
             if kwargs:
                 return False, f"unknown arguments {sorted(kwargs)}"
-            for name, t in (("cu_seqlens", cu_seqlens), ("chunk_indices", chunk_indices)):
-                if t is not None and not isinstance(t, torch.Tensor):
-                    return False, f"{name} is a {type(t).__name__}, not a torch.Tensor"
-                if t is not None and t.device != q.device:
-                    return False, f"{name} is on {t.device}, q on {q.device}"
-            reason = _unsupported_reason(q, k, v, v_new, g, beta, A, h, do, dh, dv, chunk_size)
+            tensors = dict(q=q, k=k, v=v, v_new=v_new, g=g, beta=beta, A=A, h=h, do=do, dh=dh,
+                           dv=dv)
+            reason = _unsupported_reason("chunk_kda_bwd_wy_dqkg_fused", tensors, chunk_size,
+                                         cu_seqlens, chunk_indices)
             return reason is None, reason
 
         def chunk_kda_bwd_wy_dqkg_fused(self, q, k, v, v_new, g, beta, A, h, do, dh, dv,
                                         scale=None, state_v_first=False, cu_seqlens=None,
                                         chunk_size=64, chunk_indices=None, **kwargs):
-            # The custom op's implementation, called directly: fla's dispatch is
-            # torch.compiler.disable'd, so this always runs eagerly on plain CUDA tensors (the
-            # verifier saw them), where the op's dispatch (~40 us of host time a call) buys
-            # nothing; fla's own Triton launch is likewise invisible to torch's dispatcher.
-            return _torch_op._run(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, cu_seqlens,
-                                  chunk_size, chunk_indices, state_v_first, None)
+            if cu_seqlens is None:
+                chunk_indices = None  # fla ignores it then; libkda would refuse it
+            return wy(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, cu_seqlens, chunk_size,
+                      chunk_indices, state_v_first, None, "auto")
+
+        def chunk_kda_bwd_intra_verifier(self, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg,
+                                         cu_seqlens=None, chunk_indices=None, chunk_size=64,
+                                         safe_gate=False, **kwargs):
+            if kwargs:
+                return False, f"unknown arguments {sorted(kwargs)}"
+            tensors = dict(q=q, k=k, g=g, beta=beta, dAqk=dAqk, dAkk=dAkk, dq=dq, dk=dk, db=db,
+                           dg=dg)
+            reason = _unsupported_reason("chunk_kda_bwd_intra", tensors, chunk_size, cu_seqlens,
+                                         chunk_indices)
+            return reason is None, reason
+
+        def chunk_kda_bwd_intra(self, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg,
+                                cu_seqlens=None, chunk_indices=None, chunk_size=64,
+                                safe_gate=False, **kwargs):
+            if cu_seqlens is None:
+                chunk_indices = None  # fla ignores it then; libkda would refuse it
+            return intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens, chunk_indices,
+                         chunk_size, safe_gate, None, "auto")
 
     return KdaKernelsBackend
+
+
+def _probe_arguments(fla_name, device):
+    """A small zero-filled problem of operator `fla_name` on `device` (B=1, T=64, one head,
+    K = V = BT = 64, bfloat16 X, contiguous: a problem each of the first operator's kernels
+    takes, so that a KDA_CUDA_KERNEL choice does not make the probe fail), as the positional
+    arguments of its torch op's implementation."""
+    import torch
+
+    def zeros(*shape, dtype=torch.float32):
+        return torch.zeros(*shape, dtype=dtype, device=device)
+
+    x, n = torch.bfloat16, 64
+    tok = (1, n, 1, n)
+    if fla_name == "chunk_kda_bwd_wy_dqkg_fused":
+        state = (1, 1, 1, n, n)
+        tensors = [zeros(*tok, dtype=x), zeros(*tok, dtype=x), zeros(*tok, dtype=x),
+                   zeros(*tok, dtype=x), zeros(*tok), zeros(1, n, 1, dtype=x),
+                   zeros(*tok, dtype=x), zeros(*state), zeros(*tok, dtype=x), zeros(*state),
+                   zeros(*tok, dtype=x)]
+        return (*tensors, None, None, n, None, False, "cuda", "auto")
+    tensors = [zeros(*tok, dtype=x), zeros(*tok, dtype=x), zeros(*tok), zeros(1, n, 1),
+               zeros(*tok), zeros(*tok), zeros(*tok), zeros(*tok), zeros(1, n, 1), zeros(*tok)]
+    return (*tensors, None, None, n, False, "cuda", "auto")
+
+
+def probe_cuda_kernels(device=None):
+    """Run a tiny problem of every operator on the cuda backend once and record in
+    CUDA_KERNELS whether the library took it (a refusal with NotImplementedError, the C
+    side's KDA_STATUS_UNSUPPORTED, means it has no CUDA kernel for the operator; its message
+    goes to CUDA_KERNEL_NOTES). Any other error propagates. The probe passes kernel 'auto', as
+    the backend's calls do, so KDA_CUDA_KERNEL applies to it as to them. Needs a usable cuda
+    backend; enable() calls it once, on torch's current CUDA device (`device`)."""
+    import torch
+
+    from . import _torch_op
+
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    device = torch.device(device)
+    for sig in _signatures.SIGNATURES:
+        try:
+            _torch_op.OPS[sig.fla_name].run(*_probe_arguments(sig.fla_name, device))
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            CUDA_KERNELS[sig.fla_name] = True
+            CUDA_KERNEL_NOTES.pop(sig.fla_name, None)
+        except NotImplementedError as e:
+            CUDA_KERNELS[sig.fla_name] = False
+            CUDA_KERNEL_NOTES[sig.fla_name] = str(e)
+    return dict(CUDA_KERNELS)
 
 
 def _registry():
@@ -136,10 +251,12 @@ def _registry():
 def enable():
     """Register kda_kernels as a backend of fla's KDA operations.
 
-    From then on fla's ``chunk_kda_bwd_wy_dqkg_fused`` (the step inside ``chunk_kda``'s backward)
-    runs on kda_kernels' CUDA kernel whenever the call is one it has a kernel for (CUDA tensors,
-    X in float16/bfloat16/float32, K, V <= 256, chunk_size 16/32/64); other calls run fla's
-    Triton kernel as before. Calling it again is harmless.
+    From then on fla's ``chunk_kda_bwd_wy_dqkg_fused`` and ``chunk_kda_bwd_intra`` (steps inside
+    ``chunk_kda``'s backward) run on kda_kernels' CUDA kernels whenever the call is one they
+    have a kernel for (CUDA tensors, X in float16/bfloat16/float32, K, V <= 256, chunk_size
+    16/32/64, and an operator whose CUDA kernel the loaded libkda has: checked here once, by
+    running a tiny problem of each, see ``CUDA_KERNELS``); other calls run fla's Triton kernels
+    as before. Calling it again is harmless.
 
     Raises
     ------
@@ -157,6 +274,8 @@ def enable():
             f"{_api.library_path()} (built without CUDA, or no GPU present)"
         )
     with _lock:
+        if any(sig.fla_name not in CUDA_KERNELS for sig in _signatures.SIGNATURES):
+            probe_cuda_kernels()  # once: the loaded library does not change
         if _backend_class is None:
             _backend_class = _make_backend_class()
         registry.register(_backend_class())

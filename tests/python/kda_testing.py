@@ -1,5 +1,7 @@
-"""Helpers shared by the Python tests: random problems, err_ratio, golden files, SPEC's bars.
-Imports NumPy only, so every test file can be collected without torch."""
+"""Helpers shared by the Python tests: random problems, err_ratio, golden files, SPEC's bars, for
+both operators (chunk_kda_bwd_wy_dqkg_fused: SPEC.md; chunk_kda_bwd_intra:
+SPEC-chunk-bwd-intra.md). Imports NumPy only, so every test file can be collected without
+torch."""
 
 import json
 import os
@@ -25,6 +27,22 @@ PASS_BAR = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 8e-3}
 GOLDEN_BAR = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
 
 
+# chunk_kda_bwd_intra (SPEC-chunk-bwd-intra.md)
+INTRA_INPUT_NAMES = ("q", "k", "g", "beta", "dAqk", "dAkk", "dq", "dk", "db", "dg")
+INTRA_OUTPUT_NAMES = ("dq", "dk", "db", "dg")
+INTRA_GOLDEN_OUTPUT_KEYS = ("out.dq", "out.dk", "out.db", "out.dg")
+INTRA_PASS_BAR = {"float32": 1e-5, "float16": 1.5e-3, "bfloat16": 2e-3}
+INTRA_GOLDEN_BAR = {"float32": 1e-5, "float16": 5e-4, "bfloat16": 2e-3}
+INTRA_GOLDEN_CASES = (
+    "fixed_b2_t150_k128_bt64_bf16",
+    "fixed_t192_k64_bt64_fp16_safe",
+    "tail_t100_k32_bt16_fp32",
+    "gva_h2_hv4_k64_bt32_fp32",
+    "k100_t130_bt64_fp16_betaf32_diag",
+    "varlen_4seq_k32_bt16_fp32_safe",
+)
+
+
 def library_loads():
     """Whether kda_kernels finds and loads libkda ($KDA_LIBRARY, the bundled copy or a build)."""
     import kda_kernels
@@ -40,6 +58,12 @@ def golden_dir():
     """$KDA_GOLDEN_DIR, else ../shared/golden beside the repository."""
     env = os.environ.get("KDA_GOLDEN_DIR")
     return Path(env) if env else REPO_ROOT.parent / "shared" / "golden"
+
+
+def intra_golden_dir():
+    """$KDA_GOLDEN_INTRA_DIR, else ../shared/golden-intra beside the repository."""
+    env = os.environ.get("KDA_GOLDEN_INTRA_DIR")
+    return Path(env) if env else REPO_ROOT.parent / "shared" / "golden-intra"
 
 
 def err_ratio(x, ref):
@@ -110,10 +134,14 @@ def make_problem(seed=0, B=1, T=64, H=2, HV=None, K=32, V=32, BT=64, x="float32"
     return inputs, options
 
 
-def assert_close_all(outputs, reference, bar, label=""):
-    """Every output's err_ratio against the reference is within `bar`; all finite."""
+def assert_close_all(outputs, reference, bar, label="", names=None):
+    """Every output's err_ratio against the reference is within `bar`; all finite. `names` are
+    the outputs' names (default: chunk_kda_bwd_wy_dqkg_fused's; INTRA_OUTPUT_NAMES for
+    chunk_kda_bwd_intra's)."""
     ratios = {}
-    for name, out, ref in zip(OUTPUT_NAMES, outputs, reference):
+    names = OUTPUT_NAMES if names is None else names
+    assert len(outputs) == len(reference) == len(names), label
+    for name, out, ref in zip(names, outputs, reference):
         out64 = np.asarray(out, dtype=np.float64)
         assert np.isfinite(out64).all(), f"{label} {name}: non-finite values"
         assert out.shape == ref.shape, f"{label} {name}: shape {out.shape} != {ref.shape}"
@@ -154,6 +182,14 @@ def read_safetensors(path):
     return tensors, metadata
 
 
+def safetensors_dtypes(path):
+    """{tensor name: safetensors dtype ('F32', 'BF16', ...)} of a file, from its header."""
+    raw = Path(path).read_bytes()
+    (header_len,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + header_len])
+    return {name: entry["dtype"] for name, entry in header.items() if name != "__metadata__"}
+
+
 def golden_case(path):
     """(inputs, options, expected outputs, X dtype name) of one golden file."""
     tensors, meta = read_safetensors(path)
@@ -166,6 +202,98 @@ def golden_case(path):
     if "cu_seqlens" in tensors:
         options["cu_seqlens"] = tensors["cu_seqlens"]
     expected = tuple(tensors[key] for key in GOLDEN_OUTPUT_KEYS)
+    x = "bfloat16" if "bf16" in Path(path).stem else str(inputs["q"].dtype)
+    return inputs, options, expected, x
+
+
+# --- chunk_kda_bwd_intra --------------------------------------------------------------------
+
+# Values of the dA entries that are never read (j > i, or past a short chunk's end).
+UNREAD_GARBAGE = (np.nan, np.inf, 100.0, -np.inf)
+_LN2 = 0.6931471805599453
+
+
+def chunk_list(B, T, BT, seqlens=None):
+    """(batch row, first row, length) of every chunk, in the operators' order."""
+    if seqlens is not None:
+        chunks, start = [], 0
+        for n in seqlens:
+            chunks += [(0, start + c, min(BT, n - c)) for c in range(0, n, BT)]
+            start += n
+        return chunks
+    return [(b, t0, min(BT, T - t0)) for b in range(B) for t0 in range(0, T, BT)]
+
+
+def make_intra_problem(seed=0, B=1, T=64, H=2, HV=None, K=32, BT=64, x="float32",
+                       beta_dtype=None, seqlens=None, safe_gate=False, strong_every=7,
+                       unread="garbage"):
+    """Random inputs of chunk_kda_bwd_intra as NumPy arrays, drawn as SPEC-chunk-bwd-intra.md's
+    accuracy section says (as the C++ tests' random problems are): q, k with unit-norm rows; g
+    the chunk-local cumsum of per-token log2 decays (natural-log decays in (-1, -1e-3], and in
+    [-5, -4.6] on every `strong_every`-th (head, channel) pair, so that within-chunk sums reach
+    about -460 at BT=64: inside safe_gate's bound); beta in [0.05, 0.95]; dAqk, dAkk N(0, 1)
+    where read (j <= i inside the chunk) and `unread` elsewhere ('garbage': NaN, inf, 100, -inf
+    in turn; 'zero'); incoming dq, dk, db at 0.1 rms and dg at 0.02.
+
+    Returns (inputs: dict, options: dict) like make_problem (cu_seqlens int32 with seqlens).
+    """
+    rng = np.random.default_rng(seed)
+    HV = HV or H
+    if seqlens is not None:
+        B, T = 1, sum(seqlens)
+    xd = numpy_dtype(x)
+    bd = numpy_dtype(beta_dtype) if beta_dtype else xd
+
+    def unit_rows(*shape):
+        a = rng.standard_normal(shape)
+        return (a / np.linalg.norm(a, axis=-1, keepdims=True)).astype(xd)
+
+    q, k = unit_rows(B, T, H, K), unit_rows(B, T, H, K)
+    chunks = chunk_list(B, T, BT, seqlens)
+    strong = np.zeros((HV, K), dtype=bool)
+    if strong_every > 0:
+        hv, c = np.meshgrid(np.arange(HV), np.arange(K), indexing="ij")
+        strong = (hv + c) % strong_every == 1 % strong_every
+    g = np.zeros((B, T, HV, K))
+    position = np.zeros((B, T), dtype=np.int64)  # row index inside its chunk
+    for b, t0, length in chunks:
+        u = rng.uniform(size=(length, HV, K))
+        ln_decay = np.where(strong, -4.6 - 0.4 * u, -np.exp(np.log(1e-3) * u))
+        g[b, t0:t0 + length] = np.cumsum(ln_decay / _LN2, axis=0)
+        position[b, t0:t0 + length] = np.arange(length)
+    read = np.arange(BT)[None, None, None, :] <= position[:, :, None, None]  # [B, T, 1, BT]
+
+    def dA():
+        values = rng.standard_normal((B, T, HV, BT))
+        if unread == "zero":
+            fill = np.zeros_like(values)
+        else:
+            fill = np.resize(np.array(UNREAD_GARBAGE), values.shape)
+        return np.where(read, values, fill).astype(np.float32)
+
+    inputs = dict(
+        q=q, k=k, g=g.astype(np.float32),
+        beta=(0.05 + 0.9 * rng.uniform(size=(B, T, HV))).astype(bd),
+        dAqk=dA(), dAkk=dA(),
+        dq=(0.1 * rng.standard_normal((B, T, HV, K))).astype(np.float32),
+        dk=(0.1 * rng.standard_normal((B, T, HV, K))).astype(np.float32),
+        db=(0.1 * rng.standard_normal((B, T, HV))).astype(np.float32),
+        dg=(0.02 * rng.standard_normal((B, T, HV, K))).astype(np.float32),
+    )
+    options = dict(chunk_size=BT, safe_gate=safe_gate)
+    if seqlens is not None:
+        options["cu_seqlens"] = np.concatenate([[0], np.cumsum(seqlens)]).astype(np.int32)
+    return inputs, options
+
+
+def intra_golden_case(path):
+    """(inputs, options, expected outputs, X dtype name) of one chunk_bwd_intra golden file."""
+    tensors, meta = read_safetensors(path)
+    inputs = {name: tensors[name] for name in INTRA_INPUT_NAMES}
+    options = dict(chunk_size=int(meta["chunk_size"]), safe_gate=meta["safe_gate"] == "true")
+    if "cu_seqlens" in tensors:
+        options["cu_seqlens"] = tensors["cu_seqlens"]
+    expected = tuple(tensors[key] for key in INTRA_GOLDEN_OUTPUT_KEYS)
     x = "bfloat16" if "bf16" in Path(path).stem else str(inputs["q"].dtype)
     return inputs, options, expected, x
 
@@ -202,6 +330,23 @@ def torch_problem(x="float32", h_dtype="float32", beta_dtype=None, device="cpu",
     dtypes["g"] = torch.float32
     dtypes["beta"] = getattr(torch, beta_dtype) if beta_dtype else xd
     dtypes["h"] = dtypes["dh"] = xd if h_dtype == "x" else getattr(torch, h_dtype)
+    tensors = {name: to_torch(a, device).to(dtypes[name]) for name, a in inputs.items()}
+    if "cu_seqlens" in options:
+        options["cu_seqlens"] = to_torch(options["cu_seqlens"], device)
+    return tensors, options
+
+
+def torch_intra_problem(x="float32", beta_dtype=None, device="cpu", seed=0, **args):
+    """make_intra_problem's values as torch tensors on `device`: q, k in dtype `x` (bfloat16
+    needs no ml_dtypes here), beta in `beta_dtype` (default x), the rest float32, cu_seqlens
+    int32."""
+    import torch
+
+    inputs, options = make_intra_problem(seed=seed, x="float32", **args)
+    xd = getattr(torch, x)
+    dtypes = {name: torch.float32 for name in INTRA_INPUT_NAMES}
+    dtypes["q"] = dtypes["k"] = xd
+    dtypes["beta"] = getattr(torch, beta_dtype) if beta_dtype else xd
     tensors = {name: to_torch(a, device).to(dtypes[name]) for name, a in inputs.items()}
     if "cu_seqlens" in options:
         options["cu_seqlens"] = to_torch(options["cu_seqlens"], device)

@@ -114,6 +114,41 @@ def test_golden(case):
     assert_close_all(to_float64(outputs), expected, GOLDEN_BAR[x])
 
 
+@pytest.mark.parametrize("x", ["bfloat16", "float16"])
+@pytest.mark.parametrize("kernel", ["auto", "simt", "sm80_mma"])
+def test_kernel_choice(kernel, x):
+    """Each kernel, chosen through the kernel= keyword in one process, meets the bar on a
+    problem the tensor-core kernel takes (K = V = 128, X in float16/bfloat16)."""
+    inputs, options = torch_problem(device="cuda", T=256, H=2, K=128, V=128, BT=64, x=x)
+    assert_close_all(to_float64(op(inputs, options, kernel=kernel)), reference(inputs, options),
+                     PASS_BAR[x], kernel)
+
+
+def test_sm80_mma_refuses_what_it_cannot_take():
+    inputs, options = torch_problem(device="cuda", T=128, K=64, V=64, BT=64, x="float32")
+    with pytest.raises(NotImplementedError, match="sm80_mma"):
+        op(inputs, options, kernel="sm80_mma")
+    assert_close_all(to_float64(op(inputs, options, kernel="simt")), reference(inputs, options),
+                     PASS_BAR["float32"])
+
+
+def test_kernel_environment_variable(monkeypatch):
+    """KDA_CUDA_KERNEL names the kernel that kernel='auto' runs; an explicit kernel= wins; an
+    unknown value is an error naming the variable."""
+    inputs, options = torch_problem(device="cuda", T=256, H=2, K=128, V=128, BT=64,
+                                    x="bfloat16")
+    simt = op(inputs, options, kernel="simt")
+    mma = op(inputs, options, kernel="sm80_mma")
+    monkeypatch.setenv("KDA_CUDA_KERNEL", "simt")
+    for a, b in zip(op(inputs, options), simt):
+        assert torch.equal(a, b)
+    for a, b in zip(op(inputs, options, kernel="sm80_mma"), mma):
+        assert torch.equal(a, b)
+    monkeypatch.setenv("KDA_CUDA_KERNEL", "fastest")
+    with pytest.raises(ValueError, match="KDA_CUDA_KERNEL"):
+        op(inputs, options)
+
+
 def test_runs_on_the_current_stream():
     inputs, options = torch_problem(device="cuda", T=256, K=128, V=128, BT=64, x="bfloat16")
     expected = op(inputs, options)

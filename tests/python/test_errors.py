@@ -1,11 +1,12 @@
-"""Bad arguments raise ValueError or TypeError naming the argument. The rules live in libkda's
-validation; these tests show its message reaches the Python caller as the right exception."""
+"""Bad arguments raise ValueError or TypeError naming the argument, for both operators. The rules
+live in libkda's validation; these tests show its message reaches the Python caller as the right
+exception."""
 
 import numpy as np
 import pytest
 
 import kda_kernels as kk
-from kda_testing import make_problem
+from kda_testing import make_intra_problem, make_problem
 
 
 def problem(**kw):
@@ -39,10 +40,10 @@ def hv_not_multiple_of_h():
     return inputs, options
 
 
-def names(argument):
-    """The core starts a message with "argument 'x': ..." (a few cu_seqlens checks with "x: ...");
-    after the Python prefix "chunk_kda_bwd_wy_dqkg_fused: "."""
-    return rf"^chunk_kda_bwd_wy_dqkg_fused: (argument '{argument}'|{argument}):"
+def names(argument, op="chunk_kda_bwd_wy_dqkg_fused"):
+    """The core starts a message with "argument 'x': ..." (a few cu_seqlens checks, and the
+    backend's kernel check, with "x: ..."); after the Python prefix "<fla name>: "."""
+    return rf"^{op}: (argument '{argument}'|{argument}):"
 
 
 # (id, build (inputs, options), exception, argument named in the message)
@@ -126,6 +127,28 @@ def test_cuda_backend_on_host_arrays():
         kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **options, backend="cuda")
 
 
+@pytest.mark.parametrize("backend", ["cpu", "cpu-ref"])
+@pytest.mark.parametrize("kernel", ["simt", "sm80_mma"])
+def test_cpu_backends_take_kernel_auto_only(backend, kernel):
+    inputs, options = problem()
+    with pytest.raises(ValueError, match=names("kernel") + f" {kernel} is a cuda kernel; backend "
+                       f"{backend} takes kernel auto"):
+        kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **options, backend=backend, kernel=kernel)
+    explicit = kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **options, backend=backend,
+                                              kernel="auto")
+    for a, b in zip(explicit, kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **options,
+                                                             backend=backend)):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("kernel", ["fast", "", "AUTO", None, 1])
+def test_unknown_kernel(kernel):
+    inputs, options = problem()
+    with pytest.raises(ValueError, match=names("kernel") + " expected one of 'auto', 'simt', "
+                       "'sm80_mma', got"):
+        kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **options, kernel=kernel)
+
+
 def test_chunk_indices_rejects_bad_cu_seqlens():
     with pytest.raises(ValueError, match="cu_seqlens"):
         kk.chunk_indices(np.array([0, 9, 3]), 16)
@@ -146,3 +169,133 @@ def test_empty_problems_give_empty_outputs(empty):
     outputs = kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **options)
     assert outputs[0].shape == inputs["q"].shape[:3] + (8,)
     assert all(o.size == 0 for o in outputs)
+
+
+# --- chunk_kda_bwd_intra -------------------------------------------------------------------
+
+
+def intra_problem(**kw):
+    args = dict(B=1, T=40, H=2, K=8, BT=16)
+    args.update(kw)
+    return make_intra_problem(**args)
+
+
+def intra_inputs(name, fn, **kw):
+    def apply():
+        inputs, options = intra_problem(**kw)
+        inputs[name] = fn(inputs[name])
+        return inputs, options
+
+    return apply
+
+
+def intra_options(changes, **kw):
+    def apply():
+        inputs, options = intra_problem(**kw)
+        options.update(changes)
+        return inputs, options
+
+    return apply
+
+
+def intra_hv_not_multiple_of_h():
+    inputs, options = intra_problem(H=2, HV=4)
+    for name in ("g", "beta", "dAqk", "dAkk", "dq", "dk", "db", "dg"):
+        inputs[name] = inputs[name][:, :, :3]
+    return inputs, options
+
+
+INTRA_BAD = [
+    ("wrong-rank-q", intra_inputs("q", lambda a: a[0]), ValueError, "q"),
+    ("wrong-rank-db", intra_inputs("db", lambda a: a[..., None]), ValueError, "db"),
+    ("q-float64", intra_inputs("q", lambda a: a.astype(np.float64)), TypeError, "q"),
+    ("k-not-q-dtype", intra_inputs("k", lambda a: a.astype(np.float16)), TypeError, "k"),
+    ("g-float16", intra_inputs("g", lambda a: a.astype(np.float16)), TypeError, "g"),
+    ("beta-float16-with-fp32-q", intra_inputs("beta", lambda a: a.astype(np.float16)),
+     TypeError, "beta"),
+    ("dAqk-float16", intra_inputs("dAqk", lambda a: a.astype(np.float16)), TypeError, "dAqk"),
+    ("dq-float16", intra_inputs("dq", lambda a: a.astype(np.float16)), TypeError, "dq"),
+    ("db-float16", intra_inputs("db", lambda a: a.astype(np.float16)), TypeError, "db"),
+    ("big-endian-dg", intra_inputs("dg", lambda a: a.astype(">f4")), TypeError, "dg"),
+    ("foreign-dtype", intra_inputs("beta", lambda a: a.astype(np.int8)), TypeError, "beta"),
+    ("not-an-array", intra_inputs("dAkk", lambda a: a.tolist()), TypeError, "dAkk"),
+    ("chunk-size-vs-dAqk", intra_options({"chunk_size": 32}), ValueError, "dAqk"),
+    ("dAkk-columns", intra_inputs("dAkk", lambda a: a[..., :8]), ValueError, "dAkk"),
+    ("chunk-size-not-allowed", intra_options({"chunk_size": 48}), ValueError, "chunk_size"),
+    ("chunk-size-not-int", intra_options({"chunk_size": 16.0}), TypeError, "chunk_size"),
+    ("hv-not-multiple-of-h", intra_hv_not_multiple_of_h, ValueError, "g"),
+    ("K-over-256", intra_inputs("q", lambda a: np.zeros(a.shape[:3] + (257,), a.dtype)),
+     ValueError, "q"),
+    ("shape-mismatch-dk", intra_inputs("dk", lambda a: a[:, :-1]), ValueError, "dk"),
+    ("cu-seqlens-decreasing",
+     intra_options({"cu_seqlens": np.array([0, 30, 20, 40], np.int64)}), ValueError,
+     "cu_seqlens"),
+    ("cu-seqlens-end-not-T",
+     intra_options({"cu_seqlens": np.array([0, 10, 39], np.int64)}), ValueError, "cu_seqlens"),
+    ("cu-seqlens-with-B2",
+     intra_options({"cu_seqlens": np.array([0, 40], np.int64)}, B=2), ValueError, "cu_seqlens"),
+    ("cu-seqlens-float",
+     intra_options({"cu_seqlens": np.array([0.0, 40.0], np.float32)}), TypeError, "cu_seqlens"),
+    ("chunk-indices-disagree",
+     intra_options({"chunk_indices": np.array([[0, 0], [0, 2], [1, 0]], np.int64),
+                    "cu_seqlens": np.array([0, 20, 40], np.int64)}), ValueError,
+     "chunk_indices"),
+    ("safe-gate-string", intra_options({"safe_gate": "False"}), TypeError, "safe_gate"),
+    ("safe-gate-int", intra_options({"safe_gate": 2}), TypeError, "safe_gate"),
+    ("negative-strides", intra_inputs("k", lambda a: a[:, ::-1]), ValueError, "k"),
+]
+
+
+@pytest.mark.parametrize(("build", "error", "argument"),
+                         [pytest.param(*b[1:], id=b[0]) for b in INTRA_BAD])
+def test_intra_bad_argument_raises_naming_it(build, error, argument):
+    inputs, options = build()
+    with pytest.raises(error, match=names(argument, "chunk_kda_bwd_intra")) as info:
+        kk.chunk_kda_bwd_intra(**inputs, **options)
+    # ValueError for values and TypeError for dtypes, not one posing as the other.
+    assert error is TypeError or not isinstance(info.value, TypeError)
+
+
+def test_intra_unknown_backend_and_kernel():
+    inputs, options = intra_problem()
+    with pytest.raises(ValueError, match=names("backend", "chunk_kda_bwd_intra")):
+        kk.chunk_kda_bwd_intra(**inputs, **options, backend="gpu")
+    with pytest.raises(ValueError, match=names("kernel", "chunk_kda_bwd_intra")):
+        kk.chunk_kda_bwd_intra(**inputs, **options, kernel="fast")
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cpu-ref"])
+@pytest.mark.parametrize("kernel", ["simt", "sm80_mma"])
+def test_intra_cpu_backends_take_kernel_auto_only(backend, kernel):
+    inputs, options = intra_problem()
+    with pytest.raises(ValueError, match=names("kernel", "chunk_kda_bwd_intra")
+                       + f" {kernel} is a cuda kernel; backend {backend} takes kernel auto"):
+        kk.chunk_kda_bwd_intra(**inputs, **options, backend=backend, kernel=kernel)
+    explicit = kk.chunk_kda_bwd_intra(**inputs, **options, backend=backend, kernel="auto")
+    for a, b in zip(explicit, kk.chunk_kda_bwd_intra(**inputs, **options, backend=backend)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_intra_cuda_backend_on_host_arrays():
+    inputs, options = intra_problem()
+    error = ValueError if kk.backend_available("cuda") else RuntimeError
+    with pytest.raises(error, match="cuda"):
+        kk.chunk_kda_bwd_intra(**inputs, **options, backend="cuda")
+
+
+def test_intra_chunk_indices_without_cu_seqlens():
+    """The library refuses chunk_indices without cu_seqlens, as for the first operator.
+    (SPEC-chunk-bwd-intra.md says it is ignored, as fla's kernel does; the fla backend drops it
+    in that case, see test_fla_backend.py.)"""
+    inputs, options = intra_problem()
+    with pytest.raises(ValueError, match=names("chunk_indices", "chunk_kda_bwd_intra")):
+        kk.chunk_kda_bwd_intra(**inputs, **options, chunk_indices=np.zeros((3, 2), np.int64))
+
+
+@pytest.mark.parametrize("empty", [dict(B=2, T=0), dict(B=0, T=20), dict(T=0, seqlens=[])],
+                         ids=["T0", "B0", "no-sequences"])
+def test_intra_empty_problems_give_empty_outputs(empty):
+    inputs, options = make_intra_problem(H=2, K=8, BT=16, **empty)
+    outputs = kk.chunk_kda_bwd_intra(**inputs, **options)
+    assert outputs[0].shape == inputs["q"].shape[:3] + (8,)
+    assert len(outputs) == 4 and all(o.size == 0 for o in outputs)

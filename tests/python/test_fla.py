@@ -1,8 +1,11 @@
-"""kda_kernels.fla: registering with fla's KDA backend registry, the verifier's hand-backs, and a
-KDA layer's forward + backward through fla's chunk_kda with and without our backend. Skipped
-without torch or fla; the layer tests also need a CUDA device and the cuda backend."""
+"""kda_kernels.fla: registering with fla's KDA backend registry, the verifiers' hand-backs, the
+probe of which operators the library has CUDA kernels for, and a KDA layer's forward + backward
+through fla's chunk_kda with and without our backend, counting the calls fla's dispatch makes to
+each of our two functions. Skipped without torch or fla; all but the signature check also need
+a CUDA device and the cuda backend."""
 
 import contextlib
+import inspect
 import itertools
 import time
 
@@ -18,7 +21,8 @@ from fla.ops.kda.backends import kda_registry  # noqa: E402
 import kda_kernels as kk  # noqa: E402
 import kda_kernels.fla as kfla  # noqa: E402
 from fla_tuning import trim_fla_autotuners  # noqa: E402
-from kda_testing import PASS_BAR, err_ratio, torch_problem  # noqa: E402
+from kda_kernels import _signatures  # noqa: E402
+from kda_testing import PASS_BAR, err_ratio, torch_intra_problem, torch_problem  # noqa: E402
 
 # Correctness does not depend on fla's tuning: one config per kernel, no autotuning (which took
 # minutes per layer test on a fresh machine).
@@ -28,6 +32,37 @@ needs_cuda = pytest.mark.skipif(
     not (torch.cuda.is_available() and kk.backend_available("cuda")),
     reason="needs a CUDA device and a libkda with the cuda backend",
 )
+
+
+WY = "chunk_kda_bwd_wy_dqkg_fused"
+INTRA = "chunk_kda_bwd_intra"
+
+
+def _fla_function(fla_name):
+    """fla's function of that name, past its @dispatch('kda') wrapper."""
+    from fla.ops.kda.chunk_bwd import chunk_kda_bwd_wy_dqkg_fused
+    from fla.ops.kda.chunk_intra import chunk_kda_bwd_intra
+
+    fn = {WY: chunk_kda_bwd_wy_dqkg_fused, INTRA: chunk_kda_bwd_intra}[fla_name]
+    return getattr(fn, "__wrapped__", fn)
+
+
+def _parameters(fn, skip=()):
+    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()
+            if p.name not in skip and p.kind != inspect.Parameter.VAR_KEYWORD]
+
+
+@pytest.mark.parametrize("sig", _signatures.SIGNATURES, ids=lambda s: s.op_name)
+def test_backend_methods_take_flas_parameters(sig):
+    """fla's dispatch calls our methods with its own function's arguments: same names, order
+    and defaults (no GPU needed); chunk_kda_bwd_intra's public function has them too."""
+    backend_class = kfla._make_backend_class()
+    theirs = _parameters(_fla_function(sig.fla_name))
+    assert _parameters(getattr(backend_class, sig.fla_name), skip=("self",)) == theirs
+    assert _parameters(getattr(backend_class, sig.fla_name + "_verifier"),
+                       skip=("self",)) == theirs
+    if sig.fla_name == INTRA:
+        assert _parameters(kk.chunk_kda_bwd_intra, skip=("backend", "kernel")) == theirs
 
 
 @pytest.fixture
@@ -53,14 +88,18 @@ def test_enable_disable_round_trip():
     kfla.disable()  # harmless when not enabled
 
 
-def _verify(changes=None):
-    inputs, options = torch_problem(device="cuda", T=64, K=64, V=64, BT=64, x="bfloat16")
-    call = dict(inputs, scale=None, state_v_first=False, cu_seqlens=None, chunk_size=64,
-                chunk_indices=None)
+def _verify(changes=None, fla_name=WY):
+    if fla_name == WY:
+        inputs, options = torch_problem(device="cuda", T=64, K=64, V=64, BT=64, x="bfloat16")
+        call = dict(inputs, scale=None, state_v_first=False, cu_seqlens=None, chunk_size=64,
+                    chunk_indices=None)
+    else:
+        inputs, options = torch_intra_problem(device="cuda", T=64, K=64, BT=64, x="bfloat16")
+        call = dict(inputs, cu_seqlens=None, chunk_size=64, chunk_indices=None, safe_gate=False)
     if changes is not None:
         call.update(changes(call) if callable(changes) else changes)
     backend = kda_registry._backends[kfla.BACKEND_TYPE]
-    return backend.verify("chunk_kda_bwd_wy_dqkg_fused", **call)
+    return backend.verify(fla_name, **call)
 
 
 @needs_cuda
@@ -76,6 +115,50 @@ def test_verifier_hands_unsupported_cases_back(enabled):
     }
     for why, change in rejected.items():
         ok, reason = _verify(change)
+        assert not ok and reason, why
+
+
+def _intra_refusal():
+    """None when the library runs chunk_kda_bwd_intra on CUDA, else its message."""
+    inputs, options = torch_intra_problem(device="cuda", T=16, H=1, K=16, BT=16)
+    try:
+        kk.chunk_kda_bwd_intra(**inputs, **options)
+        return None
+    except NotImplementedError as e:
+        return str(e)
+
+
+@needs_cuda
+def test_probe_agrees_with_the_library(enabled):
+    """enable() records per operator whether the library has its CUDA kernel; the record says
+    what a direct call finds, and the intra verifier follows it."""
+    assert kfla.CUDA_KERNELS[WY] is True
+    refusal = _intra_refusal()
+    assert kfla.CUDA_KERNELS[INTRA] is (refusal is None)
+    ok, reason = _verify(fla_name=INTRA)
+    if refusal is None:
+        assert (ok, reason) == (True, None)
+    else:
+        assert not ok and "has no CUDA kernel for chunk_kda_bwd_intra" in reason
+        assert refusal in reason
+
+
+@needs_cuda
+def test_intra_verifier_hands_unsupported_cases_back(enabled, monkeypatch):
+    # As if the library had the kernel, so that every other rule is seen on its own.
+    monkeypatch.setitem(kfla.CUDA_KERNELS, INTRA, True)
+    assert _verify(fla_name=INTRA) == (True, None)
+    rejected = {
+        "cpu tensors": lambda c: {n: t.cpu() for n, t in c.items() if isinstance(t, torch.Tensor)},
+        "float64": lambda c: {n: c[n].double() for n in ("q", "k")},
+        "K > 256": lambda c: {n: torch.zeros(*c[n].shape[:3], 512, dtype=c[n].dtype,
+                                             device="cuda") for n in ("q", "k", "g", "dq", "dk",
+                                                                      "dg")},
+        "dq in bf16": lambda c: {"dq": c["dq"].bfloat16()},
+        "chunk_size 128": {"chunk_size": 128},
+    }
+    for why, change in rejected.items():
+        ok, reason = _verify(change, fla_name=INTRA)
         assert not ok and reason, why
 
 
@@ -127,24 +210,30 @@ def _median_backward_ms(leaves, grads, cu, repeat=10):
 
 @contextlib.contextmanager
 def backend_calls():
-    """Counts the calls fla's dispatch makes to our backend's chunk_kda_bwd_wy_dqkg_fused: the
-    counter wraps the method on the backend class that enable() registers, which is what fla's
-    dispatch looks up (getattr on the registered instance). Yields a list that gets one entry
-    per call."""
+    """Counts the calls fla's dispatch makes to our backend's functions
+    (chunk_kda_bwd_wy_dqkg_fused, chunk_kda_bwd_intra): the counters wrap the methods on the
+    backend class that enable() registers, which is what fla's dispatch looks up (getattr on the
+    registered instance). Yields a dict of lists, by function name, that get one entry per
+    call."""
     kfla.enable()  # makes sure the class exists; the caller decides whether it stays registered
     backend_class = type(kfla._registry()._backends[kfla.BACKEND_TYPE])
-    original = backend_class.chunk_kda_bwd_wy_dqkg_fused
-    calls = []
+    originals = {name: getattr(backend_class, name) for name in (WY, INTRA)}
+    calls = {name: [] for name in originals}
 
-    def counted(self, *args, **kwargs):
-        calls.append(1)
-        return original(self, *args, **kwargs)
+    def counter(name, original):
+        def counted(self, *args, **kwargs):
+            calls[name].append(1)
+            return original(self, *args, **kwargs)
 
-    backend_class.chunk_kda_bwd_wy_dqkg_fused = counted
+        return counted
+
+    for name, original in originals.items():
+        setattr(backend_class, name, counter(name, original))
     try:
         yield calls
     finally:
-        backend_class.chunk_kda_bwd_wy_dqkg_fused = original
+        for name, original in originals.items():
+            setattr(backend_class, name, original)
 
 
 @needs_cuda
@@ -158,7 +247,13 @@ def test_chunk_kda_gradients_with_and_without_backend(seqlens):
     try:
         with backend_calls() as calls:
             our_grads, _ = _forward_backward(leaves, grads, cu)
-        assert calls, "fla's backward did not call kda_kernels"
+        assert calls[WY], "fla's backward did not call kda_kernels' chunk_kda_bwd_wy_dqkg_fused"
+        # chunk_kda_bwd_intra runs on our kernel when the library has one, else fla's: the
+        # verifier hands it back and our method is never called.
+        if kfla.CUDA_KERNELS[INTRA]:
+            assert calls[INTRA], "fla's backward did not call kda_kernels' chunk_kda_bwd_intra"
+        else:
+            assert calls[INTRA] == [], kfla.CUDA_KERNEL_NOTES[INTRA]
         our_ms = _median_backward_ms(leaves, grads, cu)
     finally:
         kfla.disable()
@@ -186,10 +281,11 @@ def test_call_counter_stays_at_zero_without_the_backend():
     with backend_calls() as calls:
         kfla.disable()  # registered by backend_calls(); taken away again before the run
         unregistered_grads, _ = _forward_backward(leaves, grads, cu)
-    assert calls == []
+    assert calls == {WY: [], INTRA: []}
     for name in leaves:
         assert torch.equal(unregistered_grads[name], fla_grads[name]), name
     with backend_calls() as calls:
         _forward_backward(leaves, grads, cu)
     kfla.disable()
-    assert calls, "registered, the backend must be called (or the counter counts nothing)"
+    assert calls[WY], "registered, the backend must be called (or the counter counts nothing)"
+    assert bool(calls[INTRA]) == kfla.CUDA_KERNELS[INTRA]

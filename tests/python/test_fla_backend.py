@@ -1,7 +1,10 @@
-"""kda_kernels.fla's backend class without fla: the verifier's reasons and the backend function's
-direct path (it calls the custom op's implementation, skipping torch's dispatcher), checked
-against the public function on CPU tensors. Needs torch, not fla or a GPU; the registry and the
+"""kda_kernels.fla's backend class without fla, for both operators: the verifiers' reasons, the
+backend functions' direct path (they call the custom ops' implementations, skipping torch's
+dispatcher), checked against the public functions on CPU tensors, and the probe that asks the
+library which operators have a CUDA kernel. Needs torch, not fla or a GPU; the registry and the
 layer tests on the GPU are in test_fla.py."""
+
+from types import SimpleNamespace
 
 import pytest
 
@@ -9,7 +12,8 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 
 import kda_kernels as kk  # noqa: E402
 import kda_kernels.fla as kfla  # noqa: E402
-from kda_testing import torch_problem  # noqa: E402
+from kda_kernels import _signatures  # noqa: E402
+from kda_testing import INTRA_OUTPUT_NAMES, torch_intra_problem, torch_problem  # noqa: E402
 
 
 @pytest.fixture
@@ -85,3 +89,163 @@ def test_verifier_reasons(backend):
         ok, reason = _verify(backend, **change)
         assert not ok, want
         assert want in reason, (want, reason)
+
+
+def test_backend_drops_chunk_indices_without_cu_seqlens(backend):
+    """fla's kernels ignore chunk_indices when cu_seqlens is None; libkda refuses the pair, so
+    the backend functions drop it."""
+    inputs, options = torch_problem(x="float32", T=64, BT=32)
+    call = dict(_fla_call(inputs, options), chunk_indices=torch.zeros(2, 2, dtype=torch.int64))
+    for a, b in zip(backend.chunk_kda_bwd_wy_dqkg_fused(**call),
+                    kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **options)):
+        assert torch.equal(a, b)
+
+
+# --- chunk_kda_bwd_intra -------------------------------------------------------------------
+
+
+def _fla_intra_call(inputs, options):
+    """The keywords fla's chunk_kda_bwd passes to chunk_kda_bwd_intra."""
+    return dict(inputs, cu_seqlens=options.get("cu_seqlens"),
+                chunk_size=options.get("chunk_size", 64),
+                chunk_indices=options.get("chunk_indices"),
+                safe_gate=options.get("safe_gate", False))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        dict(x="bfloat16", T=100, BT=32),
+        dict(x="float16", beta_dtype="float32", T=64, BT=16, safe_gate=True),
+        dict(x="float32", seqlens=[1, 40, 64, 70], BT=32, HV=4, H=2),
+        dict(x="float32", T=50, K=48, BT=64),
+    ],
+    ids=["bf16-tail", "fp16-beta32-safe", "varlen-gva", "fp32-K48"],
+)
+def test_intra_backend_function_matches_the_public_function(backend, args):
+    inputs, options = torch_intra_problem(**args)
+    want = kk.chunk_kda_bwd_intra(**inputs, **options)
+    got = backend.chunk_kda_bwd_intra(**_fla_intra_call(inputs, options))
+    assert len(got) == 4
+    for name, a, b in zip(INTRA_OUTPUT_NAMES, got, want):
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert torch.equal(a, b), name
+
+
+def test_intra_backend_drops_chunk_indices_without_cu_seqlens(backend):
+    inputs, options = torch_intra_problem(x="float32", T=64, BT=32)
+    call = dict(_fla_intra_call(inputs, options),
+                chunk_indices=torch.zeros(2, 2, dtype=torch.int64))
+    for a, b in zip(backend.chunk_kda_bwd_intra(**call),
+                    kk.chunk_kda_bwd_intra(**inputs, **options)):
+        assert torch.equal(a, b)
+
+
+def test_intra_backend_function_reports_bad_input_like_the_public_function(backend):
+    inputs, options = torch_intra_problem(x="float32", T=64, BT=32)
+    inputs["dAkk"] = inputs["dAkk"][..., :16]  # dAkk's last extent must be chunk_size
+    with pytest.raises(ValueError, match="'dAkk'") as direct:
+        backend.chunk_kda_bwd_intra(**_fla_intra_call(inputs, options))
+    with pytest.raises(ValueError) as public:
+        kk.chunk_kda_bwd_intra(**inputs, **options)
+    assert str(direct.value) == str(public.value)
+
+
+def _verify_intra(backend, **changes):
+    inputs, options = torch_intra_problem(x="bfloat16", T=64, BT=64)
+    call = _fla_intra_call(inputs, options)
+    call.update(changes)
+    return backend.chunk_kda_bwd_intra_verifier(**call)
+
+
+def test_intra_verifier_reasons(backend):
+    """Every hand-back names what we lack; CPU tensors reach the device check, and the check
+    that the library has the operator's CUDA kernel comes after it."""
+    inputs, _ = torch_intra_problem(x="bfloat16", T=64, BT=64)
+    cases = {
+        "q has dtype float64": dict(q=inputs["q"].double(), k=inputs["k"].double()),
+        "k has dtype float32, q has bfloat16": dict(k=inputs["k"].float()),
+        "g has dtype bfloat16; kda_kernels needs float32": dict(g=inputs["g"].bfloat16()),
+        "dAqk has dtype float16": dict(dAqk=inputs["dAqk"].half()),
+        "dq has dtype bfloat16; kda_kernels needs float32": dict(dq=inputs["dq"].bfloat16()),
+        "db has dtype float64": dict(db=inputs["db"].double()),
+        "beta has dtype float16; kda_kernels needs bfloat16 or float32":
+            dict(beta=inputs["beta"].half()),
+        "K=300": dict((n, torch.zeros(*inputs[n].shape[:3], 300, dtype=inputs[n].dtype))
+                      for n in ("q", "k", "g", "dq", "dk", "dg")),
+        "chunk_size=128": dict(chunk_size=128),
+        "chunk_size=8": dict(chunk_size=8),
+        "q is on cpu": {},
+        "cu_seqlens is a list": dict(cu_seqlens=[0, 64]),
+        "chunk_indices is on meta, q on cpu": dict(chunk_indices=torch.zeros(1, 2, device="meta")),
+        "unknown arguments ['future']": dict(future=1),
+    }
+    for want, change in cases.items():
+        ok, reason = _verify_intra(backend, **change)
+        assert not ok, want
+        assert want in reason, (want, reason)
+    # beta in float32 with bf16 q/k is supported: the only reason left is the device.
+    assert _verify_intra(backend, beta=inputs["beta"].float())[1].startswith("q is on cpu")
+
+
+def _as_cuda(tensors):
+    """Stand-ins for CUDA tensors (dtype, shape, device), so that the checks after the device
+    check run on a machine without a GPU."""
+    cuda = torch.device("cuda", 0)
+    return {n: SimpleNamespace(dtype=t.dtype, shape=t.shape, device=cuda)
+            for n, t in tensors.items()}
+
+
+@pytest.mark.parametrize("sig", _signatures.SIGNATURES, ids=lambda s: s.op_name)
+def test_verifier_hands_back_an_operator_without_a_cuda_kernel(monkeypatch, sig):
+    if sig.fla_name == "chunk_kda_bwd_intra":
+        inputs, _ = torch_intra_problem(x="bfloat16", T=64, BT=64)
+    else:
+        inputs, _ = torch_problem(x="bfloat16", T=64, BT=64)
+    tensors = _as_cuda(inputs)
+
+    def reason():
+        return kfla._unsupported_reason(sig.fla_name, tensors, 64, None, None)
+
+    monkeypatch.setattr(kfla, "CUDA_KERNELS", {})
+    assert "was not probed" in reason()
+    monkeypatch.setattr(kfla, "CUDA_KERNELS", {sig.fla_name: False})
+    monkeypatch.setattr(kfla, "CUDA_KERNEL_NOTES", {sig.fla_name: "no kernel yet"})
+    assert reason() == f"the loaded libkda has no CUDA kernel for {sig.fla_name} (no kernel yet)"
+    monkeypatch.setattr(kfla, "CUDA_KERNELS", {sig.fla_name: True})
+    assert reason() is None
+
+
+@pytest.mark.parametrize("sig", _signatures.SIGNATURES, ids=lambda s: s.op_name)
+def test_probe_problems_are_valid(sig):
+    """The tiny problems enable() runs on the GPU pass validation (here on the cpu backend):
+    a refusal of the probe can then only mean the library lacks the kernel."""
+    from kda_kernels import _torch_op
+
+    args = list(kfla._probe_arguments(sig.fla_name, "cpu"))
+    args[-2] = "cpu"
+    outputs = _torch_op.OPS[sig.fla_name].run(*args)
+    assert len(outputs) == len(sig.outputs)
+
+
+def test_probe_records_what_the_library_refuses(monkeypatch):
+    from kda_kernels import _torch_op
+
+    ran = []
+
+    def accepts(*args):
+        ran.append("wy")
+
+    def refuses(*args):
+        ran.append("intra")
+        raise NotImplementedError("chunk_kda_bwd_intra: no CUDA kernel for it yet")
+
+    monkeypatch.setattr(_torch_op.OPS["chunk_kda_bwd_wy_dqkg_fused"], "run", accepts)
+    monkeypatch.setattr(_torch_op.OPS["chunk_kda_bwd_intra"], "run", refuses)
+    monkeypatch.setattr(kfla, "CUDA_KERNELS", {})
+    monkeypatch.setattr(kfla, "CUDA_KERNEL_NOTES", {})
+    found = kfla.probe_cuda_kernels("cpu")
+    assert ran == ["wy", "intra"]
+    assert found == {"chunk_kda_bwd_wy_dqkg_fused": True, "chunk_kda_bwd_intra": False}
+    assert kfla.CUDA_KERNEL_NOTES == {
+        "chunk_kda_bwd_intra": "chunk_kda_bwd_intra: no CUDA kernel for it yet"}

@@ -1,7 +1,7 @@
 """`pip install ./python` the way a user on a machine without network does it (no index, no build
 isolation), and `pip install -e` for development: each installed copy is then imported in a
 fresh interpreter, away from the checkout, and must load the right libkda and compute what the
-checkout's package computes. Needs pip, setuptools >= 64 and wheel (or setuptools >= 70.1), as
+checkout's package computes, for both operators. Needs pip, setuptools >= 64 and wheel (or setuptools >= 70.1), as
 `tools/run-tests.sh` installs them; no torch, no GPU."""
 
 import json
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import kda_kernels as kk
-from kda_testing import REPO_ROOT, library_loads, make_problem
+from kda_testing import REPO_ROOT, library_loads, make_intra_problem, make_problem
 
 PACKAGE_DIR = REPO_ROOT / "python"
 
@@ -28,9 +28,11 @@ import json, sys
 import numpy as np
 import kda_kernels
 sys.path.insert(0, sys.argv[1])
-from kda_testing import make_problem
+from kda_testing import make_intra_problem, make_problem
 inputs, options = make_problem(seed=3, T=40, H=2, K=16, V=8, BT=16)
 out = kda_kernels.chunk_kda_bwd_wy_dqkg_fused(**inputs, **options, backend="cpu-ref")
+inputs, options = make_intra_problem(seed=3, T=40, H=2, K=16, BT=16, unread="zero")
+out += kda_kernels.chunk_kda_bwd_intra(**inputs, **options, backend="cpu-ref")
 print(json.dumps({"package": kda_kernels.__file__, "library": str(kda_kernels.library_path()),
                   "version": kda_kernels.__version__,
                   "outputs": [np.asarray(o, dtype=np.float64).ravel().tolist() for o in out]}))
@@ -70,6 +72,9 @@ def _probe(python, cwd, env):
 def _expected_outputs():
     inputs, options = make_problem(seed=3, T=40, H=2, K=16, V=8, BT=16)
     out = kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **options, backend="cpu-ref")
+    inputs, options = make_intra_problem(seed=3, T=40, H=2, K=16, BT=16, unread="zero")
+    out += kk.chunk_kda_bwd_intra(**inputs, **options, backend="cpu-ref")
+    assert len(out) == 10
     return [np.asarray(o, dtype=np.float64).ravel().tolist() for o in out]
 
 

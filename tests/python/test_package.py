@@ -1,6 +1,9 @@
-"""The package around the operator: import without libkda or torch, where libkda is looked for,
-version, backends, chunk_indices, help text."""
+"""The package around the operators: import without libkda or torch, where libkda is looked for,
+the check of the library's C ABI version and operator tables against the package's signatures,
+version, backends, chunk_indices, signatures and help text."""
 
+import dataclasses
+import inspect
 import os
 import pydoc
 import re
@@ -12,7 +15,7 @@ import numpy as np
 import pytest
 
 import kda_kernels as kk
-from kda_kernels import _library, _locate
+from kda_kernels import _abi, _library, _locate, _signatures
 
 PACKAGE_PARENT = str(Path(kk.__file__).resolve().parents[1])
 
@@ -109,3 +112,113 @@ def test_help_describes_shapes_and_dtypes():
     for needle in ("Parameters", "Returns", "[B, T, H, K]", "[B, NT, HV, K, V]", "float32",
                    "state_v_first", "cu_seqlens", "Raises"):
         assert needle in text
+
+
+def test_help_of_intra_describes_shapes_and_dtypes():
+    text = pydoc.render_doc(kk.chunk_kda_bwd_intra)
+    for needle in ("Parameters", "Returns", "Raises", "[B, T, H, K]", "[B, T, HV, BT]",
+                   "float32", "safe_gate", "cu_seqlens", "kernel", "log2"):
+        assert needle in text
+
+
+@pytest.mark.parametrize("sig", _signatures.SIGNATURES, ids=lambda s: s.op_name)
+def test_public_functions_have_the_signature_tables_parameters(sig):
+    """The public function's parameters are the signature's (fla's order and defaults), then the
+    keyword-only backend and kernel."""
+    params = inspect.signature(getattr(kk, sig.fla_name)).parameters
+    expected = [(n, inspect.Parameter.empty if d is _signatures.REQUIRED else d)
+                for n, d in sig.parameters()]
+    assert [(p.name, p.default) for p in params.values()][: len(expected)] == expected
+    assert [(p.name, p.default, p.kind) for p in list(params.values())[len(expected):]] == [
+        ("backend", None, inspect.Parameter.KEYWORD_ONLY),
+        ("kernel", "auto", inspect.Parameter.KEYWORD_ONLY)]
+
+
+def test_signature_tables():
+    wy, intra = _signatures.CHUNK_BWD_WY_DQKG, _signatures.CHUNK_BWD_INTRA
+    assert [a.name for a in intra.inputs] == ["q", "k", "g", "beta", "dAqk", "dAkk", "dq", "dk",
+                                              "db", "dg"]
+    assert [a.returned_as for a in wy.outputs] == ["dq", "dk", "dv", "db", "dg", "dA"]
+    assert [a.returned_as for a in intra.outputs] == ["dq", "dk", "db", "dg"]
+    assert _signatures.BY_FLA_NAME["chunk_kda_bwd_intra"] is intra
+    # The struct sizes the C headers give (LP64): a 32-byte header + 19 kda_tensors of 120 bytes,
+    # a 16-byte header + 16 kda_tensors.
+    assert [layout.size for layout in _abi.LAYOUTS] == [32 + 19 * 120, 16 + 16 * 120]
+
+
+def test_the_library_tables_match_the_signatures():
+    lib = _library.library()
+    assert _library.table_mismatches(lib.dll, _abi.LAYOUTS) == []
+    assert lib.dll.kda_abi_version() == _abi.ABI_VERSION == 2
+
+
+def _replace_arg(sig, index, **changes):
+    args = list(sig.args)
+    args[index] = dataclasses.replace(args[index], **changes)
+    return dataclasses.replace(sig, args=tuple(args))
+
+
+INTRA = _signatures.CHUNK_BWD_INTRA
+WRONG_TABLES = {
+    "renamed argument": (_replace_arg(INTRA, 4, name="dA_qk"),
+                         "argument 4 is 'dAqk' (input, rank 4, at byte 496) in the library, "
+                         "'dA_qk' (input, rank 4, at byte 496) here"),
+    "wrong rank": (_replace_arg(INTRA, 3, rank=4), "argument 3 is 'beta' (input, rank 3"),
+    "wrong role": (_replace_arg(INTRA, 10, role=_signatures.ROLE_INPUT),
+                   "'cu_seqlens' (optional, rank 1"),
+    "swapped arguments": (dataclasses.replace(INTRA, args=(INTRA.args[1], INTRA.args[0])
+                                              + INTRA.args[2:]),
+                          "argument 0 is 'q' (input, rank 4, at byte 16) in the library, 'k'"),
+    "missing argument": (dataclasses.replace(INTRA, args=INTRA.args[:-1]),
+                         "has 16 arguments in the library, 15 here"),
+    "longer header": (dataclasses.replace(INTRA, header=INTRA.header + (("extra", "q"),)),
+                      "problem struct is 1936 bytes in the library, 1944 here"),
+    "other operator": (dataclasses.replace(INTRA, op_name="chunk_fwd"),
+                       "operator 1 is 'chunk_bwd_intra' in the library, 'chunk_fwd' here"),
+}
+
+
+@pytest.mark.parametrize("what", WRONG_TABLES)
+def test_a_wrong_table_is_a_library_error(what):
+    sig, message = WRONG_TABLES[what]
+    layouts = [_abi.LAYOUTS[0], _abi.ProblemLayout(sig)]
+    with pytest.raises(kk.LibraryError, match="does not match this kda_kernels' operator tables"
+                       ) as info:
+        _library.Library(kk.library_path(), layouts=layouts)
+    assert message in str(info.value)
+
+
+def test_wrong_kernel_names_are_a_library_error(monkeypatch):
+    monkeypatch.setattr(_abi, "KERNELS", {"auto": 0, "simt": 1, "tensor_core": 2})
+    with pytest.raises(kk.LibraryError, match="kernel 2 is 'sm80_mma' in the library, "
+                       "'tensor_core' here"):
+        _library.Library(kk.library_path())
+
+
+def test_another_abi_version_is_a_library_error(monkeypatch):
+    monkeypatch.setattr(_abi, "ABI_VERSION", 3)
+    with pytest.raises(kk.LibraryError, match="has C ABI version 2, but this kda_kernels speaks "
+                       "version 3"):
+        _library.Library(kk.library_path())
+
+
+def test_a_wrong_table_fails_the_first_call(tmp_path):
+    """At load time: a package whose table differs from the library's refuses the library on
+    its first call, with the LibraryError saying where they differ."""
+    code = (
+        "import dataclasses, numpy as np\n"
+        "from kda_kernels import _abi, _signatures\n"
+        "sig = _signatures.CHUNK_BWD_WY_DQKG\n"
+        "bad = dataclasses.replace(sig, args=sig.args[:5] + (dataclasses.replace(sig.args[5], "
+        "rank=4),) + sig.args[6:])\n"
+        "_abi.LAYOUTS = (_abi.ProblemLayout(bad), _abi.LAYOUTS[1])\n"
+        "import kda_kernels as kk\n"
+        "try:\n"
+        "    kk.chunk_indices(np.array([0, 4]), 16)\n"
+        "except kk.LibraryError as e:\n"
+        "    print('ERROR', e)\n"
+    )
+    result = run_python(code, KDA_LIBRARY=str(kk.library_path()))
+    assert result.returncode == 0, result.stderr
+    assert "ERROR" in result.stdout
+    assert "operator chunk_bwd_wy_dqkg argument 5 is 'beta' (input, rank 3" in result.stdout

@@ -1,6 +1,6 @@
-"""The torch face on CPU tensors: the custom op's registration (schema, fake implementation),
-torch.compile tracing without graph breaks, strided and bfloat16 tensors, errors. Skipped when
-torch is not installed."""
+"""The torch face on CPU tensors, for both operators: the custom ops' registration (schema, fake
+implementation), torch.compile tracing without graph breaks, strided and bfloat16 tensors,
+kernel choice, errors. Skipped when torch is not installed."""
 
 import numpy as np
 import pytest
@@ -10,11 +10,16 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the torch t
 import kda_kernels as kk  # noqa: E402
 from kda_testing import (  # noqa: E402
     INPUT_NAMES,
+    INTRA_INPUT_NAMES,
+    INTRA_OUTPUT_NAMES,
+    INTRA_PASS_BAR,
     PASS_BAR,
     assert_close_all,
+    make_intra_problem,
     make_problem,
     to_float64,
     to_torch,
+    torch_intra_problem,
     torch_problem,
 )
 
@@ -28,6 +33,7 @@ def test_custom_op_is_registered():
     schema = str(packet.default._schema)
     assert schema.startswith("kda_kernels::chunk_kda_bwd_wy_dqkg_fused(")
     assert "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)" in schema
+    assert 'str? backend=None, str kernel="auto")' in schema
 
 
 def test_cpu_tensors_equal_numpy_path():
@@ -82,7 +88,8 @@ def test_chunk_indices_keeps_dtype():
 
 def _op_args(inputs, options):
     return (*(inputs[n] for n in INPUT_NAMES), options.get("scale"), options.get("cu_seqlens"),
-            options["chunk_size"], options.get("chunk_indices"), options["state_v_first"], None)
+            options["chunk_size"], options.get("chunk_indices"), options["state_v_first"], None,
+            "auto")
 
 
 @pytest.mark.parametrize("varlen", [False, True], ids=["fixed", "varlen"])
@@ -126,6 +133,27 @@ def test_errors_name_the_argument():
         op(inputs, options, backend="tpu")
 
 
+def test_kernel_choice_on_cpu_tensors():
+    inputs, options = torch_problem(T=32, K=8, V=8, BT=16)
+    with pytest.raises(ValueError, match="kernel: simt is a cuda kernel; backend cpu takes "
+                       "kernel auto"):
+        op(inputs, options, kernel="simt")
+    with pytest.raises(ValueError, match="argument 'kernel': expected one of"):
+        op(inputs, options, kernel="fast")
+    with pytest.raises(ValueError, match="argument 'kernel'"):
+        op(inputs, options, kernel=None)  # not a str: refused before the dispatcher
+    for a, b in zip(op(inputs, options, kernel="auto"), op(inputs, options)):
+        assert torch.equal(a, b)
+
+
+def test_custom_op_takes_keywords_and_defaults():
+    """Called directly through torch.ops, the op fills in the schema's defaults."""
+    inputs, options = torch_problem(T=32, K=8, V=8, BT=16)
+    direct = torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused(**inputs, chunk_size=16)
+    for a, b in zip(direct, op(inputs, options)):
+        assert torch.equal(a, b)
+
+
 def test_torch_path_argument_kinds():
     """What torch's dispatcher would report without naming the argument (or not at all)."""
     inputs, options = torch_problem(T=32, K=8, V=8, BT=16)
@@ -165,3 +193,141 @@ def test_to_torch_roundtrip_bfloat16():
     t = to_torch(inputs["q"])
     assert t.dtype == torch.bfloat16
     np.testing.assert_array_equal(t.float().numpy(), inputs["q"].astype(np.float32))
+
+
+# --- chunk_kda_bwd_intra -------------------------------------------------------------------
+
+
+def intra(inputs, options, **kw):
+    return kk.chunk_kda_bwd_intra(**inputs, **options, **kw)
+
+
+def test_intra_custom_op_is_registered():
+    schema = str(torch.ops.kda_kernels.chunk_kda_bwd_intra.default._schema)
+    assert schema == (
+        "kda_kernels::chunk_kda_bwd_intra(Tensor q, Tensor k, Tensor g, Tensor beta, "
+        "Tensor dAqk, Tensor dAkk, Tensor dq, Tensor dk, Tensor db, Tensor dg, "
+        "Tensor? cu_seqlens=None, Tensor? chunk_indices=None, SymInt chunk_size=64, "
+        'bool safe_gate=False, str? backend=None, str kernel="auto") '
+        "-> (Tensor, Tensor, Tensor, Tensor)")
+
+
+@pytest.mark.parametrize("x", ["float32", "float16"])
+def test_intra_cpu_tensors_equal_numpy_path(x):
+    inputs, options = make_intra_problem(seqlens=[30, 1, 40], BT=16, K=16, H=1, HV=2, x=x,
+                                         beta_dtype="float32", safe_gate=True)
+    expected = intra(inputs, options)
+    tensors = {name: torch.from_numpy(a) for name, a in inputs.items()}
+    got = intra(tensors, {**options, "cu_seqlens": torch.from_numpy(options["cu_seqlens"])})
+    assert len(got) == 4
+    for t, a in zip(got, expected):
+        assert isinstance(t, torch.Tensor) and t.dtype == torch.float32
+        np.testing.assert_array_equal(t.numpy(), a)
+
+
+@pytest.mark.parametrize("beta_dtype", [None, "float32"], ids=["beta-x", "beta-f32"])
+def test_intra_cpu_bfloat16_tensors(beta_dtype):
+    inputs, options = torch_intra_problem(x="bfloat16", beta_dtype=beta_dtype, T=70, H=2, HV=4,
+                                          K=16, BT=32)
+    reference = to_float64(intra(inputs, options, backend="cpu-ref"))
+    outputs = intra(inputs, options)
+    assert all(o.dtype == torch.float32 for o in outputs)
+    assert_close_all(to_float64(outputs), reference, INTRA_PASS_BAR["bfloat16"],
+                     names=INTRA_OUTPUT_NAMES)
+
+
+def test_intra_cpu_strided_tensors():
+    inputs, options = torch_intra_problem(x="float32", B=2, T=40, H=2, K=16, BT=16)
+    strided = {}
+    for name, t in inputs.items():
+        if t.dim() >= 3 and t.shape[2] > 1:
+            strided[name] = t.transpose(1, 2).contiguous().transpose(1, 2)
+        else:
+            strided[name] = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype)[..., ::2]
+            strided[name].copy_(t)
+        assert not strided[name].is_contiguous()
+    for a, b in zip(intra(strided, options, backend="cpu-ref"),
+                    intra(inputs, options, backend="cpu-ref")):
+        assert torch.equal(a, b)
+
+
+def _intra_op_args(inputs, options):
+    return (*(inputs[n] for n in INTRA_INPUT_NAMES), options.get("cu_seqlens"),
+            options.get("chunk_indices"), options["chunk_size"], options["safe_gate"], None,
+            "auto")
+
+
+@pytest.mark.parametrize("varlen", [False, True], ids=["fixed", "varlen"])
+def test_intra_opcheck(varlen):
+    """torch's own checks of a custom op: schema, fake implementation vs real, AOT dispatch."""
+    shape = dict(seqlens=[20, 13]) if varlen else dict(B=2, T=33)
+    inputs, options = torch_intra_problem(x="float16", H=1, HV=2, K=8, BT=16, **shape)
+    if varlen:
+        options["chunk_indices"] = kk.chunk_indices(options["cu_seqlens"], 16)
+    torch.library.opcheck(torch.ops.kda_kernels.chunk_kda_bwd_intra.default,
+                          _intra_op_args(inputs, options))
+
+
+def test_intra_compile_fullgraph_cpu():
+    inputs, options = torch_intra_problem(x="float32", T=48, K=16, BT=16)
+
+    def step(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg):
+        dq2, dk2, db2, dg2 = kk.chunk_kda_bwd_intra(
+            q * 1.0, k, g, beta, dAqk, dAkk, dq, dk, db, dg, chunk_size=16, safe_gate=True)
+        return dq2 + dk2, db2, dg2
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    for a, b in zip(compiled(**inputs), step(**inputs)):
+        assert torch.equal(a, b)
+
+
+def test_intra_errors_name_the_argument():
+    inputs, options = torch_intra_problem(T=32, K=8, BT=16)
+    with pytest.raises(TypeError, match="chunk_kda_bwd_intra: argument 'k'"):
+        intra({**inputs, "k": inputs["k"].numpy()}, options)
+    with pytest.raises(ValueError, match="argument 'q'"):
+        intra({**inputs, "q": inputs["q"][0]}, options)
+    with pytest.raises(TypeError, match="argument 'g'"):
+        intra({**inputs, "g": inputs["g"].half()}, options)
+    with pytest.raises(TypeError, match="argument 'dAkk'"):
+        intra({**inputs, "dAkk": inputs["dAkk"].to(torch.int8)}, options)
+    with pytest.raises(ValueError, match="argument 'db'"):
+        intra({**inputs, "db": torch.cat([inputs["db"], inputs["db"]], dim=1)}, options)
+    with pytest.raises(ValueError, match="argument 'dAqk'"):
+        intra(inputs, {**options, "chunk_size": 32})
+    with pytest.raises(TypeError, match="argument 'safe_gate'"):
+        intra(inputs, {**options, "safe_gate": "yes"})
+    with pytest.raises(ValueError, match="argument 'backend'"):
+        intra(inputs, options, backend="tpu")
+    with pytest.raises(ValueError, match="argument 'kernel'"):
+        intra(inputs, options, kernel="tensor-core")
+    with pytest.raises(ValueError, match="kernel: sm80_mma is a cuda kernel; backend cpu-ref"):
+        intra(inputs, options, backend="cpu-ref", kernel="sm80_mma")
+
+
+def test_intra_torch_path_argument_kinds():
+    inputs, options = torch_intra_problem(T=32, K=8, BT=16)
+    with pytest.raises(TypeError, match="argument 'dg': expected a torch.Tensor"):
+        intra({**inputs, "dg": None}, options)
+    with pytest.raises(TypeError, match="argument 'chunk_indices'"):
+        intra(inputs, {**options, "chunk_indices": [[0, 0]]})
+    with pytest.raises(ValueError, match="argument 'dq': is on meta"):
+        intra({**inputs, "dq": inputs["dq"].to("meta")}, options)
+    meta = intra({n: t.to("meta") for n, t in inputs.items()}, options)
+    assert all(o.device.type == "meta" and o.dtype == torch.float32 for o in meta)
+    assert meta[0].shape == inputs["dq"].shape and meta[2].shape == inputs["db"].shape
+
+
+def test_intra_custom_op_takes_keywords_and_defaults():
+    inputs, options = torch_intra_problem(T=32, K=8, BT=16)
+    direct = torch.ops.kda_kernels.chunk_kda_bwd_intra(**inputs, chunk_size=16)
+    for a, b in zip(direct, intra(inputs, options)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("empty", [dict(B=2, T=0), dict(B=0, T=20)], ids=["T0", "B0"])
+def test_intra_empty_problems(empty):
+    inputs, options = torch_intra_problem(K=8, BT=16, **empty)
+    outputs = intra(inputs, options)
+    assert outputs[0].shape == inputs["dq"].shape
+    assert all(o.numel() == 0 for o in outputs)
