@@ -1,5 +1,5 @@
-"""The benchmark's cases, their byte counts and floors, and the chunk sampling that keeps the
-float64 reference affordable on large cases.
+"""The benchmark's cases for both operators, their byte counts and floors, and the chunk sampling
+that keeps the float64 reference affordable on large cases.
 
 Imports NumPy only (no torch), so everything here is unit-tested on a CPU machine
 (bench/test_bench.py). Array arguments may be NumPy arrays or torch tensors.
@@ -13,23 +13,45 @@ import numpy as np
 # SPEC.md: an H200's measured device-to-device copy bandwidth here, counting read + write.
 H200_COPY_BANDWIDTH = 4.27e12  # bytes / s
 DTYPE_SIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
-INPUT_NAMES = ("q", "k", "v", "v_new", "g", "beta", "A", "h", "do", "dh", "dv")
-OUTPUT_NAMES = ("dq", "dk", "dv", "db", "dg", "dA")
+
+# The operators (the library's names, as bench/run.py --op takes them).
+WY = "chunk_bwd_wy_dqkg"
+INTRA = "chunk_bwd_intra"
+OPS = (WY, INTRA)
+FLA_NAMES = {WY: "chunk_kda_bwd_wy_dqkg_fused", INTRA: "chunk_kda_bwd_intra"}
+# fla's Triton kernel of each, whose autotuner the bench pins or tunes.
+FLA_KERNELS = {WY: "chunk_kda_bwd_kernel_wy_dqkg_fused", INTRA: "chunk_kda_bwd_kernel_intra"}
+OP_INPUTS = {
+    WY: ("q", "k", "v", "v_new", "g", "beta", "A", "h", "do", "dh", "dv"),
+    INTRA: ("q", "k", "g", "beta", "dAqk", "dAkk", "dq", "dk", "db", "dg"),
+}
+OP_OUTPUTS = {WY: ("dq", "dk", "dv", "db", "dg", "dA"), INTRA: ("dq", "dk", "db", "dg")}
+# chunk_bwd_wy_dqkg's, under the names the rest of the bench has always used.
+INPUT_NAMES = OP_INPUTS[WY]
+OUTPUT_NAMES = OP_OUTPUTS[WY]
+# Every output name of either operator, in one order (the report's err_* columns).
+ALL_OUTPUT_NAMES = ("dq", "dk", "dv", "db", "dg", "dA")
 
 
 @dataclass(frozen=True)
 class Case:
-    """One row of the performance issue's table.
+    """One row of the performance issue's table (chunk_bwd_wy_dqkg) or of
+    SPEC-chunk-bwd-intra.md's (chunk_bwd_intra).
 
-    ``h`` is 'float32' or 'x' (h and dh stored in the X dtype). Exactly one of ``target_share``
-    (our share of the floor must reach it) and ``target_speedup`` (our time must beat fla's by
-    this factor) is set. ``spec_floor_us`` is the floor the issue states, cross-checked by the
-    unit tests against the byte count computed here.
+    ``op`` is the operator. ``h`` is 'float32' or 'x' (h and dh stored in the X dtype; WY
+    only). ``beta`` is beta's dtype ('' for X). ``safe_gate`` is chunk_bwd_intra's option.
+    Exactly one of ``target_share`` (our share of the floor must reach it) and
+    ``target_speedup`` (our time must beat fla's by this factor) is set. ``spec_floor_us`` is
+    the floor the issue / SPEC states, cross-checked by the unit tests against the byte count
+    computed here; ``spec_fla_us`` fla's time SPEC quotes (for reference only).
     """
 
     name: str
     x: str
     h: str = "float32"
+    op: str = WY
+    beta: str = ""
+    safe_gate: bool = False
     B: int = 1
     T: int = 2048
     H: int = 32
@@ -41,6 +63,7 @@ class Case:
     target_share: float = 0.0
     target_speedup: float = 0.0
     spec_floor_us: float = 0.0
+    spec_fla_us: float = 0.0
     eager: bool = False  # also time the batched PyTorch eager implementation
     about: str = ""
 
@@ -70,7 +93,22 @@ class Case:
 
     @property
     def h_dtype(self):
+        """h / dh's dtype ('' for chunk_bwd_intra, which has no h)."""
+        if self.op != WY:
+            return ""
         return self.x if self.h == "x" else self.h
+
+    @property
+    def beta_dtype(self):
+        return self.beta or self.x
+
+    @property
+    def input_names(self):
+        return OP_INPUTS[self.op]
+
+    @property
+    def output_names(self):
+        return OP_OUTPUTS[self.op]
 
     @property
     def target_text(self):
@@ -83,8 +121,14 @@ class Case:
         parts = [f"B={self.batch}", f"T={self.total_t}", f"H={self.H}"]
         if self.hv != self.H:
             parts.append(f"HV={self.hv}")
-        parts += [f"K={self.K}", f"V={self.V}", f"BT={self.BT}", self.x,
-                  f"h {self.h_dtype}"]
+        if self.op == WY:
+            parts += [f"K={self.K}", f"V={self.V}", f"BT={self.BT}", self.x,
+                      f"h {self.h_dtype}"]
+        else:
+            parts += [f"K={self.K}", f"BT={self.BT}", self.x]
+            if self.beta:
+                parts.append(f"beta {self.beta}")
+            parts.append(f"safe_gate {self.safe_gate}")
         if self.varlen:
             parts.append("seqlens " + ",".join(map(str, self.seqlens)))
         return " ".join(parts)
@@ -117,25 +161,43 @@ CASES = (
     Case("small-bf16", "bfloat16", T=512, H=8, target_speedup=2.0,
          about="B=1, T=512, H=8, bf16: too few chunks to fill the GPU"),
 )
-CASES_BY_NAME = {case.name: case for case in CASES}
+
+# chunk_bwd_intra: SPEC-chunk-bwd-intra.md's performance table (H=32, K=128, BT=64, bf16; fla's
+# Triton kernel autotuned on an H200, 2026-12-01). The 70% target is the issue's for T=8192;
+# the model shape gets the same.
+INTRA_SHAPE = dict(op=INTRA, B=1, H=32, K=128, V=0, BT=64, target_share=0.70)
+INTRA_CASES = (
+    Case("intra-long-bf16", "bfloat16", T=8192, spec_floor_us=283.5, spec_fla_us=1999,
+         **INTRA_SHAPE, about="B=1, T=8192, H=32, K=128, BT=64, bf16, safe_gate False"),
+    Case("intra-long-bf16-safe", "bfloat16", T=8192, safe_gate=True, spec_floor_us=283.5,
+         spec_fla_us=1133, **INTRA_SHAPE, about="same, safe_gate True"),
+    Case("intra-model-bf16", "bfloat16", T=2048, spec_floor_us=70.9, spec_fla_us=581,
+         **INTRA_SHAPE, about="model shape T=2048, bf16, safe_gate False"),
+    Case("intra-model-bf16-safe", "bfloat16", T=2048, safe_gate=True, spec_floor_us=70.9,
+         spec_fla_us=357, **INTRA_SHAPE, about="model shape T=2048, bf16, safe_gate True"),
+)
+OP_CASES = {WY: CASES, INTRA: INTRA_CASES}
+CASES_BY_NAME = {case.name: case for case in CASES + INTRA_CASES}
 
 
-def select_cases(patterns):
-    """Cases whose names match any of the comma-separated names or fnmatch patterns, in table
-    order; ValueError naming a pattern that matches nothing."""
+def select_cases(patterns, op=WY):
+    """Cases of operator `op` whose names match any of the comma-separated names or fnmatch
+    patterns, in table order (all of them for ''); ValueError naming a pattern that matches
+    nothing."""
     import fnmatch
 
+    cases = OP_CASES[op]
     if not patterns:
-        return list(CASES)
+        return list(cases)
     wanted = [p.strip() for p in patterns.split(",") if p.strip()]
     chosen = set()
     for pattern in wanted:
-        hits = [c.name for c in CASES if fnmatch.fnmatchcase(c.name, pattern)]
+        hits = [c.name for c in cases if fnmatch.fnmatchcase(c.name, pattern)]
         if not hits:
-            names = ", ".join(c.name for c in CASES)
-            raise ValueError(f"--cases: {pattern!r} matches no case (cases: {names})")
+            names = ", ".join(c.name for c in cases)
+            raise ValueError(f"--cases: {pattern!r} matches no case of {op} (cases: {names})")
         chosen.update(hits)
-    return [c for c in CASES if c.name in chosen]
+    return [c for c in cases if c.name in chosen]
 
 
 # --- bytes and floors ---------------------------------------------------------------------
@@ -151,10 +213,10 @@ def array_bytes(array):
 
 
 def problem_bytes(inputs, outputs, extra=()):
-    """(bytes read, bytes written): every input read once (the eleven named ones plus any
-    index arrays in ``extra``, e.g. cu_seqlens and chunk_indices) and every output written
+    """(bytes read, bytes written): every input read once (the named ones in ``inputs``, plus
+    any index arrays in ``extra``, e.g. cu_seqlens and chunk_indices) and every output written
     once, at their dtypes."""
-    read = sum(array_bytes(inputs[name]) for name in INPUT_NAMES)
+    read = sum(array_bytes(array) for array in inputs.values())
     read += sum(array_bytes(a) for a in extra)
     written = sum(array_bytes(o) for o in outputs)
     return read, written
@@ -164,6 +226,8 @@ def case_bytes(case):
     """(read, written) from the case's dimensions alone; equals problem_bytes on the real
     tensors (checked at run time and by the tests). Index arrays included: cu_seqlens and
     chunk_indices as int32."""
+    if case.op == INTRA:
+        return _intra_bytes(case)
     B, T, H, HV, K, V, BT = case.batch, case.total_t, case.H, case.hv, case.K, case.V, case.BT
     x = DTYPE_SIZE[case.x]
     hs = DTYPE_SIZE[case.h_dtype]
@@ -181,6 +245,20 @@ def case_bytes(case):
                + rows * HV * V * x          # dv
                + rows * HV * 4              # db
                + rows * HV * BT * 4)        # dA
+    return read, written
+
+
+def _intra_bytes(case):
+    """SPEC-chunk-bwd-intra.md's count, per token: 2·H·K·sizeof(X) + HV·K·4 (g) +
+    HV·sizeof(beta) + 2·HV·BT·4 (dAqk, dAkk) + 3·HV·K·4 + HV·4 (incoming dq, dk, dg; db) read,
+    3·HV·K·4 + HV·4 written."""
+    B, T, H, HV, K, BT = case.batch, case.total_t, case.H, case.hv, case.K, case.BT
+    rows = B * T
+    read = rows * (2 * H * K * DTYPE_SIZE[case.x] + HV * K * 4 + HV * DTYPE_SIZE[case.beta_dtype]
+                   + 2 * HV * BT * 4 + 3 * HV * K * 4 + HV * 4)
+    if case.varlen:
+        read += 4 * (len(case.seqlens) + 1) + 4 * 2 * case.num_chunks
+    written = rows * (3 * HV * K * 4 + HV * 4)
     return read, written
 
 
@@ -300,9 +378,11 @@ def _take(array, first, second):
 def sample_inputs(inputs, plan):
     """The small problem's inputs: the sampled chunks' rows of every token tensor packed along
     T (B = 1), and their h / dh slices as [1, n_chunks, HV, K, V]. Pass ``plan.cu_seqlens`` as
-    its cu_seqlens (it has the original chunk_size)."""
+    its cu_seqlens (it has the original chunk_size). Every chunk is independent in both
+    operators, and a chunk's dA columns are positions inside it, which the small problem keeps
+    (each chunk starts its own sequence)."""
     small = {}
-    for name in INPUT_NAMES:
+    for name in inputs:
         if name in ("h", "dh"):
             small[name] = _take(inputs[name], plan.h_b, plan.h_c)
         else:

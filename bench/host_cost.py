@@ -7,15 +7,17 @@ T=16, H=1 (one work unit, so no worker threads) on the `cpu` backend by default 
 torch runs), or on CUDA tensors with --device cuda (the kernel is asynchronous there, so the
 time is the enqueue cost). Pin it to one core (taskset -c 1) on a shared machine.
 
-Layers, outermost first (each includes the ones below it):
-  public       kda_kernels.chunk_kda_bwd_wy_dqkg_fused(...)
-  custom-op    torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused(...)
+Layers, outermost first (each includes the ones below it), for the operator --op names:
+  public       kda_kernels.<fla name>(...)
+  custom-op    torch.ops.kda_kernels.<fla name>(...)
   impl         the custom op's implementation (describe, allocate, pack, call)
   fla-backend  the fla backend's verifier + function, as fla's dispatch calls them (fla is not
                imported: the backend class is built against a stand-in base class)
-  kda_run      ctypes kda_run on a problem packed beforehand (the C call and the computation)
+  kda_run      ctypes kda_<op>_run on a problem packed beforehand (the C call and the
+               computation)
 
-    PYTHONPATH=python python3 bench/host_cost.py [--device cpu|cuda] [--calls N]
+    PYTHONPATH=python python3 bench/host_cost.py [--op chunk_bwd_wy_dqkg|chunk_bwd_intra]
+                                                 [--device cpu|cuda] [--calls N]
 
 Prints mean and median microseconds per call for each layer (best of 5 rounds of N calls).
 """
@@ -31,7 +33,24 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import kda_kernels  # noqa: E402
-from kda_kernels import _abi, _library, _problem, _torch_op  # noqa: E402
+from kda_kernels import _abi, _library, _problem, _signatures, _torch_op  # noqa: E402
+
+OPS = {sig.op_name: sig.fla_name for sig in _signatures.SIGNATURES}
+
+
+def make_intra_inputs(device, T=16, H=1, K=16, BT=16):
+    gen = torch.Generator().manual_seed(0)
+
+    def r(*shape, dtype=torch.float32, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).to(dtype=dtype, device=device)
+
+    g = (-torch.rand(1, T, H, K, generator=gen).cumsum(1) * 0.1).to(device)
+    return dict(
+        q=r(1, T, H, K, dtype=torch.bfloat16), k=r(1, T, H, K, dtype=torch.bfloat16), g=g,
+        beta=torch.rand(1, T, H, generator=gen).to(device), dAqk=r(1, T, H, BT).tril(),
+        dAkk=r(1, T, H, BT).tril(-1), dq=r(1, T, H, K, scale=0.1), dk=r(1, T, H, K, scale=0.1),
+        db=r(1, T, H, scale=0.1), dg=r(1, T, H, K, scale=0.02),
+    ), BT
 
 
 def make_inputs(device, T=16, H=1, K=16, V=16, BT=16):
@@ -58,19 +77,22 @@ def fla_backend():
     return kfla._make_backend_class(object)()
 
 
-def packed_call(inputs, BT, device):
-    """A kda_run on a problem packed once (outputs allocated once): the floor of the layers."""
-    outputs = _torch_op._empty_outputs(inputs["q"], inputs["v"], inputs["A"])
-    fields = [_torch_op.describe(name, t) for name, t in inputs.items()]
-    fields += [_problem.OMITTED, _problem.OMITTED]
-    fields += [_torch_op.describe(name, t) for name, t in zip(_abi.OUTPUT_FIELDS, outputs)]
-    problem = _problem.pack(fields, _problem.scalar_options(None, BT, False))
-    dll = _library.library().dll
+def packed_call(fla_name, args, device):
+    """A kda_<op>_run on a problem packed once (outputs allocated once): the floor of the
+    layers. `args` are the custom op's positional arguments."""
+    op, torch_op = _problem.OPERATORS[fla_name], _torch_op.OPS[fla_name]
+    outputs = torch_op._empty_outputs(args)
+    tensors = [_torch_op.describe(op, name, t) for name, t in zip(op.input_names, args)]
+    tensors += [_problem.OMITTED] * len(op.optional_names)
+    tensors += [_torch_op.describe(op, name, t) for name, t in zip(op.output_names, outputs)]
+    options = op.convert_options([args[i] for i in torch_op._option_at])
+    problem = op.pack(tensors, options)
+    run = _library.library().entry(op.signature, "run")
     backend = _abi.BACKENDS["cuda" if device == "cuda" else "cpu"]
     stream = torch.cuda.current_stream().cuda_stream if device == "cuda" else None
     ref = ctypes.byref(problem)
     # The closure keeps `outputs` alive: the packed problem points into them.
-    return lambda: (dll.kda_run(ref, backend, stream), outputs)
+    return lambda: (run(ref, backend, _abi.KERNELS["auto"], stream), outputs)
 
 
 def time_layer(fn, calls, sync):
@@ -88,29 +110,40 @@ def time_layer(fn, calls, sync):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--op", default="chunk_bwd_wy_dqkg", choices=tuple(OPS))
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--calls", type=int, default=2000)
     args = parser.parse_args()
-    inputs, BT = make_inputs(args.device)
+    fla_name = OPS[args.op]
+    intra = args.op == "chunk_bwd_intra"
+    inputs, BT = (make_intra_inputs if intra else make_inputs)(args.device)
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
-    args_list = list(inputs.values())
+    # The custom op's positional arguments: the inputs, then the options (chunk_size=BT).
+    defaults = [BT if name == "chunk_size" else default
+                for name, default in _signatures.BY_FLA_NAME[fla_name].params]
+    op_args = [*inputs.values(), *defaults, None, "auto"]
     backend = fla_backend()
+    verifier = getattr(backend, fla_name + "_verifier")
+    function = getattr(backend, fla_name)
 
     def fla_call():
-        ok, reason = backend.chunk_kda_bwd_wy_dqkg_fused_verifier(**inputs, chunk_size=BT)
+        ok, reason = verifier(**inputs, chunk_size=BT)
         if not ok and args.device == "cuda":
             raise RuntimeError(reason)
-        return backend.chunk_kda_bwd_wy_dqkg_fused(**inputs, chunk_size=BT)
+        return function(**inputs, chunk_size=BT)
 
+    public = getattr(kda_kernels, fla_name)
+    custom_op = getattr(torch.ops.kda_kernels, fla_name)
+    impl = _torch_op.OPS[fla_name].run
     layers = {
-        "public": lambda: kda_kernels.chunk_kda_bwd_wy_dqkg_fused(**inputs, chunk_size=BT),
-        "custom-op": lambda: torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused(
-            *args_list, None, None, BT, None, False, None),
-        "impl": lambda: _torch_op._run(*args_list, None, None, BT, None, False, None),
+        "public": lambda: public(**inputs, chunk_size=BT),
+        "custom-op": lambda: custom_op(*op_args),
+        "impl": lambda: impl(*op_args),
         "fla-backend": fla_call,
-        "kda_run": packed_call(inputs, BT, args.device),
+        "kda_run": packed_call(fla_name, op_args, args.device),
     }
-    print(f"host cost per call, {args.device} tensors, T=16 H=1 K=V=16 BT=16, "
+    shape = "T=16 H=1 K=16 BT=16" if intra else "T=16 H=1 K=V=16 BT=16"
+    print(f"host cost per call of {fla_name}, {args.device} tensors, {shape}, "
           f"best and median of 5 rounds of {args.calls} calls (torch {torch.__version__})")
     print(f"{'layer':<12} {'best us':>9} {'median us':>10}")
     for name, fn in layers.items():

@@ -1,22 +1,39 @@
-"""The torch side of the benchmark: random inputs made on the device, the device timer, the
-copy-bandwidth probe, and fla's Triton kernel (imported lazily, autotuning optional)."""
+"""The torch side of the benchmark: random inputs of either operator made on the device, the
+device timer, the copy-bandwidth probe, and fla's Triton kernels (imported lazily, autotuning
+optional)."""
 
+import math
 import statistics
 import time
 
 import numpy as np
 import torch
 
-from cases import INPUT_NAMES
+from cases import FLA_KERNELS, FLA_NAMES, INPUT_NAMES, INTRA, OP_INPUTS, WY
 
 # --- inputs -------------------------------------------------------------------------------
 
 
 def make_inputs(case, seed, device):
-    """Random inputs of `case` made on `device`, with the value ranges of the tests'
-    make_problem (tests/python/kda_testing.py): order-one values, k scaled by K^-1/2, beta in
-    [0, 1), A scaled by 0.2, h / dh by 0.5, and g a cumulative log2 gate wrapped into (-4, 0].
-    Returns (inputs, cu_seqlens or None)."""
+    """Random inputs of `case` (of its operator) made on `device`; (inputs, cu_seqlens or
+    None)."""
+    if case.op == INTRA:
+        return make_intra_inputs(case, seed, device)
+    return make_wy_inputs(case, seed, device)
+
+
+def _cu_seqlens(case, device):
+    if not case.varlen:
+        return None
+    bounds = np.concatenate([[0], np.cumsum(case.seqlens)])
+    return torch.tensor(bounds, dtype=torch.int32, device=device)
+
+
+def make_wy_inputs(case, seed, device):
+    """Random inputs of a chunk_bwd_wy_dqkg `case` made on `device`, with the value ranges of
+    the tests' make_problem (tests/python/kda_testing.py): order-one values, k scaled by
+    K^-1/2, beta in [0, 1), A scaled by 0.2, h / dh by 0.5, and g a cumulative log2 gate
+    wrapped into (-4, 0]. Returns (inputs, cu_seqlens or None)."""
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     B, T, H, HV, K, V, BT = case.batch, case.total_t, case.H, case.hv, case.K, case.V, case.BT
@@ -47,11 +64,70 @@ def make_inputs(case, seed, device):
         dv=randn(B, T, HV, V),
     )
     assert set(inputs) == set(INPUT_NAMES)
-    cu_seqlens = None
-    if case.varlen:
-        bounds = np.concatenate([[0], np.cumsum(case.seqlens)])
-        cu_seqlens = torch.tensor(bounds, dtype=torch.int32, device=device)
-    return inputs, cu_seqlens
+    return inputs, _cu_seqlens(case, device)
+
+
+def chunk_positions(case, device):
+    """[B, T] int64: every row's position inside its chunk (chunks of BT rows from each
+    sequence's first row)."""
+    B, T, BT = case.batch, case.total_t, case.BT
+    if not case.varlen:
+        return (torch.arange(T, device=device) % BT).expand(B, T)
+    starts = torch.tensor(np.repeat(np.cumsum([0, *case.seqlens[:-1]]), case.seqlens),
+                          device=device, dtype=torch.int64)
+    return ((torch.arange(T, device=device) - starts) % BT)[None]
+
+
+def make_intra_inputs(case, seed, device):
+    """Random inputs of a chunk_bwd_intra `case` made on `device`, as SPEC-chunk-bwd-intra.md's
+    accuracy section draws them (and the tests' make_intra_problem): q, k with unit-norm rows;
+    g the chunk-local cumsum of per-token log2 decays (natural-log decays in (-1, -1e-3], and
+    in [-5, -4.6] on every 7th (head, channel) pair: inside safe_gate's bound), summed in
+    float64; beta in [0.05, 0.95]; dAqk (lower-inclusive) and dAkk (strictly lower) N(0, 1)
+    with the pipeline's masks, 0 elsewhere; incoming dq, dk, db at 0.1 rms, dg at 0.02.
+    Returns (inputs, cu_seqlens or None)."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    B, T, H, HV, K, BT = case.batch, case.total_t, case.H, case.hv, case.K, case.BT
+    xd = getattr(torch, case.x)
+
+    def randn(*shape, scale=1.0):
+        return torch.randn(shape, generator=gen, device=device, dtype=torch.float32) * scale
+
+    def unit_rows(*shape):
+        x = randn(*shape)
+        return (x / x.norm(dim=-1, keepdim=True)).to(xd)
+
+    position = chunk_positions(case, device)                              # [B, T]
+    u = torch.rand((B, T, HV, K), generator=gen, device=device, dtype=torch.float64)
+    hv = torch.arange(HV, device=device)[:, None]
+    strong = (hv + torch.arange(K, device=device)[None, :]) % 7 == 1    # [HV, K]
+    ln_decay = torch.where(strong, -4.6 - 0.4 * u, -torch.exp(math.log(1e-3) * u))
+    total = torch.cumsum(ln_decay / math.log(2.0), dim=1)               # [B, T, HV, K]
+    # Chunk-local: minus the running sum up to the row before the chunk's first row.
+    before = torch.cat([torch.zeros_like(total[:, :1]), total[:, :-1]], dim=1)
+    rows = torch.arange(T, device=device).expand(B, T) - position       # chunk's first row
+    start = torch.gather(before, 1, rows[:, :, None, None].expand(B, T, HV, K))
+    g = (total - start).to(torch.float32)
+
+    columns = torch.arange(BT, device=device)
+    inclusive = (columns <= position[..., None])[:, :, None, :]         # [B, T, 1, BT]
+    strict = (columns < position[..., None])[:, :, None, :]
+    inputs = dict(
+        q=unit_rows(B, T, H, K),
+        k=unit_rows(B, T, H, K),
+        g=g,
+        beta=(0.05 + 0.9 * torch.rand((B, T, HV), generator=gen, device=device)).to(
+            getattr(torch, case.beta_dtype)),
+        dAqk=randn(B, T, HV, BT) * inclusive,
+        dAkk=randn(B, T, HV, BT) * strict,
+        dq=randn(B, T, HV, K, scale=0.1),
+        dk=randn(B, T, HV, K, scale=0.1),
+        db=randn(B, T, HV, scale=0.1),
+        dg=randn(B, T, HV, K, scale=0.02),
+    )
+    assert tuple(inputs) == OP_INPUTS[INTRA]
+    return inputs, _cu_seqlens(case, device)
 
 
 def to_float64(arrays):
@@ -181,27 +257,32 @@ def copy_bandwidth(device, nbytes=1 << 30, reps=20):
 
 
 class Fla:
-    """fla's Triton kernel, imported lazily; `error` says why when it cannot be used."""
+    """fla's Triton kernel of operator `op`, imported lazily; `error` says why when it cannot be
+    used. ``call`` runs fla's function past its @dispatch('kda') wrapper, which would hand the
+    call to any registered KDA backend that accepts it (TileLang where installed, or
+    kda_kernels.fla's): the undecorated function is always fla's Triton kernel."""
 
-    def __init__(self):
+    def __init__(self, op=WY):
+        self.op_name = op
         self.op = self.kernel = self.prepare_chunk_indices = None
         self.error = None
         self.version = ""
+        self.kernel_name = FLA_KERNELS[op]
         try:
             import fla
-            from fla.ops.kda.chunk_bwd import (
-                chunk_kda_bwd_kernel_wy_dqkg_fused,
-                chunk_kda_bwd_wy_dqkg_fused,
-            )
             from fla.ops.utils import prepare_chunk_indices
+
+            if op == WY:
+                from fla.ops.kda import chunk_bwd as module
+            else:
+                from fla.ops.kda import chunk_intra as module
+            function = getattr(module, FLA_NAMES[op])
+            kernel = getattr(module, self.kernel_name)
         except Exception as e:  # fla pulls in many modules: any failure means no fla
             self.error = f"fla is not importable ({type(e).__name__}: {e})"
             return
-        # fla wraps the function in @dispatch('kda'), which hands calls to any registered KDA
-        # backend that accepts them (TileLang where installed, or kda_kernels.fla's): the
-        # undecorated function is always fla's Triton kernel.
-        self.op = getattr(chunk_kda_bwd_wy_dqkg_fused, "__wrapped__", chunk_kda_bwd_wy_dqkg_fused)
-        self.kernel = chunk_kda_bwd_kernel_wy_dqkg_fused
+        self.op = getattr(function, "__wrapped__", function)
+        self.kernel = kernel
         self.prepare_chunk_indices = prepare_chunk_indices
         self.version = getattr(fla, "__version__", "?")
 
@@ -213,7 +294,7 @@ class Fla:
         while node is not None and not isinstance(node, Autotuner):
             node = getattr(node, "fn", None)
         if node is None:
-            raise RuntimeError("fla's chunk_kda_bwd_kernel_wy_dqkg_fused has no triton Autotuner")
+            raise RuntimeError(f"fla's {self.kernel_name} has no triton Autotuner")
         return node
 
     def autotune_off(self):
@@ -224,14 +305,34 @@ class Fla:
         tuner.cache.clear()
         return tuner.configs[0]
 
+    def autotune_afresh(self):
+        """Every config of the autotuner, nothing remembered in memory: the next call
+        benchmarks them all (or finds them in Triton's on-disk autotune cache, which fla turns
+        on). For chunk_kda_bwd_kernel_intra the disk cache is bypassed too: it is keyed like the
+        in-memory one, whose key (BK, NC, BT, HV and the dtypes) leaves out SAFE_GATE, so a
+        cached safe_gate=False winner would be reused, untuned, for safe_gate=True."""
+        tuner = self.autotuner()
+        tuner.configs = getattr(tuner, "all_configs", tuner.configs)
+        tuner.cache.clear()
+        if self.op_name == INTRA:
+            tuner.cache_results = False
+
     def best_config(self):
         tuner = self.autotuner()
         return getattr(tuner, "best_config", None)
 
-    def call(self, inputs, scale, chunk_size, cu_seqlens, chunk_indices):
-        # fla's positional order puts state_v_first before cu_seqlens: keywords only here.
-        return self.op(**inputs, scale=scale, chunk_size=chunk_size, cu_seqlens=cu_seqlens,
-                       chunk_indices=chunk_indices)
+    def call(self, inputs, case, scale, cu_seqlens, chunk_indices):
+        # fla's WY function puts state_v_first before cu_seqlens: keywords only here.
+        if self.op_name == WY:
+            return self.op(**inputs, scale=scale, chunk_size=case.BT, cu_seqlens=cu_seqlens,
+                           chunk_indices=chunk_indices)
+        return self.op(**inputs, cu_seqlens=cu_seqlens, chunk_indices=chunk_indices,
+                       chunk_size=case.BT, safe_gate=case.safe_gate)
+
+
+def config_dict(config):
+    """A triton.Config as the pin files hold it: its kwargs, num_warps, num_stages."""
+    return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
 
 
 def describe_env(device, kda_module):
@@ -249,7 +350,9 @@ def describe_env(device, kda_module):
     except ImportError:
         pass
     lines.append(f"libkda {kda_module.__version__} at {kda_module.library_path()}")
-    lines.append("KDA_CUDA_KERNEL=" + os.environ.get("KDA_CUDA_KERNEL", "(unset: auto)"))
+    if os.environ.get("KDA_CUDA_KERNEL"):
+        lines.append(f"KDA_CUDA_KERNEL={os.environ['KDA_CUDA_KERNEL']}: the kernel 'auto' rows "
+                     "ran")
     return lines
 
 

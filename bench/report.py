@@ -1,30 +1,30 @@
 """Rows of results -> derived columns, CSV, Markdown tables and the chart.
 
-A row is a dict of one (case, implementation) measurement. The measuring code fills the raw
-fields (RAW_FIELDS); `finalize` derives the rest from them, from the case's target and from the
-fla row of the same case, so that rows merged from several runs (one process per
-KDA_CUDA_KERNEL choice, or one invocation per group of cases) are judged together. No torch here.
+A row is a dict of one (case, implementation, kernel) measurement of either operator. The
+measuring code fills the raw fields (RAW_FIELDS); `finalize` derives the rest from them, from
+the case's target and from the fla row of the same case, so that rows merged from several runs
+(one invocation per operator or group of cases) are judged together. No torch here.
 """
 
 import csv
 import math
 from pathlib import Path
 
-from cases import CASES_BY_NAME, OUTPUT_NAMES, floor_us
+from cases import ALL_OUTPUT_NAMES, CASES_BY_NAME, OP_OUTPUTS, OPS, WY, floor_us
 
-ERR_FIELDS = tuple(f"err_{name}" for name in OUTPUT_NAMES)
+ERR_FIELDS = tuple(f"err_{name}" for name in ALL_OUTPUT_NAMES)
 RAW_FIELDS = (
-    "case", "impl", "kernel", "shape", "x", "h_dtype", "bytes_read", "bytes_written", "bytes",
-    "sets", "reps", "median_us", "min_us", "loop_us", "host_us",
-    *ERR_FIELDS, "err_sample", "note", "gpu", "run_at",
+    "case", "op", "impl", "kernel", "shape", "x", "h_dtype", "bytes_read", "bytes_written",
+    "bytes", "sets", "reps", "median_us", "min_us", "loop_us", "host_us",
+    *ERR_FIELDS, "err_sample", "fla_config", "note", "gpu", "run_at",
 )
 DERIVED_FIELDS = (
     "floor_us", "share_of_floor", "target", "speedup_vs_fla", "perf", "err_max", "err_bar",
     "accuracy", "err_vs_fla",
 )
-FIELDS = RAW_FIELDS[:9] + DERIVED_FIELDS[:1] + RAW_FIELDS[9:] + DERIVED_FIELDS[1:]
+FIELDS = RAW_FIELDS[:10] + DERIVED_FIELDS[:1] + RAW_FIELDS[10:] + DERIVED_FIELDS[1:]
 IMPL_ORDER = {"kda": 0, "fla": 1, "torch-eager": 2}
-KERNEL_ORDER = {"general": 0, "auto": 1}
+KERNEL_ORDER = {"simt": 0, "sm80_mma": 1, "auto": 2}
 NUMERIC = {"bytes_read", "bytes_written", "bytes", "sets", "reps", "median_us", "min_us",
            "loop_us", "host_us", *ERR_FIELDS, "floor_us", "share_of_floor", "speedup_vs_fla",
            "err_max", "err_bar", "err_vs_fla"}
@@ -39,6 +39,19 @@ def number(value):
 
 def row_key(row):
     return (row["case"], row["impl"], row.get("kernel", ""))
+
+
+def row_op(row):
+    """The row's operator: its op field, else its case's (rows of older CSVs), else the first."""
+    if row.get("op"):
+        return row["op"]
+    case = CASES_BY_NAME.get(row["case"])
+    return case.op if case else WY
+
+
+def err_fields(op):
+    """The err_* columns of an operator's outputs."""
+    return tuple(f"err_{name}" for name in OP_OUTPUTS[op])
 
 
 def sort_rows(rows):
@@ -56,9 +69,11 @@ def merge_rows(old, new):
 
 
 def finalize(rows, bandwidth, pass_bars):
-    """Fill DERIVED_FIELDS in place. `pass_bars` maps an X dtype name to SPEC's err_ratio bar."""
+    """Fill DERIVED_FIELDS in place. `pass_bars` maps an operator to {X dtype name: SPEC's
+    err_ratio bar}."""
     fla = {r["case"]: r for r in rows if r["impl"] == "fla"}
     for row in rows:
+        op = row["op"] = row_op(row)
         case = CASES_BY_NAME.get(row["case"])
         total = number(row.get("bytes"))
         median = number(row.get("median_us"))
@@ -72,10 +87,10 @@ def finalize(rows, bandwidth, pass_bars):
         row["target"] = case.target_text if case and row["impl"] == "kda" else ""
         row["perf"] = _perf_verdict(row, case)
 
-        errs = [number(row.get(f)) for f in ERR_FIELDS]
+        errs = [number(row.get(f)) for f in err_fields(op)]
         have = [e for e in errs if e is not None]
         row["err_max"] = max(have, key=lambda e: math.inf if math.isnan(e) else e) if have else None
-        row["err_bar"] = pass_bars.get(row.get("x")) if have else None
+        row["err_bar"] = pass_bars[op].get(row.get("x")) if have else None
         if have and row["impl"] != "fla":
             ok = len(have) == len(errs) and all(math.isfinite(e) and e <= row["err_bar"]
                                                 for e in have)
@@ -84,7 +99,7 @@ def finalize(rows, bandwidth, pass_bars):
             row["accuracy"] = ""
         row["err_vs_fla"] = None
         if have and row["impl"] != "fla" and fla_row:
-            theirs = [number(fla_row.get(f)) for f in ERR_FIELDS]
+            theirs = [number(fla_row.get(f)) for f in err_fields(op)]
             ratios = [e / t for e, t in zip(errs, theirs)
                       if e is not None and t is not None and t > 0]
             row["err_vs_fla"] = max(ratios) if ratios else None
@@ -189,18 +204,26 @@ def markdown(rows, header_lines=()):
             (row.get("accuracy") or "—") if is_kda else "—",
         ]) + " |")
 
-    err_rows = [r for r in rows if r.get("err_max") is not None]
-    if err_rows:
-        out += ["", "err_ratio against the float64 reference, per output (the sample says which "
-                "chunks the reference recomputed):", "",
-                "| case | implementation | " + " | ".join(OUTPUT_NAMES) + " | sample |",
-                "|---|---|" + "---|" * len(OUTPUT_NAMES) + "---|"]
+    for op in OPS:  # one table per operator: their outputs differ
+        err_rows = [r for r in rows if r.get("err_max") is not None and row_op(r) == op]
+        if not err_rows:
+            continue
+        names = OP_OUTPUTS[op]
+        out += ["", f"{op}: err_ratio against the float64 reference, per output (the sample "
+                "says which chunks the reference recomputed):", "",
+                "| case | implementation | " + " | ".join(names) + " | sample |",
+                "|---|---|" + "---|" * len(names) + "---|"]
         for row in sort_rows(err_rows):
             label = row["impl"] + (f" ({row['kernel']})" if row.get("kernel") else "")
             out.append("| " + " | ".join(
                 [row["case"], label]
-                + [_err(number(row.get(f))) for f in ERR_FIELDS]
+                + [_err(number(row.get(f))) for f in err_fields(op)]
                 + [row.get("err_sample", "")]) + " |")
+
+    configs = [r for r in sort_rows(rows) if r["impl"] == "fla" and r.get("fla_config")]
+    if configs:
+        out += ["", "fla's configs (pin them with `--fla-configs <out>/fla_configs.json`):", ""]
+        out += [f"- {r['case']}: {r['fla_config']}" for r in configs]
 
     for row in sort_rows(r for r in rows if r["impl"] == "torch-eager"):
         f = fla.get(row["case"])
@@ -260,8 +283,9 @@ def chart(path, rows):
     ax.set_xticks(range(len(cases)))
     ax.set_xticklabels(cases, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("share of the bandwidth floor (%)")
-    ax.set_title("chunk_kda_bwd_wy_dqkg_fused: floor / time (dashed: target share; "
-                 "small-bf16's target is 2x fla)", fontsize=10)
+    ops = sorted({CASES_BY_NAME[name].op for name in cases})
+    note = "; small-bf16's target is 2x fla" if "small-bf16" in cases else ""
+    ax.set_title(f"{', '.join(ops)}: floor / time (dashed: target share{note})", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

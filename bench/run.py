@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""The performance table of chunk_kda_bwd_wy_dqkg_fused on a CUDA GPU, in one command:
-bytes, bandwidth floor, our median time, fla's Triton time in the same process, a PyTorch eager
-baseline, share of floor, speedup, pass/fail against each case's target, and per-output
-err_ratio of ours and fla's against the float64 reference. See bench/README.md.
+"""The performance table of one operator on a CUDA GPU, in one command: bytes, bandwidth floor,
+our median time per kernel choice, fla's Triton time in the same process, a PyTorch eager
+baseline (chunk_bwd_wy_dqkg), share of floor, speedup, pass/fail against each case's target,
+and per-output err_ratio of ours and fla's against the float64 reference. See bench/README.md.
 
-    python3 bench/run.py                      # every case, the general kernel then auto
-    python3 bench/run.py --cases 'model-*' --kernels env --quick
+    python3 bench/run.py                                  # chunk_bwd_wy_dqkg, every case
+    python3 bench/run.py --op chunk_bwd_intra             # the second operator's cases
+    python3 bench/run.py --cases 'model-*' --kernels auto --quick
 
-Writes bench.csv, bench.md and bench.png under --out (merged with the rows already there:
-rows of the same case, implementation and kernel are replaced) and prints the Markdown last.
+Every kernel choice (--kernels simt,sm80_mma,auto) is timed in this one process through the
+operators' kernel= keyword. Writes bench.csv, bench.md, bench.png and fla_configs.json under
+--out (merged with what is already there: rows of the same case, implementation and kernel are
+replaced) and prints the Markdown last.
 """
 
 import argparse
@@ -16,12 +19,8 @@ import dataclasses
 import datetime
 import json
 import os
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -37,11 +36,14 @@ sys.path.append(str(REPO / "python"))  # kda_kernels, unless PYTHONPATH or an in
 import cases as cases_mod  # noqa: E402
 import report  # noqa: E402
 from fla_tuning import find_pin, load_pins, pin  # noqa: E402
-from kda_testing import PASS_BAR, err_ratio  # noqa: E402
+from kda_testing import INTRA_PASS_BAR, PASS_BAR, err_ratio  # noqa: E402
 
-# fla's WY kernel: the winners of a full autotune on an H200, per autotune key.
+# fla's tuned winners on an H200, per kernel and autotune key.
 DEFAULT_FLA_CONFIGS = REPO.parent / "shared" / "fla_best_configs_h200.json"
-FLA_WY_KERNEL = "chunk_kda_bwd_kernel_wy_dqkg_fused"
+# SPEC's err_ratio bars against the float64 reference, per operator and X dtype.
+PASS_BARS = {cases_mod.WY: PASS_BAR, cases_mod.INTRA: INTRA_PASS_BAR}
+KERNELS = ("simt", "sm80_mma", "auto")  # the library's kernel choices (kda_kernel_name)
+FLA_CONFIGS_FILE = "fla_configs.json"
 
 T_START = time.perf_counter()
 
@@ -52,10 +54,13 @@ def log(message):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
-        description="Benchmark chunk_kda_bwd_wy_dqkg_fused against fla's Triton kernel and the "
-                    "bandwidth floor (bench/README.md).")
+        description="Benchmark one operator against fla's Triton kernel and the bandwidth "
+                    "floor (bench/README.md).")
+    p.add_argument("--op", default=cases_mod.WY, choices=cases_mod.OPS,
+                   help="the operator (default chunk_bwd_wy_dqkg)")
     p.add_argument("--cases", default="",
-                   help="comma-separated case names or fnmatch patterns (default: all; --list)")
+                   help="comma-separated case names or fnmatch patterns of --op's cases "
+                        "(default: all; --list)")
     p.add_argument("--list", action="store_true", help="list the cases with bytes and floors")
     p.add_argument("--merge", nargs="+", metavar="DIR",
                    help="measure nothing: merge the bench.csv of each DIR (later ones win on the "
@@ -63,23 +68,25 @@ def parse_args(argv=None):
                         "bench.csv, bench.md and bench.png; for runs split over several GPUs or "
                         "device calls")
     p.add_argument("--out", default=str(BENCH / "out"),
-                   help="output directory for bench.csv, bench.md, bench.png (default bench/out)")
+                   help="output directory for bench.csv, bench.md, bench.png, fla_configs.json "
+                        "(default bench/out)")
     p.add_argument("--fresh", action="store_true",
                    help="drop the rows already in --out/bench.csv instead of merging into them")
-    p.add_argument("--kernels", default="general,auto",
-                   help="kernel choices to measure, one child process each, comma-separated: "
-                        "general, auto (the default dispatch) (default general,auto; fla "
-                        "and the eager baseline run in the first only); 'env' runs in this "
-                        "process with the environment's KDA_CUDA_KERNEL")
+    p.add_argument("--kernels", default=",".join(KERNELS),
+                   help="kernel choices to time, comma-separated, all in this process through "
+                        "the kernel= keyword: simt, sm80_mma, auto (default all three; a kernel "
+                        "the library refuses for a case gets a row saying so)")
     p.add_argument("--quick", action="store_true",
                    help="a smoke run: 20 timed runs after 3 warm-ups (default 200 after 10)")
     p.add_argument("--reps", type=int, default=None, help="timed runs per implementation")
     p.add_argument("--warmup", type=int, default=None, help="warm-up runs per implementation")
     p.add_argument("--no-fla", action="store_true", help="skip fla's Triton kernel")
     p.add_argument("--fla-configs", default=str(DEFAULT_FLA_CONFIGS),
-                   help="JSON of fla's tuned winners per autotune key (default "
-                        "../shared/fla_best_configs_h200.json): a case whose key is there runs "
-                        "that config without autotuning; other cases autotune; '' autotunes all")
+                   help="comma-separated JSON files of fla's tuned configs per kernel and "
+                        "autotune key (default ../shared/fla_best_configs_h200.json; a run "
+                        "writes its own choices to --out/fla_configs.json, in the same format): "
+                        "a case whose key is there runs that config without autotuning; other "
+                        "cases autotune; '' autotunes all")
     p.add_argument("--fla-autotune-off", action="store_true",
                    help="run fla's kernel with its first autotune config only (no autotuning: "
                         "for correctness-only runs; its times are then not fla's best)")
@@ -100,11 +107,9 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cpu-dry-run", action="store_true",
                    help="exercise the whole harness on the CPU with shrunken cases, the cpu "
-                        "backend and wall-clock timing (numbers are meaningless); fla only "
-                        "with TRITON_INTERPRET=1 and --fla-autotune-off")
-    # Set by the parent process for its children.
-    p.add_argument("--rows-json", help=argparse.SUPPRESS)
-    p.add_argument("--ref-cache", help=argparse.SUPPRESS)
+                        "backend (which takes kernel auto only: the kernel choices are labels "
+                        "there) and wall-clock timing (numbers are meaningless); fla only with "
+                        "TRITON_INTERPRET=1 and --fla-autotune-off")
     args = p.parse_args(argv)
     if args.reps is None:
         args.reps = 20 if args.quick else 200
@@ -121,44 +126,34 @@ def parse_args(argv=None):
             p.error("--bandwidth must be positive")
     else:
         args.measure_bandwidth = True
-    args.kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
-    bad = [k for k in args.kernels if k not in (*KERNEL_ENV, "env")]
-    if not args.kernels or bad or ("env" in args.kernels and len(args.kernels) > 1):
-        p.error(f"--kernels: expected some of general, auto, or env alone; "
-                f"got {args.kernels}")
+    kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
+    bad = [k for k in kernels if k not in KERNELS]
+    if not kernels or bad or len(set(kernels)) != len(kernels):
+        p.error(f"--kernels: expected some of {', '.join(KERNELS)} (each once), got "
+                f"{args.kernels!r}")
+    args.kernels = kernels
     if args.cpu_dry_run and os.environ.get("TRITON_INTERPRET") != "1":
         args.no_fla = True  # fla's kernels run on a CPU only under Triton's interpreter
     try:
-        args.selected = cases_mod.select_cases(args.cases)
+        args.selected = cases_mod.select_cases(args.cases, args.op)
     except ValueError as e:
         p.error(str(e))
     return args
 
 
-# The environment of each --kernels choice; the library reads it once per process.
-KERNEL_ENV = {
-    "general": {"KDA_CUDA_KERNEL": "general"},
-    "auto": {"KDA_CUDA_KERNEL": "auto"},
-}
-
-
-def kernel_label():
-    """What the library will run in this process: the default dispatch (tensor-core path where it
-    applies) unless KDA_CUDA_KERNEL=general (src/cuda/cuda_backend.cu)."""
-    return "general" if os.environ.get("KDA_CUDA_KERNEL") == "general" else "auto"
-
-
 def list_cases(selected, bandwidth):
     bw = bandwidth if isinstance(bandwidth, float) else cases_mod.H200_COPY_BANDWIDTH
-    print(f"{'case':<18} {'MB':>7} {'floor µs':>9} {'issue µs':>9}  {'target':<16} shape")
+    print(f"{'case':<22} {'MB':>7} {'floor µs':>9} {'spec µs':>8} {'fla µs':>7}  "
+          f"{'target':<16} shape")
     for case in selected:
         total = sum(cases_mod.case_bytes(case))
-        issue = f"{case.spec_floor_us:g}" if case.spec_floor_us else "—"
-        print(f"{case.name:<18} {total / 1e6:7.1f} {cases_mod.floor_us(total, bw):9.1f} "
-              f"{issue:>9}  {case.target_text:<16} {case.shape_text()}")
+        spec = f"{case.spec_floor_us:g}" if case.spec_floor_us else "—"
+        fla = f"{case.spec_fla_us:g}" if case.spec_fla_us else "—"
+        print(f"{case.name:<22} {total / 1e6:7.1f} {cases_mod.floor_us(total, bw):9.1f} "
+              f"{spec:>8} {fla:>7}  {case.target_text:<16} {case.shape_text()}")
 
 
-# --- one process: measure the selected cases ------------------------------------------------
+# --- measuring ----------------------------------------------------------------------------
 
 
 def shrink(case):
@@ -188,9 +183,26 @@ class WallTimer:
                     starved=0)
 
 
+def fla_pin_key(case):
+    """The fields of a pin-file entry that identify `case`'s autotune key of fla's kernel.
+
+    chunk_kda_bwd_kernel_wy_dqkg_fused: BT, HV, the dtypes (X, beta, h), varlen,
+    state_v_first. chunk_kda_bwd_kernel_intra: its autotune key (BK, NC, BT, HV) with the
+    dtypes Triton adds to it (X, beta; varlen for the index tensors), and safe_gate, which
+    Triton's key leaves out but which changes the kernel (a SAFE_GATE constexpr).
+    """
+    if case.op == cases_mod.WY:
+        return dict(BT=case.BT, HV=case.hv, X=case.x, beta=case.x,
+                    h=case.x if case.h == "x" else "float32", varlen=case.varlen,
+                    state_v_first=False)
+    BK = min(32, 1 << max(case.K - 1, 0).bit_length())  # fla: min(32, next_power_of_2(K))
+    return dict(BK=BK, NC=-(-case.BT // min(16, case.BT)), BT=case.BT, HV=case.hv, X=case.x,
+                beta=case.beta_dtype, varlen=case.varlen, safe_gate=case.safe_gate)
+
+
 class Bench:
-    """Measures cases in this process; the library reads KDA_CUDA_KERNEL once, so one kernel
-    choice per process."""
+    """Measures the selected cases of one operator in this process, every kernel choice
+    through the kernel= keyword."""
 
     def __init__(self, args):
         import torch
@@ -199,21 +211,27 @@ class Bench:
         import measure
 
         self.args, self.torch, self.kk, self.measure = args, torch, kda_kernels, measure
-        self.kernel = kernel_label()
-        self.env_lines = []
+        self.op = args.op
+        self.ours_fn = getattr(kda_kernels, cases_mod.FLA_NAMES[self.op])
+        self.env_lines = [f"operator {self.op} (kda_kernels.{cases_mod.FLA_NAMES[self.op]})"]
         self.measured_bandwidth = None
         self.fla = None
         self.fla_note = ""
-        self.fla_pins = None  # fla's tuned configs per autotune key (--fla-configs)
+        self.fla_pins = None  # fla's tuned configs per kernel and autotune key (--fla-configs)
+        self.fla_choices = []  # pin-file entries of the configs fla ran with here
         if args.cpu_dry_run:
             self.device = torch.device("cpu")
             self.timer = WallTimer()
             self.gpu = "cpu (dry run)"
-            self.env_lines.append("CPU dry run: shrunken cases, cpu backend, wall-clock times")
+            self.env_lines.append("CPU dry run: shrunken cases, cpu backend (kernel auto: the "
+                                  "kernel choices are labels only), wall-clock times")
         else:
             self._init_cuda()
+        if os.environ.get("KDA_CUDA_KERNEL"):
+            log(f"note: KDA_CUDA_KERNEL={os.environ['KDA_CUDA_KERNEL']} picks what the 'auto' "
+                "rows run (unset it to time the library's own choice)")
         if not args.no_fla:
-            self.fla = measure.Fla()
+            self.fla = measure.Fla(self.op)
             if self.fla.error:
                 self.fla_note = self.fla.error
                 log(f"fla skipped: {self.fla.error}")
@@ -224,12 +242,18 @@ class Bench:
                     config = self.fla.autotune_off()
                     self.fla_note = f"fla autotune off: one config ({config}), times untuned"
                     log(self.fla_note)
-                elif args.fla_configs and Path(args.fla_configs).is_file():
-                    self.fla_pins = load_pins(args.fla_configs)
-                    self.env_lines.append(f"fla pinned to the tuned configs of {args.fla_configs}")
+                elif args.fla_configs:
+                    files = [f for f in args.fla_configs.split(",") if f]
+                    self.fla_pins = [e for f in files if Path(f).is_file() for e in load_pins(f)]
+                    found = [f for f in files if Path(f).is_file()]
+                    if found:
+                        self.env_lines.append(f"fla pinned to the tuned configs of "
+                                              f"{', '.join(found)} where they have the key")
+                    else:
+                        log(f"fla: none of {args.fla_configs} exists: every key autotunes")
                 else:
-                    log(f"fla: no tuned configs ({args.fla_configs or 'none given'}): every key "
-                        "autotunes (minutes each on a fresh machine)")
+                    log("fla: no tuned configs given: every key autotunes (minutes each on a "
+                        "fresh machine)")
 
     def _init_cuda(self):
         torch, kda_kernels, measure, args = self.torch, self.kk, self.measure, self.args
@@ -254,9 +278,9 @@ class Bench:
         if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
 
-    def row(self, case, impl, nbytes, timing, errs, sample, note=""):
+    def row(self, case, impl, nbytes, timing, errs, sample, note="", kernel=""):
         read, written = nbytes
-        row = dict(case=case.name, impl=impl, kernel=self.kernel if impl == "kda" else "",
+        row = dict(case=case.name, op=case.op, impl=impl, kernel=kernel,
                    shape=case.shape_text(), x=case.x, h_dtype=case.h_dtype, bytes_read=read,
                    bytes_written=written, bytes=read + written, note=note, gpu=self.gpu,
                    run_at=datetime.datetime.now().isoformat(timespec="seconds"))
@@ -268,7 +292,7 @@ class Bench:
                 row["note"] = (note + "; " if note else "") + (
                     f"{timing['starved']} timed calls may include host time")
         if errs is not None:
-            row.update({f"err_{n}": e for n, e in zip(cases_mod.OUTPUT_NAMES, errs)})
+            row.update({f"err_{n}": e for n, e in zip(case.output_names, errs)})
             row["err_sample"] = sample
         if len(row["note"]) > 300:  # a compiler's error can run to pages: the log has it all
             row["note"] = row["note"][:300] + " ..."
@@ -279,32 +303,24 @@ class Bench:
         timing = self.timer.measure(calls, self.args.reps, self.args.warmup, batch)
         return dict(timing, sets=n_sets, reps=self.args.reps)
 
+    def options(self, case, scale):
+        """The operator's options of `case`, as keywords of the public function."""
+        if case.op == cases_mod.WY:
+            return dict(scale=scale, chunk_size=case.BT)
+        return dict(chunk_size=case.BT, safe_gate=case.safe_gate)
+
     def reference(self, case, inputs, scale):
         """The float64 reference on the sampled chunks: (plan, outputs as float64 arrays)."""
-        torch, kk = self.torch, self.kk
+        torch = self.torch
         table = cases_mod.chunk_table(case.batch, case.total_t, case.BT, case.seqlens or None)
         picks = cases_mod.pick_chunks(table, case.hv, self.args.ref_budget, self.args.seed)
         plan = cases_mod.sample_plan(table, picks)
         small = {n: t.cpu() for n, t in cases_mod.sample_inputs(inputs, plan).items()}
-        checksum = [float(small[n].double().sum()) for n in cases_mod.INPUT_NAMES]
-        cache = None
-        if self.args.ref_cache:
-            cache = Path(self.args.ref_cache) / (
-                f"{case.name}-seed{self.args.seed}-budget{self.args.ref_budget}.npz")
-            if cache.is_file():
-                saved = np.load(cache)
-                if list(saved["checksum"]) == checksum:
-                    log(f"  reference: reused from the first kernel's run ({plan.label()})")
-                    return plan, tuple(saved[n] for n in cases_mod.OUTPUT_NAMES)
         t0 = time.perf_counter()
-        outputs = kk.chunk_kda_bwd_wy_dqkg_fused(
-            **small, scale=scale, chunk_size=case.BT,
-            cu_seqlens=torch.from_numpy(plan.cu_seqlens), backend="cpu-ref")
+        outputs = self.ours_fn(**small, **self.options(case, scale),
+                               cu_seqlens=torch.from_numpy(plan.cu_seqlens), backend="cpu-ref")
         ref = self.measure.to_float64(outputs)
         log(f"  reference: float64 cpu-ref on {plan.label()} in {time.perf_counter() - t0:.1f} s")
-        if cache is not None:
-            np.savez(cache, checksum=np.array(checksum),
-                     **dict(zip(cases_mod.OUTPUT_NAMES, ref)))
         return plan, ref
 
     def errors(self, outputs, plan, ref):
@@ -312,8 +328,9 @@ class Bench:
         return [err_ratio(o, r) for o, r in zip(got, ref)]
 
     def run_case(self, case, rows):
-        """Measure one case: ours, then fla's, then the eager baseline, appending a row for
-        each to `rows` (an error row for a stage that raised, and the next stage still runs)."""
+        """Measure one case: ours once per kernel choice, then fla's, then the eager baseline,
+        appending a row for each to `rows` (an error row for a stage that raised, and the next
+        stage still runs)."""
         torch, args = self.torch, self.args
         log(f"== {case.name}: {case.shape_text()} (target {case.target_text})")
         nbytes = cases_mod.case_bytes(case)
@@ -334,8 +351,10 @@ class Bench:
                     log(f"  reference failed ({type(exc).__name__}: {exc}): no err_ratio")
                     plan = ref = None
             check = (plan, ref)
-            self.stage(rows, case, "kda", nbytes,
-                       lambda: self.run_ours(case, sets, cu, scale, nbytes, check))
+            for kernel in args.kernels:
+                self.stage(rows, case, "kda", nbytes,
+                           lambda: self.run_ours(case, sets, cu, scale, nbytes, check, kernel),
+                           kernel)
             if self.fla is not None:
                 self.stage(rows, case, "fla", nbytes,
                            lambda: self.run_fla(case, sets, cu, scale, nbytes, check))
@@ -349,14 +368,18 @@ class Bench:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
 
-    def stage(self, rows, case, impl, nbytes, measure):
+    def stage(self, rows, case, impl, nbytes, measure, kernel=""):
         try:
             rows.append(measure())
+        except NotImplementedError as exc:  # the library has no such kernel for this case
+            log(f"  {case.name} {impl} ({kernel}): refused: {exc}")
+            rows.append(self.row(case, impl, nbytes, None, None, "", f"refused: {exc}",
+                                 kernel=kernel))
         except Exception as exc:  # keep going: the other implementations still get measured
             traceback.print_exc()
             log(f"  {case.name} {impl} failed: {type(exc).__name__}: {exc}")
             rows.append(self.row(case, impl, nbytes, None, None, "",
-                                 f"error: {type(exc).__name__}: {exc}"))
+                                 f"error: {type(exc).__name__}: {exc}", kernel=kernel))
 
     def checked(self, outputs, check):
         """(errors or None, sample label) of outputs against the reference."""
@@ -365,13 +388,16 @@ class Bench:
             return None, ""
         return self.errors(outputs, plan, ref), plan.label()
 
-    def run_ours(self, case, sets, cu, scale, nbytes, check):
+    def run_ours(self, case, sets, cu, scale, nbytes, check, kernel):
         kk = self.kk
         ci = kk.chunk_indices(cu, case.BT) if cu is not None else None
+        options = self.options(case, scale)
+        # The cpu backend of a dry run takes kernel auto only; the choice is then a label.
+        passed = "auto" if self.args.cpu_dry_run else kernel
 
         def ours(inputs):
-            return kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, scale=scale, cu_seqlens=cu,
-                                                  chunk_size=case.BT, chunk_indices=ci)
+            return self.ours_fn(**inputs, **options, cu_seqlens=cu, chunk_indices=ci,
+                                kernel=passed)
 
         outputs = ours(sets[0][0])
         self.sync()
@@ -383,29 +409,30 @@ class Bench:
         errs, sample = self.checked(outputs, check)
         del outputs
         timing = self.time_calls([lambda i=i: ours(i) for i, _ in sets], len(sets))
-        log(f"  kda ({self.kernel}): {timing['median_us']:.1f} µs median "
+        log(f"  kda ({kernel}): {timing['median_us']:.1f} µs median "
             f"({cases_mod.floor_us(sum(nbytes)) / timing['median_us']:.0%} of floor), "
-            f"loop {timing['loop_us']:.1f} µs/call" + _err_text(errs))
-        return self.row(case, "kda", actual, timing, errs, sample, note)
+            f"loop {timing['loop_us']:.1f} µs/call" + _err_text(case, errs))
+        return self.row(case, "kda", actual, timing, errs, sample, note, kernel=kernel)
 
     def run_fla(self, case, sets, cu, scale, nbytes, check):
         fla = self.fla
         ci = fla.prepare_chunk_indices(cu, case.BT) if cu is not None else None
 
         def theirs(inputs):
-            return fla.call(inputs, scale, case.BT, cu, ci)
+            return fla.call(inputs, case, scale, cu, ci)
 
-        note = self.fla_note
-        if self.fla_pins is not None:
-            config = find_pin(self.fla_pins, FLA_WY_KERNEL, BT=case.BT, HV=case.hv, X=case.x,
-                              beta=case.x, h=case.x if case.h == "x" else "float32",
-                              varlen=case.varlen, state_v_first=False)
-            tuner = fla.autotuner()
+        note, tuning = self.fla_note, "first config" if self.args.fla_autotune_off else ""
+        key = fla_pin_key(case)
+        if not self.args.fla_autotune_off:
+            config = None
+            if self.fla_pins is not None:
+                config = find_pin(self.fla_pins, fla.kernel_name, **key)
             if config is not None:
-                log(f"  fla: pinned to its tuned config {pin(tuner, config)}")
+                log(f"  fla: pinned to its tuned config {pin(fla.autotuner(), config)}")
+                tuning = "pinned"
             else:
-                tuner.configs = getattr(tuner, "all_configs", tuner.configs)
-                tuner.cache.clear()
+                fla.autotune_afresh()
+                tuning = "autotuned"
                 note = "fla autotuned here (no tuned config recorded for this key)"
                 log("  " + note)
 
@@ -414,14 +441,20 @@ class Bench:
         t0 = time.perf_counter()
         outputs = theirs(sets[0][0])
         self.sync()
-        log(f"  fla: first call took {time.perf_counter() - t0:.1f} s; config "
-            f"{fla.best_config()}")
+        chosen = fla.best_config()
+        log(f"  fla: first call took {time.perf_counter() - t0:.1f} s; config {chosen}")
+        if chosen is not None and tuning != "first config":  # an untuned config is no pin
+            self.fla_choices.append(dict(kernel=fla.kernel_name, **key,
+                                         config=self.measure.config_dict(chosen),
+                                         how=tuning, case=case.name))
         errs, sample = self.checked(outputs, check)
         del outputs
         timing = self.time_calls([lambda i=i: theirs(i) for i, _ in sets], len(sets))
         log(f"  fla: {timing['median_us']:.1f} µs median, loop {timing['loop_us']:.1f} µs/call"
-            + _err_text(errs))
-        return self.row(case, "fla", nbytes, timing, errs, sample, note)
+            + _err_text(case, errs))
+        row = self.row(case, "fla", nbytes, timing, errs, sample, note)
+        row["fla_config"] = f"{chosen} ({tuning})" if chosen is not None else ""
+        return row
 
     def run_eager(self, case, sets, scale, nbytes, check):
         from eager import chunk_kda_bwd_wy_dqkg_eager
@@ -434,19 +467,18 @@ class Bench:
         del outputs
         # ~40 kernels a call: small batches keep the launch queue from filling up.
         timing = self.time_calls([lambda i=i: eager(i) for i, _ in sets], len(sets), batch=5)
-        log(f"  torch eager: {timing['median_us']:.1f} µs median" + _err_text(errs))
+        log(f"  torch eager: {timing['median_us']:.1f} µs median" + _err_text(case, errs))
         return self.row(case, "torch-eager", nbytes, timing, errs, sample)
 
     def error_row(self, case, exc):
-        read, written = cases_mod.case_bytes(case)
-        return self.row(case, "kda", (read, written), None, None, "",
+        return self.row(case, "kda", cases_mod.case_bytes(case), None, None, "",
                         f"error: {type(exc).__name__}: {exc}")
 
 
-def _err_text(errs):
+def _err_text(case, errs):
     if not errs:
         return ""
-    return "; err_ratio " + " ".join(f"{n}={e:.1e}" for n, e in zip(cases_mod.OUTPUT_NAMES, errs))
+    return "; err_ratio " + " ".join(f"{n}={e:.1e}" for n, e in zip(case.output_names, errs))
 
 
 def measure_here(args, sink):
@@ -455,8 +487,8 @@ def measure_here(args, sink):
     bench = Bench(args)
     selected = [shrink(c) for c in args.selected] if args.cpu_dry_run else args.selected
     rows = []
-    log(f"kda kernel: {bench.kernel}; {len(selected)} case(s); {args.reps} timed runs after "
-        f"{args.warmup} warm-ups")
+    log(f"{args.op}: kernels {', '.join(args.kernels)}; {len(selected)} case(s); {args.reps} "
+        f"timed runs after {args.warmup} warm-ups")
     for case in selected:
         try:
             bench.run_case(case, rows)
@@ -472,25 +504,30 @@ def measure_here(args, sink):
 
 
 class Outputs:
-    """bench.csv / bench.md / bench.png under --out, merged with the rows already there."""
+    """bench.csv / bench.md / bench.png / fla_configs.json under --out, merged with what is
+    already there."""
 
     def __init__(self, args, argv):
         self.args = args
         self.dir = Path(args.out)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.csv = self.dir / "bench.csv"
+        self.pins = self.dir / FLA_CONFIGS_FILE
         self.old = [] if args.fresh else report.read_csv(self.csv)
+        self.old_pins = [] if args.fresh or not self.pins.is_file() else load_pins(self.pins)
         if self.old:
             log(f"merging into the {len(self.old)} rows of {self.csv} (--fresh to start over)")
         self.command = "python3 bench/run.py " + " ".join(argv)
 
-    def write(self, new_rows, env_lines, measured_bandwidth, final=False):
+    def write(self, new_rows, env_lines, measured_bandwidth, fla_choices=(), final=False):
         bandwidth = self.args.bandwidth
         if bandwidth == "measured":
             bandwidth = measured_bandwidth or cases_mod.H200_COPY_BANDWIDTH
         rows = report.merge_rows(self.old, [dict(r) for r in new_rows])
-        report.finalize(rows, bandwidth, PASS_BAR)
+        report.finalize(rows, bandwidth, PASS_BARS)
         report.write_csv(self.csv, rows)
+        if fla_choices:
+            self.write_pins(fla_choices)
         merged = " Rows of earlier runs are merged in (see bench.csv's run_at)." if self.old else ""
         timed = "wall-clock" if self.args.cpu_dry_run else "CUDA-event"
         header = [
@@ -509,53 +546,20 @@ class Outputs:
             print("\n" + md, flush=True)
         return rows
 
+    def write_pins(self, choices):
+        """fla's configs of this run, in --fla-configs' format (entries replace those of the
+        same kernel and key already in the file), so that a later run can pin them."""
+        def key(entry):
+            return json.dumps({k: v for k, v in entry.items()
+                               if k not in ("config", "how", "case")}, sort_keys=True)
 
-def run_children(args, argv, outputs):
-    """One child process per KDA_CUDA_KERNEL choice; fla and the eager baseline in the first.
-    The outputs are rewritten whenever a child reports a finished case, so a run cut short
-    (e.g. by a time limit) keeps what it measured."""
-    # SIGTERM (a time limit) as an exception, so that the scratch folder is removed.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    scratch = Path(tempfile.mkdtemp(prefix="kda-bench-"))
-    done_rows, env_lines, bandwidth, failed = [], [], None, []
-    try:
-        for i, kernel in enumerate(args.kernels):
-            rows_json = scratch / f"rows-{kernel}.json"
-            command = [sys.executable, str(Path(__file__).resolve()), *argv,
-                       "--kernels", "env", "--rows-json", str(rows_json),
-                       "--ref-cache", str(scratch)]
-            if i > 0:
-                command += ["--no-fla", "--no-eager"]
-            child_env = KERNEL_ENV[kernel]
-            log(f"#### {' '.join(f'{k}={v}' for k, v in child_env.items())}: "
-                f"{' '.join(command[1:])}")
-            child = subprocess.Popen(command, env=dict(os.environ, **child_env))
-            seen, rows = None, []
-            while True:
-                try:
-                    rc = child.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    rc = None
-                stamp = rows_json.stat().st_mtime_ns if rows_json.is_file() else None
-                if stamp != seen:
-                    seen = stamp
-                    result = json.loads(rows_json.read_text())
-                    rows = result["rows"]
-                    env_lines += [line for line in result["env"] if line not in env_lines]
-                    bandwidth = bandwidth or result.get("measured_bandwidth")
-                    outputs.write(done_rows + rows, env_lines, bandwidth)
-                if rc is not None:
-                    break
-            done_rows += rows
-            if rc != 0:
-                failed.append(f"kernel choice {kernel} exited with {rc}")
-                log(f"#### {failed[-1]}")
-        outputs.write(done_rows, env_lines, bandwidth, final=True)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    for line in failed:
-        log(f"FAILED: {line}")
-    return 1 if failed else 0
+        entries = {key(e): e for e in self.old_pins}
+        entries.update({key(e): e for e in choices})
+        self.pins.write_text(json.dumps(dict(
+            what="fla's configs chosen by bench/run.py runs (how: autotuned here, or pinned from "
+                 "--fla-configs), per kernel and autotune key; pass this file to --fla-configs "
+                 "to pin them",
+            entries=list(entries.values())), indent=1) + "\n")
 
 
 def merge_runs(dirs, outputs):
@@ -579,28 +583,14 @@ def main(argv=None):
     if args.list:
         list_cases(args.selected, args.bandwidth)
         return 0
-
-    if args.rows_json:  # a child of run_children: hand the rows back, write nothing else
-        def sink(rows, bench):
-            path = Path(args.rows_json)
-            partial = path.with_suffix(".partial")
-            partial.write_text(json.dumps(dict(
-                rows=rows, env=bench.env_lines, measured_bandwidth=bench.measured_bandwidth)))
-            os.replace(partial, path)  # the parent never reads a half-written file
-
-        measure_here(args, sink)
-        return 0
-
     outputs = Outputs(args, argv)
     if args.merge:
         return merge_runs(args.merge, outputs)
-    if args.kernels == ["env"]:
-        rows, bench = measure_here(
-            args, lambda rows, bench: outputs.write(rows, bench.env_lines,
-                                                    bench.measured_bandwidth))
-        outputs.write(rows, bench.env_lines, bench.measured_bandwidth, final=True)
-        return 0
-    return run_children(args, argv, outputs)
+    rows, bench = measure_here(
+        args, lambda rows, bench: outputs.write(rows, bench.env_lines, bench.measured_bandwidth,
+                                                bench.fla_choices))
+    outputs.write(rows, bench.env_lines, bench.measured_bandwidth, bench.fla_choices, final=True)
+    return 0
 
 
 if __name__ == "__main__":
