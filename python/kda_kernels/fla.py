@@ -34,10 +34,10 @@ _CHUNK_SIZES = (16, 32, 64)
 _MAX_HEAD_DIM = 256
 
 # Whether the loaded libkda's cuda backend has a kernel for each operator (by fla name), as
-# enable() found by running a tiny problem of it on the GPU once (the C ABI has no query for
-# it): True, or False with the library's reason in CUDA_KERNEL_NOTES. An operator missing here
-# (not probed: enable() was not called) is handed back to fla. While chunk_bwd_intra's CUDA
-# kernel is not in the library, its entry is False and fla runs its own kernel for it.
+# enable() found by running a small problem of it on the GPU once (the C ABI has no query for
+# it): True, or False with the library's reason in CUDA_KERNEL_NOTES, and then fla runs its own
+# kernel for that operator. An operator missing here (not probed: enable() was not called) is
+# handed back to fla too.
 CUDA_KERNELS = {}
 CUDA_KERNEL_NOTES = {}
 

@@ -1,10 +1,7 @@
 """chunk_kda_bwd_intra on CUDA tensors, as test_cuda.py checks the first operator: against the
 float64 CPU reference over SPEC-chunk-bwd-intra.md's matrix, the golden files, fla's Triton
 kernel in the same process, torch.compile, CUDA graphs, streams, kernel choice and errors.
-
-Skipped without torch, a CUDA device or a libkda built with the cuda backend; and, with the
-library's own message as the reason, while the loaded libkda's cuda backend refuses the operator
-(KDA_STATUS_UNSUPPORTED: its CUDA kernel is not in the library yet)."""
+Skipped without torch, a CUDA device or a libkda built with the cuda backend."""
 
 import pytest
 
@@ -33,23 +30,6 @@ pytestmark = [
     pytest.mark.skipif(torch.cuda.is_available() and not kk.backend_available("cuda"),
                        reason="the loaded libkda was built without the cuda backend"),
 ]
-
-_refusal = []
-
-
-@pytest.fixture(autouse=True)
-def intra_cuda_kernel():
-    """Skips while the library refuses chunk_bwd_intra on CUDA, saying why (asked once)."""
-    if not _refusal:
-        inputs, options = torch_intra_problem(device="cuda", T=16, H=1, K=16, BT=16)
-        try:
-            kk.chunk_kda_bwd_intra(**inputs, **options)
-            _refusal.append(None)
-        except NotImplementedError as e:
-            _refusal.append(str(e))
-    if _refusal[0] is not None:
-        pytest.skip(f"the loaded libkda refuses chunk_bwd_intra on CUDA: {_refusal[0]}")
-
 
 def op(inputs, options, **kw):
     return kk.chunk_kda_bwd_intra(**inputs, **options, **kw)
@@ -273,7 +253,9 @@ def test_second_device():
 @pytest.mark.parametrize("x", ["bfloat16", "float16"])
 def test_against_fla_triton(x, safe_gate):
     """fla's Triton kernel and ours on the same inputs in one process: ours within SPEC's pass
-    bar of the float64 reference, and within the golden bar of fla's outputs."""
+    bar of the float64 reference, and within the pass bar of fla's outputs too (fla runs its
+    default TF32 dots here, 4e-4..9e-4 from float64 by SPEC's measurements, so the golden bar,
+    made for fla's IEEE-dot outputs, does not apply to the distance between the two)."""
     pytest.importorskip("fla", reason="flash-linear-attention (fla) is not installed")
     from fla.ops.kda.chunk_intra import chunk_kda_bwd_intra as fla_intra
     from fla_tuning import trim_fla_autotuners
@@ -293,4 +275,4 @@ def test_against_fla_triton(x, safe_gate):
           f"{INTRA_OUTPUT_NAMES}")
     print("  kda_kernels: " + " ".join(f"{ratios_ours[n]:.2e}" for n in INTRA_OUTPUT_NAMES))
     print("  fla Triton:  " + " ".join(f"{ratios_fla[n]:.2e}" for n in INTRA_OUTPUT_NAMES))
-    check(ours, theirs, INTRA_GOLDEN_BAR[x], "kda_kernels vs fla")
+    check(ours, theirs, INTRA_PASS_BAR[x], "kda_kernels vs fla")
