@@ -108,7 +108,8 @@ def test_strided_inputs():
     strided = {}
     for name, t in inputs.items():
         wide = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype, device=t.device)
-        strided[name] = wide[..., ::2] if name in ("q", "g", "dAqk", "dq") else wide[..., t.shape[-1]:]
+        every_other = name in ("q", "g", "dAqk", "dq")
+        strided[name] = wide[..., ::2] if every_other else wide[..., t.shape[-1]:]
         strided[name].copy_(t)
     check(to_float64(op(strided, options)), reference(inputs, options),
           INTRA_PASS_BAR["bfloat16"])

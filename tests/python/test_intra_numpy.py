@@ -22,7 +22,8 @@ from kda_testing import (
     ml_dtypes,
 )
 
-needs_ml_dtypes = pytest.mark.skipif(ml_dtypes is None, reason="bfloat16 NumPy arrays need ml_dtypes")
+needs_ml_dtypes = pytest.mark.skipif(ml_dtypes is None,
+                                     reason="bfloat16 NumPy arrays need ml_dtypes")
 
 
 def case(name, marks=(), **args):
