@@ -25,8 +25,6 @@ import time
 import traceback
 from pathlib import Path
 
-import numpy as np
-
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))

@@ -7,7 +7,6 @@ the device-side inputs and a --cpu-dry-run of the whole command.
 """
 
 import importlib.util
-import json
 import math
 import os
 import subprocess
