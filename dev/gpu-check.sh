@@ -20,6 +20,8 @@
 #   sanitizer-matrix  the four tools over the whole test_cuda matrix, then memcheck over
 #                     test_intra_cuda, as far as the deadline allows
 #   bench             chunk_bwd_wy_dqkg timings per kernel (kda run, CUDA events)
+#   bench-py-intra    bench/run.py --op chunk_bwd_intra: ours and fla's Triton kernel (autotuned)
+#                     in one process, floor, err_ratio against float64
 #   bench-intra       bench_intra_cuda (chunk_bwd_intra, its variants, both safe_gate values)
 #   ab                the same chunk_bwd_wy_dqkg shapes with a build of another commit
 #                     (.carry/old/kda, old command syntax) alternated with this one: before and
@@ -312,7 +314,7 @@ fi
 if want ab; then
   old=$carry/old/tools/kda
   : >"$logs/ab.log"
-  for round in 1 2; do
+  for ((round = 1; round <= ${KDA_AB_ROUNDS:-2}; round++)); do
     for entry in "${wy_shapes[@]}"; do
       set -- $entry
       name=$1
@@ -326,11 +328,20 @@ if want ab; then
   done
 fi
 
+# --- chunk_bwd_intra beside fla's Triton kernel (autotuned here) in one process ----------------
+if want bench-py-intra; then
+  bounded 240 env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$carry:python" python3 bench/run.py \
+    --op chunk_bwd_intra --kernels auto --fresh --out "$logs/bench-py-intra" \
+    >"$logs/bench-py-intra.log" 2>&1
+  brc=$?
+  row "bench/run.py --op chunk_bwd_intra (with fla)" "$([ $brc -eq 0 ] && echo PASS || echo "FAIL (rc $brc)"): see bench-py-intra/"
+fi
+
 # --- chunk_bwd_intra's benchmark: its variants, both safe_gate values -------------------------
 if want bench-intra; then
   bounded 280 "$build/tests/ops/chunk_bwd_intra/bench_intra_cuda" --T 8192,2048 \
-    --dtypes bf16,fp16,fp32 --runs 50 \
-    --variants "split=1;split=3;split=1,stages=1;split=1,prefetch=0" \
+    --dtypes "${KDA_BENCH_INTRA_DTYPES:-bf16,fp16,fp32}" --runs 50 \
+    --variants "${KDA_BENCH_INTRA_VARIANTS:-split=1;split=3;split=1,stages=1;split=1,prefetch=0}" \
     >"$logs/bench_intra.log" 2>&1
   brc=$?
   row "bench_intra_cuda" "$([ $brc -eq 0 ] && echo PASS || echo "FAIL (rc $brc)"): see bench_intra.log"

@@ -453,12 +453,12 @@ std::vector<BigTensor> big_tensors(const HugeCase& c) {
     s.per_chunk = true;
     t.push_back(s);
   }
-  for (const char* name : {"dq", "dk", "dg"}) {
+  for (const char* name : {"out.dq", "out.dk", "out.dg"}) {
     t.push_back(token(name, DType::f32, c.HV, c.K, Draw::normal, true));
   }
-  t.push_back(token("dv_out", c.x, c.HV, c.V, Draw::normal, true));
-  t.push_back(token("db", DType::f32, c.HV, 0, Draw::normal, true));
-  t.push_back(token("dA", DType::f32, c.HV, c.BT, Draw::normal, true));
+  t.push_back(token("out.dv_out", c.x, c.HV, c.V, Draw::normal, true));
+  t.push_back(token("out.db", DType::f32, c.HV, 0, Draw::normal, true));
+  t.push_back(token("out.dA", DType::f32, c.HV, c.BT, Draw::normal, true));
   return t;
 }
 
@@ -608,23 +608,9 @@ TEST_P(Past2To31Elements, AgreeWithReferenceOnChunksAroundTheBoundaries) {
     return v;
   };
   Problem p;
-  p.q = view("q");
-  p.k = view("k");
-  p.v = view("v");
-  p.v_new = view("v_new");
-  p.g = view("g");
-  p.beta = view("beta");
-  p.A = view("A");
-  p.h = view("h");
-  p.do_ = view("do");
-  p.dh = view("dh");
-  p.dv = view("dv");
-  p.dq = view("dq");
-  p.dk = view("dk");
-  p.dv_out = view("dv_out");
-  p.db = view("db");
-  p.dg = view("dg");
-  p.dA = view("dA");
+  for (const auto& arg : Problem::args()) {
+    if (arg.info.role != kda::ArgRole::optional) arg.of(p) = view(arg.info.name);
+  }
   p.chunk_size = c.BT;
   const Clock::time_point launched = Clock::now();
   const kda::Status s = kda::run(p, Backend::cuda, stream);
@@ -932,7 +918,7 @@ TEST_P(GpuSpecialValues, StayInTheirChunkAndHeadsExactlyAsInCpuRef) {
         ++non_finite;
         reached = reached || inside;
         if (inj.input == "q") {
-          EXPECT_TRUE(std::string(name) == "dg" && inside && at.t == inj.t && at.col == inj.col)
+          EXPECT_TRUE(std::string(name) == "out.dg" && inside && at.t == inj.t && at.col == inj.col)
               << where(at) << " is not finite: NaN in q must reach only dg at its row and column";
         }
       }
@@ -1023,8 +1009,8 @@ TEST_P(GpuExtremeGates, FiniteWhereverCpuRefIsAndWithinTheBar) {
     for (const std::string& name : kda::testing::wy_outputs()) {
       const HostTensor& got = out.get(name);
       const HostTensor& want = ref.get(name);
-      const bool math_finite =
-          pattern != Gates::beyond || (std::string(name) != "dk" && std::string(name) != "dg");
+      const bool math_finite = pattern != Gates::beyond ||
+                               (std::string(name) != "out.dk" && std::string(name) != "out.dg");
       if (math_finite) {
         int64_t ref_not_finite = 0;
         for (int64_t i = 0; i < want.numel(); ++i) {

@@ -3,9 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <mutex>
-#include <set>
+#include <map>
 #include <string>
-#include <tuple>
+#include <utility>
 
 #include "cuda/common/cuda_status.hpp"
 
@@ -13,19 +13,23 @@ namespace kda::cuda {
 
 Status ensure_max_dynamic_smem(const void* kernel, int device, int bytes, const char* kernel_name) {
   // cudaFuncSetAttribute acts on the current device's context, so the key includes the device.
-  // The lock covers only host bookkeeping and the attribute call, which does not synchronize.
+  // The limit only ever grows: a kernel launched with several sizes (the chunk_bwd_intra kernel's
+  // depends on K) keeps the largest asked for, so a later smaller request cannot lower it under
+  // an earlier, larger launch (that once made such launches fail with "invalid argument"). The
+  // lock covers only host bookkeeping and the attribute call, which does not synchronize.
   static std::mutex mutex;
-  static std::set<std::tuple<const void*, int, int>> configured;
+  static std::map<std::pair<const void*, int>, int> configured;  // (kernel, device) -> bytes
   const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(kernel, device, bytes);
-  if (configured.count(key) != 0) return Status::Ok();
+  const auto key = std::make_pair(kernel, device);
+  const auto it = configured.find(key);
+  if (it != configured.end() && it->second >= bytes) return Status::Ok();
   const cudaError_t error =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (error != cudaSuccess) {
     return cuda_status(error, "cudaFuncSetAttribute(" + std::string(kernel_name) +
                                   ", MaxDynamicSharedMemorySize = " + std::to_string(bytes) + ")");
   }
-  configured.insert(key);
+  configured[key] = bytes;
   return Status::Ok();
 }
 
