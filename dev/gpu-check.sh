@@ -54,6 +54,9 @@ fi
 if [ ! -d "$carry/old" ] && [ -f "$carry/old.tar.xz" ]; then
   mkdir -p "$carry/old" && tar -xJf "$carry/old.tar.xz" -C "$carry/old"
 fi
+# The checkout's own build, as a developer's checkout has one (the editable-install test finds
+# libkda there).
+[ -e build ] || ln -s "$build" build
 logs=$out/logs
 mkdir -p "$logs"
 summary=$out/summary.txt
@@ -319,11 +322,18 @@ if want ab; then
       set -- $entry
       name=$1
       shift
+      [[ ",${KDA_AB_SHAPES:-$name}," == *",$name,"* ]] || continue
       file=$(wy_input "$name" "$@")
-      time_row "ab $name old #$round" "$logs/ab.log" env LD_LIBRARY_PATH="$carry/old/src" "$old" \
-        run --input "$file" --backend cuda --repeat 100
-      time_row "ab $name new #$round" "$logs/ab.log" "$kda" run chunk_bwd_wy_dqkg \
-        --input "$file" --backend cuda --repeat 100
+      # KDA_AB_ORDER=new-first swaps the pair, to tell drift between the two runs from a change.
+      for which in $([ "${KDA_AB_ORDER:-old-first}" = new-first ] && echo "new old" || echo "old new"); do
+        if [ "$which" = old ]; then
+          time_row "ab $name old #$round" "$logs/ab.log" env LD_LIBRARY_PATH="$carry/old/src" \
+            "$old" run --input "$file" --backend cuda --repeat 100
+        else
+          time_row "ab $name new #$round" "$logs/ab.log" "$kda" run chunk_bwd_wy_dqkg \
+            --input "$file" --backend cuda --repeat 100
+        fi
+      done
     done
   done
 fi

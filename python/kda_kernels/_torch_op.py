@@ -9,7 +9,7 @@ cu_seqlens / chunk_indices on the GPU are passed as device pointers, never read 
 
 Every op takes its arguments positionally in the public function's order (the required
 tensors, then fla's optional tensors and options with their defaults), then ``backend`` (a name
-or None) and ``kernel`` (a name).
+or None) and ``cuda_kernel`` (a name: the public functions' ``kernel`` keyword).
 """
 
 import torch
@@ -55,14 +55,17 @@ def _refuse(op, name, tensor, code):
 
 def _schema(op):
     """The custom op's schema, from the signature: "(Tensor q, ..., Tensor? cu_seqlens=None, ...,
-    str? backend=None, str kernel=\"auto\") -> (Tensor, ...)", with the public function's
-    defaults."""
+    str? backend=None, str cuda_kernel=\"auto\") -> (Tensor, ...)", with the public function's
+    defaults. The public keyword `kernel` is `cuda_kernel` here: Inductor's fallback for custom
+    ops takes a parameter named `kernel` of its own, and a schema argument of that name broke
+    torch.compile ("FallbackKernel.create() got multiple values for argument 'kernel'", seen on
+    the H200)."""
     sig = op.signature
     params = [f"Tensor {name}" for name in op.input_names]
     for name, default in sig.params:
         kind = "Tensor?" if name in op.optional_names else sig.option(name).schema
         params.append(f"{kind} {name}={default}")
-    params += ["str? backend=None", 'str kernel="auto"']
+    params += ["str? backend=None", 'str cuda_kernel="auto"']
     returns = ", ".join(["Tensor"] * len(op.output_names))
     return f"({', '.join(params)}) -> ({returns})"
 
@@ -80,7 +83,7 @@ class TorchOp:
         self._option_at = tuple(first + params.index(n) for n in op.option_names)
         self.num_args = first + len(params) + 2  # + backend, kernel
         # Every parameter's name and default (None for the required tensors), in order.
-        self._names = (*op.input_names, *params, "backend", "kernel")
+        self._names = (*op.input_names, *params, "backend", "cuda_kernel")
         self._defaults = ((None,) * first + tuple(d for _, d in op.signature.params)
                           + (None, "auto"))
         self.custom_op = torch.library.custom_op(self.qualname, self.run, mutates_args=(),

@@ -61,8 +61,8 @@ def golden_dir():
 
 
 def intra_golden_dir():
-    """$KDA_GOLDEN_INTRA_DIR, else ../shared/golden-intra beside the repository."""
-    env = os.environ.get("KDA_GOLDEN_INTRA_DIR")
+    """$KDA_INTRA_GOLDEN_DIR, else ../shared/golden-intra beside the repository."""
+    env = os.environ.get("KDA_INTRA_GOLDEN_DIR")
     return Path(env) if env else REPO_ROOT.parent / "shared" / "golden-intra"
 
 

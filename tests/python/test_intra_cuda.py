@@ -118,7 +118,7 @@ def test_strided_inputs():
 @pytest.mark.parametrize("case", INTRA_GOLDEN_CASES)
 def test_golden(case):
     path = intra_golden_dir() / f"{case}.safetensors"
-    assert path.is_file(), f"golden file missing: {path} (set KDA_GOLDEN_INTRA_DIR)"
+    assert path.is_file(), f"golden file missing: {path} (set KDA_INTRA_GOLDEN_DIR)"
     inputs, options, expected, x = intra_golden_case(path)
     tensors = {name: to_torch(a, "cuda") for name, a in inputs.items()}
     for name, dtype in safetensors_dtypes(path).items():

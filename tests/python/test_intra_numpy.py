@@ -78,7 +78,7 @@ def test_golden(case, backend):
     path = intra_golden_dir() / f"{case}.safetensors"
     assert path.is_file(), (
         f"golden file missing: {path} (expected ../shared/golden-intra beside the checkout, "
-        f"or set KDA_GOLDEN_INTRA_DIR)"
+        f"or set KDA_INTRA_GOLDEN_DIR)"
     )
     inputs, options, expected, x = intra_golden_case(path)
     # Without ml_dtypes the bf16 case's inputs are widened exactly to float32 (see
