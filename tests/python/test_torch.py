@@ -35,7 +35,7 @@ def test_custom_op_is_registered():
     schema = str(packet.default._schema)
     assert schema.startswith("kda_kernels::chunk_kda_bwd_wy_dqkg_fused(")
     assert "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)" in schema
-    assert 'str? backend=None, str kernel="auto")' in schema
+    assert 'str? backend=None, str cuda_kernel="auto")' in schema
 
 
 def test_cpu_tensors_equal_numpy_path():
@@ -215,7 +215,7 @@ def test_intra_custom_op_is_registered():
         "kda_kernels::chunk_kda_bwd_intra(Tensor q, Tensor k, Tensor g, Tensor beta, "
         "Tensor dAqk, Tensor dAkk, Tensor dq, Tensor dk, Tensor db, Tensor dg, "
         "Tensor? cu_seqlens=None, Tensor? chunk_indices=None, SymInt chunk_size=64, "
-        'bool safe_gate=False, str? backend=None, str kernel="auto") '
+        'bool safe_gate=False, str? backend=None, str cuda_kernel="auto") '
         "-> (Tensor, Tensor, Tensor, Tensor)")
 
 
