@@ -352,7 +352,7 @@ TEST(IntraCudaCausality, RowsBeforeThePerturbationKeepTheirBits) {
 
 // Index tensors that break the contract (sequence ids out of range, chunk ids past the sequence,
 // cu_seqlens decreasing or past T, huge values) must never make the kernel read or write out of
-// bounds (compute-sanitizer memcheck runs these: tools/device-check.sh). The call succeeds; the
+// bounds (compute-sanitizer memcheck runs these: dev/gpu-check.sh). The call succeeds; the
 // outputs of the skipped units are unspecified, so only the units the indices describe correctly
 // are compared.
 TEST(IntraCudaDeviceIndexGarbage, NeverOutOfBounds) {
