@@ -1,5 +1,5 @@
-// Runs chunk_bwd_wy_dqkg on a small fixed-length problem through the installed C++ API on the cpu-ref
-// backend and checks that every output element was written and is finite.
+// Runs chunk_bwd_wy_dqkg on a small fixed-length problem through the installed C++ API on the
+// cpu-ref backend and checks that every output element was written and is finite.
 #include <cmath>
 #include <cstdio>
 #include <vector>

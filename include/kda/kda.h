@@ -77,11 +77,11 @@ typedef struct kda_tensor {
 
 /* One entry of an operator's argument table (see kda/args.h). */
 typedef struct kda_arg_info {
-  const char* name;  /* "q", ..., "out.dq" */
-  const char* doc;   /* shape and dtype */
-  int32_t role;      /* KDA_ARG_INPUT, KDA_ARG_OPTIONAL or KDA_ARG_OUTPUT */
+  const char* name; /* "q", ..., "out.dq" */
+  const char* doc;  /* shape and dtype */
+  int32_t role;     /* KDA_ARG_INPUT, KDA_ARG_OPTIONAL or KDA_ARG_OUTPUT */
   int32_t rank;
-  int64_t offset;    /* byte offset of its kda_tensor in the operator's problem struct */
+  int64_t offset; /* byte offset of its kda_tensor in the operator's problem struct */
 } kda_arg_info;
 
 /* "0.2.0" */

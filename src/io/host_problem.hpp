@@ -159,7 +159,7 @@ struct IntraConfig {
   int64_t B = 1, T = 2048, H = 32, HV = 0 /* 0: = H */, K = 128, BT = 64;
   DType x_dtype = DType::bf16;
   DType beta_dtype = DType::f32;  // f32, or x_dtype for "beta in X"
-  std::vector<int64_t> seqlens;    // non-empty: varlen, B must be 1 and T = sum
+  std::vector<int64_t> seqlens;   // non-empty: varlen, B must be 1 and T = sum
   bool pass_chunk_indices = false;
   bool safe_gate = false;
   // Per-token natural-log decays: channel c of value head hv is "strong" when (hv + c) %

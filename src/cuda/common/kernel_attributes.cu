@@ -2,8 +2,8 @@
 
 #include <cuda_runtime.h>
 
-#include <mutex>
 #include <map>
+#include <mutex>
 #include <string>
 #include <utility>
 
