@@ -67,6 +67,32 @@ Status to_tensors(const void* in, std::span<const CArg> c_args, std::span<const 
   return Status::Ok();
 }
 
+// The bodies of an operator's kda_<op>_validate and kda_<op>_run: C problem -> C++ problem
+// through the operator's `to_problem`, then validate() or kda::run(), every failure recorded as the
+// thread's last error.
+template <typename P, typename CP>
+kda_status validate_entry(const CP* in, Status (*to_problem)(const CP*, P*)) {
+  return guarded([&] {
+    P p;
+    if (Status s = to_problem(in, &p); !s.ok()) return s;
+    return p.validate();
+  });
+}
+
+template <typename P, typename CP>
+kda_status run_entry(const CP* in, int32_t backend, int32_t kernel, void* stream,
+                     Status (*to_problem)(const CP*, P*)) {
+  return guarded([&] {
+    Backend b{};
+    Kernel k{};
+    if (Status s = to_backend(backend, &b); !s.ok()) return s;
+    if (Status s = to_kernel(kernel, &k); !s.ok()) return s;
+    P p;
+    if (Status s = to_problem(in, &p); !s.ok()) return s;
+    return run(p, b, stream, k);
+  });
+}
+
 }  // namespace kda::c_api
 
 // One CArg per argument-table row, for a table built where `CP` names the C problem struct.

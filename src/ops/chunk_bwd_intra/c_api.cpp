@@ -37,24 +37,13 @@ Status to_problem(const CP* in, ChunkBwdIntraProblem* p) {
 extern "C" {
 
 kda_status kda_chunk_bwd_intra_validate(const kda_chunk_bwd_intra_problem* problem) {
-  return kda::c_api::guarded([&] {
-    kda::ChunkBwdIntraProblem p;
-    if (kda::Status s = kda::c_api::to_problem(problem, &p); !s.ok()) return s;
-    return p.validate();
-  });
+  return kda::c_api::validate_entry<kda::ChunkBwdIntraProblem>(problem, kda::c_api::to_problem);
 }
 
 kda_status kda_chunk_bwd_intra_run(const kda_chunk_bwd_intra_problem* problem, int32_t backend,
                                    int32_t kernel, void* stream) {
-  return kda::c_api::guarded([&] {
-    kda::Backend b{};
-    kda::Kernel k{};
-    if (kda::Status s = kda::c_api::to_backend(backend, &b); !s.ok()) return s;
-    if (kda::Status s = kda::c_api::to_kernel(kernel, &k); !s.ok()) return s;
-    kda::ChunkBwdIntraProblem p;
-    if (kda::Status s = kda::c_api::to_problem(problem, &p); !s.ok()) return s;
-    return kda::run(p, b, stream, k);
-  });
+  return kda::c_api::run_entry<kda::ChunkBwdIntraProblem>(problem, backend, kernel, stream,
+                                                          kda::c_api::to_problem);
 }
 
 }  // extern "C"

@@ -38,24 +38,13 @@ Status to_problem(const CP* in, ChunkBwdWyDqkgProblem* p) {
 extern "C" {
 
 kda_status kda_chunk_bwd_wy_dqkg_validate(const kda_chunk_bwd_wy_dqkg_problem* problem) {
-  return kda::c_api::guarded([&] {
-    kda::ChunkBwdWyDqkgProblem p;
-    if (kda::Status s = kda::c_api::to_problem(problem, &p); !s.ok()) return s;
-    return p.validate();
-  });
+  return kda::c_api::validate_entry<kda::ChunkBwdWyDqkgProblem>(problem, kda::c_api::to_problem);
 }
 
 kda_status kda_chunk_bwd_wy_dqkg_run(const kda_chunk_bwd_wy_dqkg_problem* problem, int32_t backend,
                                      int32_t kernel, void* stream) {
-  return kda::c_api::guarded([&] {
-    kda::Backend b{};
-    kda::Kernel k{};
-    if (kda::Status s = kda::c_api::to_backend(backend, &b); !s.ok()) return s;
-    if (kda::Status s = kda::c_api::to_kernel(kernel, &k); !s.ok()) return s;
-    kda::ChunkBwdWyDqkgProblem p;
-    if (kda::Status s = kda::c_api::to_problem(problem, &p); !s.ok()) return s;
-    return kda::run(p, b, stream, k);
-  });
+  return kda::c_api::run_entry<kda::ChunkBwdWyDqkgProblem>(problem, backend, kernel, stream,
+                                                           kda::c_api::to_problem);
 }
 
 }  // extern "C"

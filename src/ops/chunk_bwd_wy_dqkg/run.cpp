@@ -1,4 +1,4 @@
-// kda::run for chunk_bwd_wy_dqkg: validation once, then the backend.
+// kda::run for chunk_bwd_wy_dqkg: validation once, then the backend (core/run_checks.hpp).
 
 #include "core/run_checks.hpp"
 #include "ops/chunk_bwd_wy_dqkg/backends.hpp"
@@ -6,23 +6,16 @@
 namespace kda {
 
 Status run(const ChunkBwdWyDqkgProblem& problem, Backend backend, void* stream, Kernel kernel) {
-  ChunkBwdWyDqkgDims dims;
-  if (Status s = problem.validate(&dims); !s.ok()) return s;
-  if (Status s = detail::check_backend_call(backend, kernel, problem.q); !s.ok()) return s;
-  switch (backend) {
-    case Backend::cpu_ref:
-      return detail::run_chunk_bwd_wy_dqkg_cpu_ref(problem, dims);
-    case Backend::cpu:
-      return detail::run_chunk_bwd_wy_dqkg_cpu(problem, dims);
-    case Backend::cuda:
+  static constexpr detail::OpBackends<ChunkBwdWyDqkgProblem, ChunkBwdWyDqkgDims> kBackends = {
+    detail::run_chunk_bwd_wy_dqkg_cpu_ref,
+    detail::run_chunk_bwd_wy_dqkg_cpu,
 #if KDA_WITH_CUDA
-      return detail::run_chunk_bwd_wy_dqkg_cuda(problem, dims, kernel, stream);
+    detail::run_chunk_bwd_wy_dqkg_cuda,
 #else
-      break;  // check_backend_call refused it
+    nullptr,
 #endif
-  }
-  (void)stream;
-  return {StatusCode::internal, "run: no backend took the call"};
+  };
+  return detail::run_validated(problem, backend, stream, kernel, kBackends);
 }
 
 }  // namespace kda
