@@ -1,4 +1,6 @@
-# Installs libkda into a scratch prefix, then builds and runs examples/consumer against it.
+# Installs libkda into a scratch prefix, then builds and runs examples/consumer against it, and
+# runs the installed `kda --version` (it must find the installed libkda by itself: no
+# LD_LIBRARY_PATH, the prefix is not a system directory).
 file(REMOVE_RECURSE "${KDA_SCRATCH}")
 execute_process(COMMAND "${CMAKE_COMMAND}" --install "${KDA_BUILD_DIR}" --prefix "${KDA_SCRATCH}/prefix"
                 RESULT_VARIABLE rc)
@@ -22,4 +24,17 @@ execute_process(COMMAND "${KDA_SCRATCH}/build/kda_consumer" RESULT_VARIABLE rc
 message(STATUS "consumer said: ${out}${err}")
 if(rc)
   message(FATAL_ERROR "the consumer failed: ${rc}")
+endif()
+
+if(KDA_BUILD_CLI)
+  execute_process(COMMAND "${CMAKE_COMMAND}" -E env --unset=LD_LIBRARY_PATH
+                          "${KDA_SCRATCH}/prefix/bin/kda" --version
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message(STATUS "installed kda --version said: ${out}${err}")
+  if(rc)
+    message(FATAL_ERROR "the installed kda does not start (${rc}): ${err}")
+  endif()
+  if(NOT out MATCHES "^[0-9]+\\.[0-9]+\\.[0-9]+")
+    message(FATAL_ERROR "the installed kda --version printed no version: ${out}")
+  endif()
 endif()
