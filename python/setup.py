@@ -17,10 +17,25 @@ from pathlib import Path
 from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
+import setuptools
+
+PREREQUISITES = (
+    "kda-kernels: building the package needs setuptools >= 70.1 (or an older setuptools >= 64 "
+    "with the wheel package), and installing it needs numpy >= 1.21; this environment has "
+    f"setuptools {setuptools.__version__} and no wheel. `pip install --no-build-isolation` uses "
+    "the environment's build tools and installs none (a fresh virtual environment has pip and at "
+    "most setuptools 65): install them first, e.g. pip install numpy \"setuptools>=70.1\" (from "
+    "the network, or --no-index --find-links DIR for a local wheelhouse), or let pip fetch them "
+    "with a plain `pip install ./python` (network needed)."
+)
+
 try:
     from setuptools.command.bdist_wheel import bdist_wheel  # setuptools >= 70.1
 except ImportError:
-    from wheel.bdist_wheel import bdist_wheel
+    try:
+        from wheel.bdist_wheel import bdist_wheel
+    except ImportError:
+        raise SystemExit(PREREQUISITES) from None
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent

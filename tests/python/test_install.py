@@ -1,11 +1,15 @@
 """`pip install ./python` the way a user on a machine without network does it (no index, no build
 isolation), and `pip install -e` for development: each installed copy is then imported in a
 fresh interpreter, away from the checkout, and must load the right libkda and compute what the
-checkout's package computes, for both operators. Needs pip, setuptools >= 64 and wheel (or setuptools >= 70.1), as
-`tools/run-tests.sh` installs them; no torch, no GPU."""
+checkout's package computes, for both operators. The README's offline command runs in a fresh
+virtual environment, as written, once the prerequisites it lists are there, and without them
+fails with a message that names them. Needs pip, setuptools >= 64 and wheel (or setuptools >=
+70.1), as `tools/run-tests.sh` installs them; no torch, no GPU, no network."""
 
 import json
 import os
+import re
+import shlex
 import site
 import subprocess
 import sys
@@ -114,3 +118,76 @@ def test_pip_install_editable_uses_the_checkout(tmp_path):
     assert Path(found["package"]).resolve().parent == (PACKAGE_DIR / "kda_kernels").resolve()
     assert REPO_ROOT.resolve() in Path(found["library"]).resolve().parents
     assert found["outputs"] == _expected_outputs()
+
+
+def _fresh_venv(env_dir, parent_packages):
+    """A new virtual environment with pip (ensurepip: offline) and what the Python version's
+    ensurepip brings (setuptools 65 on 3.11 and older, nothing more on 3.12+). With
+    `parent_packages`, this interpreter's site-packages are added to it by a .pth file: they
+    stand in for the README's `pip install numpy "setuptools>=70.1"` step, which needs a
+    network or a wheelhouse (system_site_packages alone is not enough where this interpreter is
+    itself a virtual environment: it exposes the base installation's packages, not this one's)."""
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    if parent_packages:
+        venv_site = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True, text=True, check=True).stdout.strip()
+        ours = [*site.getsitepackages(), sysconfig.get_paths()["purelib"]]
+        Path(venv_site, "kda_test_parent_site.pth").write_text("\n".join(dict.fromkeys(ours)) + "\n")
+    return python
+
+
+def _readme_offline_command():
+    """The README's command for an install without network, as its words (`pip install ...`)."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    commands = re.findall(r"^(pip install [^#\n]*--no-index[^#\n]*?)\s*(?:#.*)?$", readme, re.M)
+    assert len(commands) == 1, f"README.md: expected one offline pip command, found {commands}"
+    words = shlex.split(commands[0])
+    assert words[-1] == "./python", words
+    return words
+
+
+def _run_readme_command(python, env):
+    words = _readme_offline_command()
+    # `pip` of the README is the environment's pip; ./python is the checkout's package folder.
+    args = [str(python), "-m", *words[:-1], str(PACKAGE_DIR)]
+    return subprocess.run(args, capture_output=True, text=True, env=env, cwd=REPO_ROOT,
+                          timeout=600)
+
+
+@needs_build_tools
+def test_readme_offline_install_in_a_fresh_venv(tmp_path):
+    # The prerequisites present (numpy, setuptools, wheel from this interpreter), the README's
+    # command as written: it resolves numpy from what is installed, builds and bundles the library.
+    python = _fresh_venv(tmp_path / "venv", parent_packages=True)
+    library = Path(kk.library_path()).resolve()
+    result = _run_readme_command(python, _clean_env(KDA_LIBRARY=str(library)))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    found = _probe(python, tmp_path, _clean_env())
+    assert Path(found["library"]).resolve().parent.name == "lib"
+    assert Path(found["package"]).resolve().parent.parent != PACKAGE_DIR.resolve()
+    assert found["outputs"] == _expected_outputs()
+
+
+@needs_build_tools
+def test_readme_offline_install_names_missing_prerequisites(tmp_path):
+    # A fresh virtual environment and nothing else: the README's command fails (no network, no
+    # build tools), and what it prints names the prerequisites the README lists, not a bare
+    # "No module named 'wheel'" from setup.py's imports.
+    python = _fresh_venv(tmp_path / "venv", parent_packages=False)
+    has = subprocess.run([str(python), "-c", "import setuptools; print(setuptools.__version__)"],
+                         capture_output=True, text=True)
+    result = _run_readme_command(python, _clean_env())
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    if has.returncode != 0:
+        # No setuptools at all (Python 3.12+): setup.py never runs; pip names the backend.
+        assert "setuptools" in output, output[-3000:]
+        return
+    version = tuple(int(x) for x in re.findall(r"\d+", has.stdout)[:2])
+    if version >= (70, 1):
+        pytest.skip(f"this venv's setuptools {has.stdout.strip()} builds wheels by itself")
+    assert "No module named 'wheel'" not in output, output[-3000:]
+    assert "kda-kernels: building the package needs setuptools >= 70.1" in output, output[-3000:]
+    assert "numpy" in output, output[-3000:]
