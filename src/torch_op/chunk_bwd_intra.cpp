@@ -1,0 +1,84 @@
+// torch.ops.kda_kernels.chunk_kda_bwd_intra: chunk_bwd_intra on torch tensors.
+
+#include <torch/library.h>
+
+#include <optional>
+#include <string_view>
+#include <tuple>
+
+#include "kda/ops/chunk_bwd_intra.hpp"
+#include "torch_op/options.hpp"
+#include "torch_op/status.hpp"
+#include "torch_op/stream.hpp"
+#include "torch_op/tensors.hpp"
+
+namespace kda::torch_op {
+
+namespace {
+
+using Problem = ChunkBwdIntraProblem;
+constexpr const char* kOp = Problem::kFlaName;
+using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// The arguments in the public function's order (SPEC-chunk-bwd-intra.md), then backend and the
+// kernel choice. Checks in the ctypes path's order: options, inputs, outputs; then libkda
+// validates and runs.
+Outputs chunk_kda_bwd_intra(const at::Tensor& q, const at::Tensor& k, const at::Tensor& g,
+                            const at::Tensor& beta, const at::Tensor& dAqk, const at::Tensor& dAkk,
+                            const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& db,
+                            const at::Tensor& dg, const std::optional<at::Tensor>& cu_seqlens,
+                            const std::optional<at::Tensor>& chunk_indices, int64_t chunk_size,
+                            bool safe_gate, std::optional<std::string_view> backend_name,
+                            std::string_view kernel_name) {
+  const Backend backend = backend_of(backend_name, q, kOp);
+  const Kernel kernel = kernel_of(kernel_name, kOp);
+  Problem p;
+  p.q = input_view(q, kOp, "q");
+  p.k = input_view(k, kOp, "k");
+  p.g = input_view(g, kOp, "g");
+  p.beta = input_view(beta, kOp, "beta");
+  p.dAqk = input_view(dAqk, kOp, "dAqk");
+  p.dAkk = input_view(dAkk, kOp, "dAkk");
+  p.dq = input_view(dq, kOp, "dq");
+  p.dk = input_view(dk, kOp, "dk");
+  p.db = input_view(db, kOp, "db");
+  p.dg = input_view(dg, kOp, "dg");
+  p.cu_seqlens = input_view(cu_seqlens, kOp, "cu_seqlens");
+  p.chunk_indices = input_view(chunk_indices, kOp, "chunk_indices");
+  p.chunk_size = chunk_size;
+  p.safe_gate = safe_gate;
+
+  // SPEC-chunk-bwd-intra.md's shapes: [B, T, HV, K] per value head, all float32.
+  const int64_t B = extent(q, 4, 0), T = extent(q, 4, 1), K = extent(q, 4, 3);
+  const int64_t HV = extent(g, 4, 2);
+  Outputs out{new_output(q, {B, T, HV, K}, at::kFloat), new_output(q, {B, T, HV, K}, at::kFloat),
+              new_output(q, {B, T, HV}, at::kFloat), new_output(q, {B, T, HV, K}, at::kFloat)};
+  p.dq_out = output_view(std::get<0>(out));
+  p.dk_out = output_view(std::get<1>(out));
+  p.db_out = output_view(std::get<2>(out));
+  p.dg_out = output_view(std::get<3>(out));
+  check(run(p, backend, stream_for(backend, q.device()), kernel), kOp);
+  return out;
+}
+
+}  // namespace
+
+}  // namespace kda::torch_op
+
+TORCH_LIBRARY_FRAGMENT(kda_kernels, m) {
+  // The fake (meta) implementation, for torch.compile, is registered from Python there.
+  m.set_python_module("kda_kernels._torch_op");
+  m.def(
+      "chunk_kda_bwd_intra(Tensor q, Tensor k, Tensor g, Tensor beta, Tensor dAqk, Tensor dAkk, "
+      "Tensor dq, Tensor dk, Tensor db, Tensor dg, Tensor? cu_seqlens=None, "
+      "Tensor? chunk_indices=None, SymInt chunk_size=64, bool safe_gate=False, "
+      "str? backend=None, str cuda_kernel=\"auto\") -> (Tensor, Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(kda_kernels, CPU, m) {
+  m.impl("chunk_kda_bwd_intra", TORCH_FN(kda::torch_op::chunk_kda_bwd_intra));
+}
+
+TORCH_LIBRARY_IMPL(kda_kernels, CUDA, m) {
+  m.impl("chunk_kda_bwd_intra", TORCH_FN(kda::torch_op::chunk_kda_bwd_intra));
+}

@@ -1,0 +1,91 @@
+// torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused: chunk_bwd_wy_dqkg on torch tensors.
+
+#include <torch/library.h>
+
+#include <optional>
+#include <string_view>
+#include <tuple>
+
+#include "kda/ops/chunk_bwd_wy_dqkg.hpp"
+#include "torch_op/options.hpp"
+#include "torch_op/status.hpp"
+#include "torch_op/stream.hpp"
+#include "torch_op/tensors.hpp"
+
+namespace kda::torch_op {
+
+namespace {
+
+using Problem = ChunkBwdWyDqkgProblem;
+constexpr const char* kOp = Problem::kFlaName;
+using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// The arguments in the public function's order (SPEC.md), then backend and the kernel choice.
+// Checks in the ctypes path's order: options, inputs, outputs; then libkda validates and runs.
+Outputs chunk_kda_bwd_wy_dqkg_fused(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& v_new,
+    const at::Tensor& g, const at::Tensor& beta, const at::Tensor& A, const at::Tensor& h,
+    const at::Tensor& do_, const at::Tensor& dh, const at::Tensor& dv, std::optional<double> scale,
+    const std::optional<at::Tensor>& cu_seqlens, int64_t chunk_size,
+    const std::optional<at::Tensor>& chunk_indices, bool state_v_first,
+    std::optional<std::string_view> backend_name, std::string_view kernel_name) {
+  const Backend backend = backend_of(backend_name, q, kOp);
+  const Kernel kernel = kernel_of(kernel_name, kOp);
+  Problem p;
+  p.q = input_view(q, kOp, "q");
+  p.k = input_view(k, kOp, "k");
+  p.v = input_view(v, kOp, "v");
+  p.v_new = input_view(v_new, kOp, "v_new");
+  p.g = input_view(g, kOp, "g");
+  p.beta = input_view(beta, kOp, "beta");
+  p.A = input_view(A, kOp, "A");
+  p.h = input_view(h, kOp, "h");
+  p.do_ = input_view(do_, kOp, "do");
+  p.dh = input_view(dh, kOp, "dh");
+  p.dv = input_view(dv, kOp, "dv");
+  p.cu_seqlens = input_view(cu_seqlens, kOp, "cu_seqlens");
+  p.chunk_indices = input_view(chunk_indices, kOp, "chunk_indices");
+  p.scale = scale;
+  p.chunk_size = chunk_size;
+  p.state_v_first = state_v_first;
+
+  // SPEC.md's shapes: [B, T, HV, K] per value head; dA's last extent is A's, so that a bad
+  // chunk_size never sizes an allocation.
+  const int64_t B = extent(q, 4, 0), T = extent(q, 4, 1), K = extent(q, 4, 3);
+  const int64_t HV = extent(v, 4, 2), V = extent(v, 4, 3), BT = extent(A, 4, 3);
+  Outputs out{
+      new_output(q, {B, T, HV, K}, at::kFloat),      new_output(q, {B, T, HV, K}, at::kFloat),
+      new_output(q, {B, T, HV, V}, q.scalar_type()), new_output(q, {B, T, HV}, at::kFloat),
+      new_output(q, {B, T, HV, K}, at::kFloat),      new_output(q, {B, T, HV, BT}, at::kFloat)};
+  p.dq = output_view(std::get<0>(out));
+  p.dk = output_view(std::get<1>(out));
+  p.dv_out = output_view(std::get<2>(out));
+  p.db = output_view(std::get<3>(out));
+  p.dg = output_view(std::get<4>(out));
+  p.dA = output_view(std::get<5>(out));
+  check(run(p, backend, stream_for(backend, q.device()), kernel), kOp);
+  return out;
+}
+
+}  // namespace
+
+}  // namespace kda::torch_op
+
+TORCH_LIBRARY_FRAGMENT(kda_kernels, m) {
+  // The fake (meta) implementation, for torch.compile, is registered from Python there.
+  m.set_python_module("kda_kernels._torch_op");
+  m.def(
+      "chunk_kda_bwd_wy_dqkg_fused(Tensor q, Tensor k, Tensor v, Tensor v_new, Tensor g, "
+      "Tensor beta, Tensor A, Tensor h, Tensor do, Tensor dh, Tensor dv, float? scale=None, "
+      "Tensor? cu_seqlens=None, SymInt chunk_size=64, Tensor? chunk_indices=None, "
+      "bool state_v_first=False, str? backend=None, str cuda_kernel=\"auto\") "
+      "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(kda_kernels, CPU, m) {
+  m.impl("chunk_kda_bwd_wy_dqkg_fused", TORCH_FN(kda::torch_op::chunk_kda_bwd_wy_dqkg_fused));
+}
+
+TORCH_LIBRARY_IMPL(kda_kernels, CUDA, m) {
+  m.impl("chunk_kda_bwd_wy_dqkg_fused", TORCH_FN(kda::torch_op::chunk_kda_bwd_wy_dqkg_fused));
+}
