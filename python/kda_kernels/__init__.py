@@ -1,10 +1,15 @@
 """kda-kernels: KDA chunk-backward operators for PyTorch (CPU and CUDA tensors, torch.compile,
-CUDA graphs) and NumPy, through libkda's C ABI (ctypes), with fla's signatures:
-chunk_kda_bwd_wy_dqkg_fused and chunk_kda_bwd_intra.
+CUDA graphs) and NumPy, with fla's signatures: chunk_kda_bwd_wy_dqkg_fused and
+chunk_kda_bwd_intra. Torch tensors go through the custom ops torch.ops.kda_kernels.*, compiled
+(libkda_torch, calling libkda's C++ API) where that library was built for this torch, else
+registered from Python over libkda's C ABI (ctypes): see torch_op_backend(). NumPy arrays go
+through the C ABI.
 
-Importing never loads libkda; the first call does, from $KDA_LIBRARY, else the copy bundled in
-this package, else a build in the source checkout (build*/src/). ``kda_kernels.fla.enable()``
-makes flash-linear-attention's chunk_kda backward use these operators.
+libkda is looked for in $KDA_LIBRARY, else the copy bundled in this package, else a build in the
+source checkout (build*/src/). Importing loads it only when torch is present and the compiled
+ops sit beside it (they link it); otherwise the first call does, and a missing libkda is an
+error then, never at import. ``kda_kernels.fla.enable()`` makes flash-linear-attention's
+chunk_kda backward use these operators.
 """
 
 from ._api import (
@@ -13,6 +18,7 @@ from ._api import (
     chunk_kda_bwd_intra,
     chunk_kda_bwd_wy_dqkg_fused,
     library_path,
+    torch_op_backend,
 )
 from ._library import LibraryError
 
@@ -23,6 +29,7 @@ __all__ = [
     "chunk_kda_bwd_intra",
     "chunk_kda_bwd_wy_dqkg_fused",
     "library_path",
+    "torch_op_backend",
 ]
 
 

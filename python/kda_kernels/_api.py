@@ -14,6 +14,10 @@ _TORCH_OP = torch is not None and hasattr(torch.library, "custom_op")
 if _TORCH_OP:
     from . import _torch_op
 
+    _WY_OP = _torch_op.OPS["chunk_kda_bwd_wy_dqkg_fused"]
+    _INTRA_OP = _torch_op.OPS["chunk_kda_bwd_intra"]
+    _Tensor = torch.Tensor
+
 
 def _is_torch_tensor(x):
     return torch is not None and isinstance(x, torch.Tensor)
@@ -101,6 +105,11 @@ def chunk_kda_bwd_wy_dqkg_fused(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale
     >>> dq, dk, dv2, db, dg, dA = chunk_kda_bwd_wy_dqkg_fused(
     ...     q, k, v, v_new, g, beta, A, h, do, dh, dv, chunk_size=64)  # doctest: +SKIP
     """
+    # The torch path first, with the op's arguments in order: it is the one paid per
+    # training step.
+    if _TORCH_OP and isinstance(q, _Tensor):
+        return _WY_OP.call((q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, cu_seqlens,
+                            chunk_size, chunk_indices, state_v_first, backend, kernel))
     return _call(_problem.CHUNK_BWD_WY_DQKG,
                  dict(q=q, k=k, v=v, v_new=v_new, g=g, beta=beta, A=A, h=h, do=do, dh=dh, dv=dv),
                  dict(cu_seqlens=cu_seqlens, chunk_indices=chunk_indices),
@@ -187,6 +196,9 @@ def chunk_kda_bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=No
     >>> dq, dk, db, dg = chunk_kda_bwd_intra(
     ...     q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, chunk_size=64)  # doctest: +SKIP
     """
+    if _TORCH_OP and isinstance(q, _Tensor):
+        return _INTRA_OP.call((q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens,
+                               chunk_indices, chunk_size, safe_gate, backend, kernel))
     return _call(_problem.CHUNK_BWD_INTRA,
                  dict(q=q, k=k, g=g, beta=beta, dAqk=dAqk, dAkk=dAkk, dq=dq, dk=dk, db=db, dg=dg),
                  dict(cu_seqlens=cu_seqlens, chunk_indices=chunk_indices),
@@ -194,14 +206,12 @@ def chunk_kda_bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=No
 
 
 def _call(op, inputs, optionals, options, backend, kernel):
-    """Either path of an operator: torch tensors through its custom op, anything else (NumPy
-    arrays) to the CPU backends directly. ``options`` are in the signature's option order."""
+    """An operator's path for anything but torch tensors on a torch with custom ops (NumPy
+    arrays): the CPU backends directly. ``options`` are in the signature's option order."""
     if _is_torch_tensor(inputs["q"]):
-        if not _TORCH_OP:
-            raise RuntimeError(
-                f"kda_kernels needs torch >= 2.4 (torch.library.custom_op); found {torch.__version__}"
-            )
-        return _torch_op.OPS[op.name].call(inputs, optionals, options, backend, kernel)
+        raise RuntimeError(
+            f"kda_kernels needs torch >= 2.4 (torch.library.custom_op); found {torch.__version__}"
+        )
     return _numpy_path.run(op, inputs, optionals, options, backend, kernel)
 
 
@@ -224,6 +234,24 @@ def chunk_indices(cu_seqlens, chunk_size=64):
     if _is_torch_tensor(cu_seqlens) and _TORCH_OP:
         return _torch_op.chunk_indices(cu_seqlens, chunk_size)
     return _numpy_path.chunk_indices(cu_seqlens, chunk_size)
+
+
+def torch_op_backend(detail=False):
+    """Which implementation the torch ops (``torch.ops.kda_kernels.*``, and the public functions
+    on torch tensors) have in this process: ``"compiled"`` (libkda_torch, registered from C++,
+    calling libkda directly: the low host cost one) or ``"python"`` (registered from Python,
+    calling libkda's C ABI through ctypes); None without torch (>= 2.4).
+
+    The compiled one is used when it sits beside the loaded libkda, built for this torch
+    release; the environment variable KDA_TORCH_OP (read at import) can ask for ``python`` or
+    insist on ``compiled``. With ``detail=True`` the answer is followed by the compiled
+    library's path or the reason the python ops are used, e.g. ``"python (no
+    libkda_torch-2.11.0.so for torch 2.11.0 beside /x/libkda.so)"``.
+    """
+    if not _TORCH_OP:
+        return None
+    choice = _torch_op.CHOICE
+    return repr(choice) if detail else choice.backend
 
 
 def backend_available(name):

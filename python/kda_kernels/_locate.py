@@ -6,6 +6,10 @@ import sys
 from pathlib import Path
 
 ENV_VAR = "KDA_LIBRARY"
+# Which implementation the torch ops get: auto (the compiled one when it loads, else the ctypes
+# one), compiled (that one or an error), python (the ctypes one). See _torch_ext.
+TORCH_OP_ENV_VAR = "KDA_TORCH_OP"
+TORCH_OP_MODES = ("auto", "compiled", "python")
 
 
 def library_file_name():
@@ -15,6 +19,20 @@ def library_file_name():
     if sys.platform == "win32":
         return "kda.dll"
     return "libkda.so"
+
+
+def torch_op_file_name(torch_version):
+    """The compiled torch op's file name for a torch release ("2.11.0": no local tag such as
+    +cu130, which does not change torch's C++ ABI), as CMake names it (src/torch_op)."""
+    name = library_file_name()
+    stem, dot, suffix = name.partition(".")
+    return f"{stem}_torch-{torch_version}{dot}{suffix}"
+
+
+def torch_op_files(library_dir):
+    """Every compiled torch op (of any torch version) in a folder, by name."""
+    stem, dot, suffix = library_file_name().partition(".")
+    return sorted(Path(library_dir).glob(f"{stem}_torch-*{dot}{suffix}"))
 
 
 def bundled_library(package_dir):

@@ -1,11 +1,18 @@
-"""The operators on torch tensors, each registered as the custom op
-``torch.ops.kda_kernels.<fla name>`` (chunk_kda_bwd_wy_dqkg_fused, chunk_kda_bwd_intra) by one
-helper from its signature (_signatures): schema, implementation and fake implementation.
+"""The operators on torch tensors, each the custom op ``torch.ops.kda_kernels.<fla name>``
+(chunk_kda_bwd_wy_dqkg_fused, chunk_kda_bwd_intra), in one of two implementations (_torch_ext
+picks, once, at import):
 
-Being a custom op with a fake (meta) implementation is what lets torch.compile(fullgraph=True)
-trace a caller without a graph break, and the CUDA path does nothing a CUDA graph cannot capture:
-outputs come from torch's caching allocator, the kernel goes on torch's current stream, and
-cu_seqlens / chunk_indices on the GPU are passed as device pointers, never read on the host.
+- compiled: registered from C++ by libkda_torch (src/torch_op), which calls libkda's C++ API;
+  its fake (meta) implementation is registered here;
+- python: registered here by one helper from the operator's signature (_signatures): schema,
+  implementation over libkda's C ABI (ctypes), fake implementation.
+
+Both have one schema (test_torch checks that they agree), the same checks in the same order and
+the same exceptions and messages. Being a custom op with a fake implementation is what lets
+torch.compile(fullgraph=True) trace a caller without a graph break, and the CUDA path does
+nothing a CUDA graph cannot capture: outputs come from torch's caching allocator, the kernel goes
+on torch's current stream, and cu_seqlens / chunk_indices on the GPU are passed as device
+pointers, never read on the host.
 
 Every op takes its arguments positionally in the public function's order (the required
 tensors, then fla's optional tensors and options with their defaults), then ``backend`` (a name
@@ -14,7 +21,7 @@ or None) and ``cuda_kernel`` (a name: the public functions' ``kernel`` keyword).
 
 import torch
 
-from . import _abi, _numpy_path, _problem
+from . import _abi, _numpy_path, _problem, _torch_ext
 
 _DTYPE_CODES = {
     torch.float16: _abi.DTYPE_F16,
@@ -70,26 +77,60 @@ def _schema(op):
     return f"({', '.join(params)}) -> ({returns})"
 
 
-class TorchOp:
-    """One operator as a torch custom op: its implementation for real tensors (``run``), its
-    fake implementation, and the public function's torch path (``call``)."""
+_BACKEND_NAMES = frozenset(_abi.BACKENDS)
+_KERNEL_NAMES = frozenset(_abi.KERNELS)
+_INT64_MAX = 2**63 - 1
 
-    def __init__(self, op):
+
+def _plain_float_or_none(value):
+    return value is None or type(value) is float
+
+
+def _plain_int(value):
+    return type(value) is int and -_INT64_MAX <= value <= _INT64_MAX
+
+
+def _plain_bool(value):
+    return type(value) is bool
+
+
+# Per option kind: whether a value needs no conversion (convert_options would return it as is).
+_PLAIN = {"optional_float": _plain_float_or_none, "int": _plain_int, "bool": _plain_bool}
+
+
+class TorchOp:
+    """One operator as a torch custom op: its ctypes implementation (``run_ctypes``), its fake
+    implementation, the public function's torch path (``call``), and ``run``: what the fla
+    backend calls with every argument positional (the compiled op, or run_ctypes past torch's
+    dispatcher)."""
+
+    def __init__(self, op, compiled):
         self.op = op
         self.qualname = "kda_kernels::" + op.name
         params = [name for name, _ in op.signature.params]
         first = len(op.input_names)
+        self._input_at = tuple(range(first))
         self._optional_at = tuple(first + params.index(n) for n in op.optional_names)
         self._option_at = tuple(first + params.index(n) for n in op.option_names)
+        self._option_plain = tuple(
+            (i, _PLAIN[o.kind]) for i, o in zip(self._option_at, op.signature.options))
         self.num_args = first + len(params) + 2  # + backend, kernel
         # Every parameter's name and default (None for the required tensors), in order.
         self._names = (*op.input_names, *params, "backend", "cuda_kernel")
         self._defaults = ((None,) * first + tuple(d for _, d in op.signature.params)
                           + (None, "auto"))
-        self.custom_op = torch.library.custom_op(self.qualname, self.run, mutates_args=(),
-                                                 schema=_schema(op))
-        self.custom_op.register_fake(self.fake)
+        self.schema = _schema(op)
+        if compiled:
+            # Defined in C++ (with set_python_module naming this module, where torch requires
+            # the fake implementation of a C++ op to be registered).
+            torch.library.register_fake(self.qualname)(self.fake)
+        else:
+            custom_op = torch.library.custom_op(self.qualname, self.run_ctypes, mutates_args=(),
+                                                schema=self.schema)
+            custom_op.register_fake(self.fake)
         self.packet = getattr(torch.ops.kda_kernels, op.name)
+        self.default = self.packet.default
+        self.run = self.default if compiled else self.run_ctypes
 
     def _positional(self, args, kwargs):
         """All arguments positionally, defaults filled in: the dispatcher hands the
@@ -108,11 +149,10 @@ class TorchOp:
         return [q.new_empty(shape, dtype=q.dtype if in_x else torch.float32)
                 for shape, in_x in op.output_layout(shapes)]
 
-    def run(self, *args, **kwargs):
-        """The custom op's implementation for real (CPU or CUDA) tensors: allocate the outputs
-        on q's device, describe every tensor and run libkda on the chosen backend. Also what the
-        fla backend calls directly (past torch's dispatcher), with every argument
-        positional."""
+    def run_ctypes(self, *args, **kwargs):
+        """The ctypes implementation for real (CPU or CUDA) tensors: allocate the outputs on
+        q's device, describe every tensor and run libkda on the chosen backend. The python
+        op's implementation; with the compiled op, what tests and benchmarks compare it to."""
         op = self.op
         args = self._positional(args, kwargs)
         options = op.convert_options([args[i] for i in self._option_at])
@@ -135,42 +175,62 @@ class TorchOp:
     def fake(self, *args, **kwargs):
         return tuple(self._empty_outputs(self._positional(args, kwargs)))
 
-    def call(self, tensors, optionals, options, backend, kernel):
-        """The public function's torch path: checks what the dispatcher would report without
-        naming the argument, or not at all, then calls the custom op. Each required input must
-        be a tensor (the optional ones may be None); the options must be of their kinds;
-        `backend` and `kernel` must be names; and a tensor on the meta device must not be mixed
-        with real ones (the dispatcher would send the call to the fake implementation and hand
-        back uninitialized outputs)."""
-        op = self.op
-        q = tensors["q"]
-        on_meta = isinstance(q, torch.Tensor) and q.is_meta
-        for name, value in (*tensors.items(), *optionals.items()):
-            if value is None and name in optionals:
-                continue
-            if not isinstance(value, torch.Tensor):
-                raise TypeError(
-                    f"{op.where(name)}: expected a torch.Tensor like q, got {type(value).__name__}"
-                )
-            if value.is_meta != on_meta:
-                raise ValueError(
-                    f"{op.where(name)}: is on {value.device} but q is on {q.device}; tensors "
-                    f"on the meta device only go with other meta tensors"
-                )
-        options = op.convert_options(options)
-        op.backend_code(backend, on_cuda=False)  # ValueErrors naming them, before the dispatcher
-        op.kernel_code(kernel)
-        args = [None] * self.num_args
-        args[: len(op.input_names)] = [tensors[n] for n in op.input_names]
-        for i, name in zip(self._optional_at, op.optional_names):
-            args[i] = optionals[name]
+    def call(self, args):
+        """The public function's torch path, ``args`` being the op's arguments in order (q a
+        torch.Tensor): checks what the dispatcher would report without naming the argument, or
+        not at all, then calls the op. Each required input must be a tensor (the optional ones
+        may be None); the options must be of their kinds; `backend` and `kernel` must be names;
+        and a tensor on the meta device must not be mixed with real ones (the dispatcher would
+        send the call to the fake implementation and hand back uninitialized outputs). Values
+        of the usual types pass with a few comparisons; the others are converted (an int
+        scale, a NumPy integer chunk_size) or refused with the argument's name."""
+        on_meta = args[0].is_meta
+        for i in self._input_at:
+            value = args[i]
+            if not isinstance(value, torch.Tensor) or value.is_meta != on_meta:
+                self._refuse_argument(args, i)
+        for i in self._optional_at:
+            value = args[i]
+            if value is not None and (not isinstance(value, torch.Tensor)
+                                      or value.is_meta != on_meta):
+                self._refuse_argument(args, i)
+        for i, plain in self._option_plain:
+            if not plain(args[i]):
+                args = self._converted(args)
+                break
+        backend, kernel = args[-2], args[-1]
+        if backend is not None and (type(backend) is not str or backend not in _BACKEND_NAMES):
+            self.op.backend_code(backend, on_cuda=False)  # the ValueError naming it
+        if type(kernel) is not str or kernel not in _KERNEL_NAMES:
+            self.op.kernel_code(kernel)
+        return self.default(*args)
+
+    def _refuse_argument(self, args, i):
+        name = self._names[i]
+        value = args[i]
+        q = args[0]
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(
+                f"{self.op.where(name)}: expected a torch.Tensor like q, got "
+                f"{type(value).__name__}"
+            )
+        raise ValueError(
+            f"{self.op.where(name)}: is on {value.device} but q is on {q.device}; tensors "
+            f"on the meta device only go with other meta tensors"
+        )
+
+    def _converted(self, args):
+        """``args`` with the options converted (TypeError/ValueError naming a bad one)."""
+        options = self.op.convert_options([args[i] for i in self._option_at])
+        args = list(args)
         for i, value in zip(self._option_at, options):
             args[i] = value
-        args[-2], args[-1] = backend, kernel
-        return self.packet(*args)
+        return args
 
 
-OPS = {name: TorchOp(op) for name, op in _problem.OPERATORS.items()}
+CHOICE = _torch_ext.choose()
+OPS = {name: TorchOp(op, CHOICE.backend == "compiled")
+       for name, op in _problem.OPERATORS.items()}
 
 
 def chunk_indices(cu_seqlens, chunk_size):
