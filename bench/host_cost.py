@@ -1,44 +1,52 @@
-"""Host cost of one call of the Python package, layer by layer.
+"""Host cost of one call of the Python package, layer by layer, for both implementations of the
+torch ops: the compiled one (libkda_torch, C++) and the python one (ctypes).
 
 A call's host cost (argument checks, tensor descriptions, output allocations, the custom-op
-dispatch, the ctypes call) is paid on every backward step, and at small shapes it is more than
-the kernel itself. This measures it on a problem so small that the computation is negligible:
+dispatch, the call into libkda) is paid on every backward step, and at small shapes it is more
+than the kernel itself. This measures it on a problem so small that the computation is small:
 T=16, H=1 (one work unit, so no worker threads) on the `cpu` backend by default (runs anywhere
-torch runs), or on CUDA tensors with --device cuda (the kernel is asynchronous there, so the
-time is the enqueue cost). Pin it to one core (taskset -c 1) on a shared machine.
+torch runs; the computation is then part of every layer, and kda_run is that floor), or on CUDA
+tensors with --device cuda (the kernel is asynchronous there, so the time is the enqueue cost).
+Pin it to one core (taskset -c 1) on a shared machine.
 
 Layers, outermost first (each includes the ones below it), for the operator --op names:
   public       kda_kernels.<fla name>(...)
-  custom-op    torch.ops.kda_kernels.<fla name>(...)
-  impl         the custom op's implementation (describe, allocate, pack, call)
+  custom-op    torch.ops.kda_kernels.<fla name>.default(...): the torch op
+  impl         the python op's implementation (describe, allocate, pack, ctypes call), called
+               directly: the same in both columns
   fla-backend  the fla backend's verifier + function, as fla's dispatch calls them (fla is not
-               imported: the backend class is built against a stand-in base class)
+               imported: the backend class is built against a stand-in base class; on CPU
+               tensors its verifier takes the accepting path of CUDA tensors)
   kda_run      ctypes kda_<op>_run on a problem packed beforehand (the C call and the
                computation)
 
-    PYTHONPATH=python python3 bench/host_cost.py [--op chunk_bwd_wy_dqkg|chunk_bwd_intra]
-                                                 [--device cpu|cuda] [--calls N]
+Each implementation runs in a process of its own (KDA_TORCH_OP=compiled / python: the ops are
+registered once per process); --torch-op picks one of them, or both (default).
 
-Prints mean and median microseconds per call for each layer (best of 5 rounds of N calls).
+    PYTHONPATH=python python3 bench/host_cost.py [--op chunk_bwd_wy_dqkg|chunk_bwd_intra]
+        [--device cpu|cuda] [--calls N] [--torch-op both|compiled|python]
+
+Prints, per layer and implementation, the best and the median of 5 rounds of N calls, in
+microseconds per call.
 """
 
 import argparse
 import ctypes
+import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-import kda_kernels  # noqa: E402
-from kda_kernels import _abi, _library, _problem, _signatures, _torch_op  # noqa: E402
-
-OPS = {sig.op_name: sig.fla_name for sig in _signatures.SIGNATURES}
+OPS = {"chunk_bwd_wy_dqkg": "chunk_kda_bwd_wy_dqkg_fused",
+       "chunk_bwd_intra": "chunk_kda_bwd_intra"}
+LAYERS = ("public", "custom-op", "impl", "fla-backend", "kda_run")
+IMPLEMENTATIONS = ("compiled", "python")
 
 
-def make_intra_inputs(device, T=16, H=1, K=16, BT=16):
+def make_intra_inputs(torch, device, T=16, H=1, K=16, BT=16):
     gen = torch.Generator().manual_seed(0)
 
     def r(*shape, dtype=torch.float32, scale=1.0):
@@ -53,7 +61,7 @@ def make_intra_inputs(device, T=16, H=1, K=16, BT=16):
     ), BT
 
 
-def make_inputs(device, T=16, H=1, K=16, V=16, BT=16):
+def make_inputs(torch, device, T=16, H=1, K=16, V=16, BT=16):
     gen = torch.Generator().manual_seed(0)
 
     def r(*shape, dtype=torch.bfloat16):
@@ -69,32 +77,6 @@ def make_inputs(device, T=16, H=1, K=16, V=16, BT=16):
     ), BT
 
 
-def fla_backend():
-    """The fla backend object, built on a stand-in base class so that fla (and Triton) need not
-    be importable: only the two methods fla's dispatch calls are timed."""
-    import kda_kernels.fla as kfla
-
-    return kfla._make_backend_class(object)()
-
-
-def packed_call(fla_name, args, device):
-    """A kda_<op>_run on a problem packed once (outputs allocated once): the floor of the
-    layers. `args` are the custom op's positional arguments."""
-    op, torch_op = _problem.OPERATORS[fla_name], _torch_op.OPS[fla_name]
-    outputs = torch_op._empty_outputs(args)
-    tensors = [_torch_op.describe(op, name, t) for name, t in zip(op.input_names, args)]
-    tensors += [_problem.OMITTED] * len(op.optional_names)
-    tensors += [_torch_op.describe(op, name, t) for name, t in zip(op.output_names, outputs)]
-    options = op.convert_options([args[i] for i in torch_op._option_at])
-    problem = op.pack(tensors, options)
-    run = _library.library().entry(op.signature, "run")
-    backend = _abi.BACKENDS["cuda" if device == "cuda" else "cpu"]
-    stream = torch.cuda.current_stream().cuda_stream if device == "cuda" else None
-    ref = ctypes.byref(problem)
-    # The closure keeps `outputs` alive: the packed problem points into them.
-    return lambda: (run(ref, backend, _abi.KERNELS["auto"], stream), outputs)
-
-
 def time_layer(fn, calls, sync):
     rounds = []
     for _ in range(5):
@@ -108,47 +90,123 @@ def time_layer(fn, calls, sync):
     return min(rounds), statistics.median(rounds)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--op", default="chunk_bwd_wy_dqkg", choices=tuple(OPS))
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--calls", type=int, default=2000)
-    args = parser.parse_args()
+def measure(args):
+    """Every layer in this process, with the torch ops' implementation $KDA_TORCH_OP names:
+    {layer: (best, median)}, and the implementation's detail."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+    import kda_kernels
+    import kda_kernels.fla as kfla
+    from kda_kernels import _abi, _library, _problem, _signatures, _torch_op
+
     fla_name = OPS[args.op]
-    intra = args.op == "chunk_bwd_intra"
-    inputs, BT = (make_intra_inputs if intra else make_inputs)(args.device)
+    make = make_intra_inputs if args.op == "chunk_bwd_intra" else make_inputs
+    inputs, BT = make(torch, args.device)
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
-    # The custom op's positional arguments: the inputs, then the options (chunk_size=BT).
+    # The op's positional arguments: the inputs, then the options (chunk_size=BT).
     defaults = [BT if name == "chunk_size" else default
                 for name, default in _signatures.BY_FLA_NAME[fla_name].params]
     op_args = [*inputs.values(), *defaults, None, "auto"]
-    backend = fla_backend()
+    torch_op = _torch_op.OPS[fla_name]
+
+    if args.device == "cuda":
+        # The backend's verifier hands back calls of operators it has not probed.
+        kfla.probe_cuda_kernels()
+    else:
+        # On CPU tensors: the verifier's accepting path, which every GPU call takes (CPU
+        # tensors would be handed back to fla, through the slower path that says why).
+        kfla.CUDA_KERNELS.update({fla_name: True})
+    # The fla backend, built on a stand-in base class so that fla (and Triton) need not be
+    # importable: only the two methods fla's dispatch calls are timed.
+    backend = kfla._make_backend_class(object, device_type=args.device)()
     verifier = getattr(backend, fla_name + "_verifier")
     function = getattr(backend, fla_name)
 
     def fla_call():
         ok, reason = verifier(**inputs, chunk_size=BT)
-        if not ok and args.device == "cuda":
+        if not ok:
             raise RuntimeError(reason)
         return function(**inputs, chunk_size=BT)
 
+    # kda_run: kda_<op>_run on a problem packed once (outputs allocated once): the floor.
+    op = _problem.OPERATORS[fla_name]
+    outputs = torch_op._empty_outputs(op_args)
+    tensors = [_torch_op.describe(op, name, t) for name, t in zip(op.input_names, op_args)]
+    tensors += [_problem.OMITTED] * len(op.optional_names)
+    tensors += [_torch_op.describe(op, name, t) for name, t in zip(op.output_names, outputs)]
+    problem = op.pack(tensors, op.convert_options([op_args[i] for i in torch_op._option_at]))
+    run = _library.library().entry(op.signature, "run")
+    backend_code = _abi.BACKENDS["cuda" if args.device == "cuda" else "cpu"]
+    stream = torch.cuda.current_stream().cuda_stream if args.device == "cuda" else None
+    ref = ctypes.byref(problem)  # points into `outputs`, which the closure below keeps alive
+
     public = getattr(kda_kernels, fla_name)
-    custom_op = getattr(torch.ops.kda_kernels, fla_name)
-    impl = _torch_op.OPS[fla_name].run
     layers = {
         "public": lambda: public(**inputs, chunk_size=BT),
-        "custom-op": lambda: custom_op(*op_args),
-        "impl": lambda: impl(*op_args),
+        "custom-op": lambda: torch_op.default(*op_args),
+        "impl": lambda: torch_op.run_ctypes(*op_args),
         "fla-backend": fla_call,
-        "kda_run": packed_call(fla_name, op_args, args.device),
+        "kda_run": lambda: (run(ref, backend_code, _abi.KERNELS["auto"], stream), outputs),
     }
-    shape = "T=16 H=1 K=16 BT=16" if intra else "T=16 H=1 K=V=16 BT=16"
-    print(f"host cost per call of {fla_name}, {args.device} tensors, {shape}, "
-          f"best and median of 5 rounds of {args.calls} calls (torch {torch.__version__})")
-    print(f"{'layer':<12} {'best us':>9} {'median us':>10}")
-    for name, fn in layers.items():
-        best, median = time_layer(fn, args.calls, sync)
-        print(f"{name:<12} {best:9.1f} {median:10.1f}")
+    times = {name: time_layer(fn, args.calls, sync) for name, fn in layers.items()}
+    return dict(times=times, detail=kda_kernels.torch_op_backend(detail=True),
+                torch=torch.__version__)
+
+
+def run_child(args, implementation):
+    """measure() in a process whose ops are `implementation`'s; None and the error when that
+    implementation cannot be loaded."""
+    env = dict(os.environ, KDA_TORCH_OP=implementation)
+    command = [sys.executable, __file__, "--op", args.op, "--device", args.device, "--calls",
+               str(args.calls), "--torch-op", implementation, "--json"]
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        return None, (result.stderr.strip().splitlines() or ["failed"])[-1]
+    return json.loads(result.stdout.strip().splitlines()[-1]), None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--op", default="chunk_bwd_wy_dqkg", choices=tuple(OPS))
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--torch-op", default="both", choices=("both", *IMPLEMENTATIONS))
+    parser.add_argument("--json", action="store_true", help="one JSON line (for the parent)")
+    args = parser.parse_args()
+    if args.json:
+        os.environ["KDA_TORCH_OP"] = args.torch_op
+        print(json.dumps(measure(args)))
+        return
+
+    wanted = IMPLEMENTATIONS if args.torch_op == "both" else (args.torch_op,)
+    results, notes = {}, []
+    for implementation in wanted:
+        results[implementation], error = run_child(args, implementation)
+        if error:
+            notes.append(f"{implementation}: not measured: {error}")
+        else:
+            notes.append(f"{implementation}: {results[implementation]['detail']}")
+    measured = [r for r in results.values() if r]
+    torch_version = measured[0]["torch"] if measured else "?"
+    shape = "T=16 H=1 K=16 BT=16" if args.op == "chunk_bwd_intra" else "T=16 H=1 K=V=16 BT=16"
+    print(f"host cost per call of {OPS[args.op]}, {args.device} tensors, {shape}, best and "
+          f"median of 5 rounds of {args.calls} calls, us (torch {torch_version})")
+    print(f"{'layer':<12}" + "".join(f" {name + ' best':>14} {'median':>7}" for name in wanted))
+    for layer in LAYERS:
+        cells = []
+        for implementation in wanted:
+            result = results[implementation]
+            if result is None:
+                cells.append(f" {'-':>14} {'-':>7}")
+            else:
+                best, median = result["times"][layer]
+                cells.append(f" {best:14.1f} {median:7.1f}")
+        print(f"{layer:<12}" + "".join(cells))
+    for note in notes:
+        print(note)
+    if not measured:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

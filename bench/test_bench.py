@@ -604,9 +604,16 @@ def test_host_cost_runs_every_layer(op):
                             capture_output=True, text=True, timeout=300,
                             env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    layers = [line.split()[0] for line in result.stdout.splitlines()[2:]]
-    assert layers == ["public", "custom-op", "impl", "fla-backend", "kda_run"]
-    assert cm.FLA_NAMES[op] in result.stdout.splitlines()[0]
+    lines = result.stdout.splitlines()
+    assert cm.FLA_NAMES[op] in lines[0]
+    assert lines[1].split() == ["layer", "compiled", "best", "median", "python", "best", "median"]
+    rows = [line.split() for line in lines[2:7]]
+    assert [row[0] for row in rows] == ["public", "custom-op", "impl", "fla-backend", "kda_run"]
+    # Both implementations measured where both exist; the python one always does.
+    assert all(float(row[3]) > 0 and float(row[4]) > 0 for row in rows), result.stdout
+    compiled_built = "not measured" not in lines[7]
+    assert lines[7].startswith("compiled: ") and lines[8].startswith("python: ")
+    assert compiled_built == all(row[1] != "-" for row in rows), result.stdout
 
 
 def test_run_module_needs_no_torch_to_import():

@@ -113,9 +113,58 @@ def _unsupported_reason(fla_name, tensors, chunk_size, cu_seqlens, chunk_indices
     return None
 
 
-def _make_backend_class(base_class=None):
+def _accepting_check(device_type="cuda"):
+    """A fast check of the common case that _unsupported_reason accepts, for the verifiers:
+    accept(fla_name, tensors, chunk_size, cu_seqlens, chunk_indices) is True only for calls
+    _unsupported_reason would accept (``tensors``: the required tensors in signature order).
+    The dtypes of all the tensors are matched at once against every accepted combination, and
+    the devices compared by index, building no objects; a False sends the call to
+    _unsupported_reason, which decides and says why. A few microseconds less per backward step
+    (issue 13's host budget). `device_type` is "cuda" but for bench/host_cost.py, which times
+    this path on CPU tensors."""
+    import operator
+
+    import torch
+
+    f32 = torch.float32
+    xs = (torch.float16, torch.bfloat16, torch.float32)
+    dtypes = {
+        # q k v v_new g beta A h do dh dv
+        "chunk_kda_bwd_wy_dqkg_fused": frozenset(
+            (x, x, x, x, f32, beta, x, h, x, h, x) for x in xs for beta in (x, f32)
+            for h in (f32, x)),
+        # q k g beta dAqk dAkk dq dk db dg
+        "chunk_kda_bwd_intra": frozenset(
+            (x, x, f32, beta, f32, f32, f32, f32, f32, f32) for x in xs for beta in (x, f32)),
+    }
+    # The last extents that must be <= _MAX_HEAD_DIM: q's K, and v's V (position 2) for WY.
+    head_dims = {"chunk_kda_bwd_wy_dqkg_fused": (0, 2), "chunk_kda_bwd_intra": (0,)}
+    Tensor = torch.Tensor
+    dtype_of = operator.attrgetter("dtype")
+    on_device = operator.attrgetter("is_" + device_type)
+
+    def accept(fla_name, tensors, chunk_size, cu_seqlens, chunk_indices):
+        if tuple(map(dtype_of, tensors)) not in dtypes[fla_name]:
+            return False
+        device = tensors[0].get_device()  # the device's index (-1 on the CPU)
+        for t in tensors:
+            if t.get_device() != device or not on_device(t):
+                return False
+        for t in (cu_seqlens, chunk_indices):
+            if t is not None and (not isinstance(t, Tensor) or t.get_device() != device
+                                  or not on_device(t)):
+                return False
+        for i in head_dims[fla_name]:
+            if tensors[i].shape[-1] > _MAX_HEAD_DIM:
+                return False
+        return chunk_size in _CHUNK_SIZES and CUDA_KERNELS.get(fla_name) is True
+
+    return accept
+
+
+def _make_backend_class(base_class=None, device_type="cuda"):
     """The backend class, derived from fla's BaseBackend (or from `base_class`, for tests and the
-    host-cost bench that run without fla)."""
+    host-cost bench that run without fla; `device_type` as for _accepting_check)."""
     if base_class is None:
         from fla.ops.backends import BaseBackend as base_class
 
@@ -123,6 +172,7 @@ def _make_backend_class(base_class=None):
 
     wy = _torch_op.OPS["chunk_kda_bwd_wy_dqkg_fused"].run
     intra = _torch_op.OPS["chunk_kda_bwd_intra"].run
+    accept = _accepting_check(device_type)
 
     class KdaKernelsBackend(base_class):
         """fla KDA backend running chunk_kda_bwd_wy_dqkg_fused and chunk_kda_bwd_intra on
@@ -130,10 +180,12 @@ def _make_backend_class(base_class=None):
 
         fla calls with keywords, in its own parameter order (for the WY function:
         state_v_first before cu_seqlens). **kwargs keeps a future extra keyword from breaking
-        the call. The functions call the custom ops' implementations directly: fla's dispatch
-        is torch.compiler.disable'd, so they always run eagerly on plain CUDA tensors (the
-        verifier saw them), where the op's dispatch (~40 us of host time a call) buys nothing;
-        fla's own Triton launch is likewise invisible to torch's dispatcher.
+        the call. The functions call the ops with every argument positional, skipping the
+        public functions' argument checks (the verifier saw the call): the compiled op through
+        torch's dispatcher (its implementation is C++), or the python op's implementation
+        directly (past the dispatcher, whose Python custom-op layers cost ~40 us of host time
+        a call and buy nothing here: fla's dispatch is torch.compiler.disable'd, so these
+        always run eagerly on plain CUDA tensors, like fla's own Triton launch).
         """
 
         backend_type = BACKEND_TYPE
@@ -145,6 +197,10 @@ def _make_backend_class(base_class=None):
                                                  dv, scale=None, state_v_first=False,
                                                  cu_seqlens=None, chunk_size=64,
                                                  chunk_indices=None, **kwargs):
+            if not kwargs and accept("chunk_kda_bwd_wy_dqkg_fused",
+                                     (q, k, v, v_new, g, beta, A, h, do, dh, dv), chunk_size,
+                                     cu_seqlens, chunk_indices):
+                return True, None
             if kwargs:
                 return False, f"unknown arguments {sorted(kwargs)}"
             tensors = dict(q=q, k=k, v=v, v_new=v_new, g=g, beta=beta, A=A, h=h, do=do, dh=dh,
@@ -164,6 +220,10 @@ def _make_backend_class(base_class=None):
         def chunk_kda_bwd_intra_verifier(self, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg,
                                          cu_seqlens=None, chunk_indices=None, chunk_size=64,
                                          safe_gate=False, **kwargs):
+            if not kwargs and accept("chunk_kda_bwd_intra",
+                                     (q, k, g, beta, dAqk, dAkk, dq, dk, db, dg), chunk_size,
+                                     cu_seqlens, chunk_indices):
+                return True, None
             if kwargs:
                 return False, f"unknown arguments {sorted(kwargs)}"
             tensors = dict(q=q, k=k, g=g, beta=beta, dAqk=dAqk, dAkk=dAkk, dq=dq, dk=dk, db=db,

@@ -51,7 +51,7 @@ TensorView view(const at::Tensor& tensor, DType dtype, void* data) {
   view.rank = static_cast<int32_t>(rank);
   const auto sizes = tensor.sizes();
   const auto strides = tensor.strides();
-  for (int64_t d = 0; d < rank && d < kMaxRank; ++d) {
+  for (int64_t d = 0; d < rank; ++d) {
     view.shape[d] = sizes[d];
     view.strides[d] = strides[d];
   }
@@ -78,6 +78,10 @@ TensorView input_view(const at::Tensor& tensor, const char* op, const char* name
   if (!device.is_cpu() && !device.is_cuda()) {
     throw_value_error(where(op, name) + ": expected a cpu or cuda tensor, got one on " +
                       device.str());
+  }
+  if (tensor.dim() > kMaxRank) {
+    throw_value_error(where(op, name) + ": rank " + std::to_string(tensor.dim()) +
+                      " is outside 0.." + std::to_string(kMaxRank));
   }
   // const_data_ptr: a read-only access, which must not materialize a lazily copied (COW)
   // storage the way data_ptr() would.

@@ -12,10 +12,10 @@
 namespace kda::torch_op {
 
 // The view of argument `name` of operator `op` (its fla name): pointer, dtype, shape, element
-// strides, device. Throws c10::TypeError for a dtype libkda has no code for and c10::ValueError
-// for a non-strided tensor or a device other than cpu/cuda, naming the argument; every other
-// rule (ranks, shapes, dtypes per argument, devices) is libkda's to check. A rank above
-// kMaxRank keeps its rank and its first kMaxRank extents, so that libkda reports it.
+// strides, device. Throws c10::TypeError for a dtype libkda has no code for, and c10::ValueError
+// for a non-strided tensor, a device other than cpu/cuda or a rank a TensorView cannot hold
+// (above kMaxRank, worded as the C ABI words it), naming the argument; every other rule (ranks,
+// shapes, dtypes per argument, devices) is libkda's to check.
 TensorView input_view(const at::Tensor& tensor, const char* op, const char* name);
 // An omitted optional argument is the empty view.
 TensorView input_view(const std::optional<at::Tensor>& tensor, const char* op, const char* name);

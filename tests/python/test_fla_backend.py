@@ -249,3 +249,63 @@ def test_probe_records_what_the_library_refuses(monkeypatch):
     assert found == {"chunk_kda_bwd_wy_dqkg_fused": True, "chunk_kda_bwd_intra": False}
     assert kfla.CUDA_KERNEL_NOTES == {
         "chunk_kda_bwd_intra": "chunk_kda_bwd_intra: no CUDA kernel for it yet"}
+
+
+def _standins(tensors, cuda=True, index=0, changes=()):
+    """Stand-ins for tensors on cuda:`index` (or the CPU): what the verifiers read (dtype,
+    shape, device, is_cuda, get_device()). `changes` maps names to (dtype, last extent, device
+    index) replacements, any of them None to keep."""
+    out = {}
+    for name, t in tensors.items():
+        dtype, last, where = dict(changes).get(name, (None, None, None))
+        at = index if where is None else where
+        shape = t.shape if last is None else (*t.shape[:-1], last)
+        device = torch.device("cuda", at) if cuda else torch.device("cpu")
+        out[name] = SimpleNamespace(dtype=dtype or t.dtype, shape=shape, device=device,
+                                    is_cuda=cuda, get_device=(lambda at=at: at) if cuda
+                                    else (lambda: -1))
+    return out
+
+
+@pytest.mark.parametrize("sig", _signatures.SIGNATURES, ids=lambda s: s.op_name)
+def test_fast_acceptance_agrees_with_the_reasons(monkeypatch, sig):
+    """The verifiers' fast path accepts only what _unsupported_reason accepts, and does accept
+    the common calls (every X, beta and h dtype it takes), so that they never pay for the
+    slower path."""
+    wy = sig.fla_name == "chunk_kda_bwd_wy_dqkg_fused"
+    make = torch_problem if wy else torch_intra_problem
+    monkeypatch.setattr(kfla, "CUDA_KERNELS", {sig.fla_name: True})
+    accept = kfla._accepting_check()
+    names = [a.name for a in sig.inputs]
+    variants, must_accept = [], []
+    for x in ("float16", "bfloat16", "float32"):
+        for beta in (None, "float32"):
+            for h in (("float32", "x") if wy else ("float32",)):
+                extra = dict(h_dtype=h) if wy else {}
+                inputs, _ = make(x=x, beta_dtype=beta, T=64, BT=64, **extra)
+                variants.append((inputs, ()))
+                must_accept.append(len(variants) - 1)
+    inputs, _ = make(x="bfloat16", T=64, BT=64)
+    f16, f64 = torch.float16, torch.float64
+    for name in names:
+        variants += [(inputs, ((name, (f16, None, None)),)), (inputs, ((name, (f64, None, None)),)),
+                     (inputs, ((name, (None, None, 1)),))]
+    variants += [(inputs, (("q", (None, 300, None)),))]
+    if wy:
+        variants += [(inputs, (("v", (None, 300, None)),))]
+    for i, (tensors, changes) in enumerate(variants):
+        for cuda in (True, False):
+            for chunk_size in (64, 128):
+                standins = _standins(tensors, cuda=cuda, changes=changes)
+                fast = accept(sig.fla_name, tuple(standins[n] for n in names), chunk_size,
+                              None, None)
+                reason = kfla._unsupported_reason(sig.fla_name, standins, chunk_size, None, None)
+                assert not fast or reason is None, (changes, cuda, chunk_size, reason)
+                if i in must_accept and cuda and chunk_size == 64:
+                    assert fast, (i, reason)
+    # Index tensors on another device, or not tensors at all, are for the slower path.
+    standins = _standins(inputs)
+    args = (sig.fla_name, tuple(standins[n] for n in names), 64)
+    assert accept(*args, None, None)
+    assert not accept(*args, [0, 64], None)
+    assert not accept(*args, None, torch.zeros(1, 2))  # a CPU tensor
