@@ -2,16 +2,21 @@
 
 - build_py bundles a prebuilt libkda into kda_kernels/lib/: $KDA_LIBRARY if set, else the
   checkout's build (build/src/, then the newest build-*/src/), else it configures and builds the
-  `kda` target with CMake under python/build/libkda. Editable installs bundle nothing: the
-  package then finds the checkout's build itself, so a rebuild is picked up without reinstalling.
-- bdist_wheel tags the wheel py3-none-<platform>: it holds a native library but no Python
-  extension (ctypes only), so one wheel serves every Python 3 on the platform.
+  `kda` target with CMake under python/build/libkda (and the compiled torch op when the building
+  Python imports torch). Beside it go the compiled torch ops found next to that libkda
+  (libkda_torch-<torch version>.so, one per torch release built; the package loads the one of
+  the running torch, or none). Editable installs bundle nothing: the package then finds the
+  checkout's build itself, so a rebuild is picked up without reinstalling.
+- bdist_wheel tags the wheel py3-none-<platform>: it holds native libraries but no Python
+  extension module (ctypes, and torch.ops.load_library for the compiled op), so one wheel serves
+  every Python 3 on the platform.
 """
 
 import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from setuptools import Distribution, setup
@@ -55,10 +60,16 @@ def _cmake_build(locate):
     print(f"kda-kernels: no libkda found; building it with CMake in {build_dir}")
     subprocess.check_call([
         "cmake", "-S", str(REPO_ROOT), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
-        "-DKDA_BUILD_TESTS=OFF", "-DKDA_BUILD_CLI=OFF",
+        "-DKDA_BUILD_TESTS=OFF", "-DKDA_BUILD_CLI=OFF", f"-DKDA_TORCH_PYTHON={sys.executable}",
     ])
-    subprocess.check_call(["cmake", "--build", str(build_dir), "--target", "kda", "-j",
-                           str(os.cpu_count() or 2)])
+    jobs = ["-j", str(os.cpu_count() or 2)]
+    subprocess.check_call(["cmake", "--build", str(build_dir), "--target", "kda", *jobs])
+    # The compiled torch op exists as a target when this Python imports torch (CMake says why
+    # not otherwise).
+    targets = subprocess.run(["cmake", "--build", str(build_dir), "--target", "help"],
+                             capture_output=True, text=True).stdout
+    if "kda_torch" in targets:
+        subprocess.check_call(["cmake", "--build", str(build_dir), "--target", "kda_torch", *jobs])
     return build_dir / "src" / locate.library_file_name()
 
 
@@ -79,11 +90,18 @@ class BuildPy(build_py):
         if getattr(self, "editable_mode", False):
             return
         locate = _locate()
-        library = library_to_bundle().resolve()  # the real file behind libkda.so -> .so.0 -> ...
-        target = Path(self.build_lib) / "kda_kernels" / "lib" / locate.library_file_name()
+        found = library_to_bundle()
+        library = found.resolve()  # the real file behind libkda.so -> .so.0 -> ...
+        lib_dir = Path(self.build_lib) / "kda_kernels" / "lib"
+        target = lib_dir / locate.library_file_name()
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(library, target)
         print(f"kda-kernels: bundled {library} as {target}")
+        # The compiled torch ops of the same build, looked for where the package will look
+        # for them: beside the libkda path it loads (not behind its symlinks).
+        for torch_op in locate.torch_op_files(found.parent):
+            shutil.copyfile(torch_op.resolve(), lib_dir / torch_op.name)
+            print(f"kda-kernels: bundled {torch_op} as {lib_dir / torch_op.name}")
 
 
 class NativeDistribution(Distribution):

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import kda_kernels as kk
+from kda_kernels import _locate
 from kda_testing import REPO_ROOT, library_loads, make_intra_problem, make_problem
 
 PACKAGE_DIR = REPO_ROOT / "python"
@@ -39,6 +40,7 @@ inputs, options = make_intra_problem(seed=3, T=40, H=2, K=16, BT=16, unread="zer
 out += kda_kernels.chunk_kda_bwd_intra(**inputs, **options, backend="cpu-ref")
 print(json.dumps({"package": kda_kernels.__file__, "library": str(kda_kernels.library_path()),
                   "version": kda_kernels.__version__,
+                  "torch_op": kda_kernels.torch_op_backend(detail=True),
                   "outputs": [np.asarray(o, dtype=np.float64).ravel().tolist() for o in out]}))
 """
 
@@ -91,12 +93,24 @@ def test_pip_install_offline_bundles_the_library(tmp_path):
                env=_clean_env(KDA_LIBRARY=str(library)))
     lib_dir = site / "kda_kernels" / "lib"
     assert list(lib_dir.glob("libkda*")), log
+    # The compiled torch ops beside the bundled library are bundled with it.
+    torch_ops = [p.name for p in _locate.torch_op_files(library.parent)]
+    assert [p.name for p in _locate.torch_op_files(lib_dir)] == torch_ops, log
     # Imported from an unrelated folder with only the install on the path.
     found = _probe(sys.executable, tmp_path, _clean_env(PYTHONPATH=str(site)))
     assert Path(found["package"]).resolve().parent == (site / "kda_kernels").resolve()
     assert Path(found["library"]).resolve().parent == lib_dir.resolve()
     assert found["version"] == kk.__version__
     assert found["outputs"] == _expected_outputs()
+    # With torch, the installed package uses the compiled op it bundles (built for this torch),
+    # bound to the bundled libkda.
+    wanted = os.environ.get("KDA_TORCH_OP") or "auto"
+    if kk.torch_op_backend() is not None and wanted != "python":
+        from kda_kernels import _torch_ext
+
+        name = _locate.torch_op_file_name(_torch_ext.torch_release())
+        if name in torch_ops:
+            assert found["torch_op"] == f"compiled ({lib_dir / name})", found["torch_op"]
 
 
 @needs_build_tools
