@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -265,6 +267,95 @@ TEST(Safetensors, MalformedFilesAreRejectedWithAClearMessage) {
     EXPECT_NE(s.message.find(m.expect), std::string::npos) << s.message;
     EXPECT_EQ(s.message.find('\n'), std::string::npos) << "one line: " << s.message;
   }
+}
+
+// A header of `entries` empty tensors ("t00000000":{"dtype":"F32","shape":[0],...}), about 62
+// bytes each: what a hostile file can hold up to the 100 MB header limit.
+std::vector<uint8_t> many_entries_file(int64_t entries) {
+  std::string header = "{";
+  char name[32];
+  for (int64_t i = 0; i < entries; ++i) {
+    std::snprintf(name, sizeof name, "%s\"t%08lld\":", i ? "," : "", static_cast<long long>(i));
+    header += name;
+    header += R"({"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
+  }
+  return raw_file(header + "}");
+}
+
+// Seconds to parse `bytes`: the best of `tries` (against a busy machine), or the first try when it
+// takes over a second (no need to repeat a failure); the parse must succeed.
+double parse_seconds(const std::vector<uint8_t>& bytes, int tries = 3) {
+  double best = 1e30;
+  for (int i = 0; i < tries; ++i) {
+    SafetensorsFile f;
+    const auto start = std::chrono::steady_clock::now();
+    const Status s = parse(bytes, &f);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_TRUE(s.ok()) << s.message;
+    best = std::min(best, seconds);
+    if (seconds > 1.0) break;
+  }
+  return best;
+}
+
+// The header parse is linear in the header's size. It was quadratic in the number of entries (the
+// depth guard, a parser callback, made nlohmann scan the whole top object after every entry): a
+// 4 MB header took 32 s, a 100 MB one (the limit) would have taken hours. The fuzzer cannot find
+// this (its inputs stop at 16 KB), so the sizes are scaled here.
+TEST(Safetensors, HeaderParseIsLinearInTheNumberOfEntries) {
+  const std::vector<uint8_t> small = many_entries_file(8'000);   // 0.5 MB
+  const std::vector<uint8_t> large = many_entries_file(64'000);  // 3.97 MB
+  ASSERT_GT(large.size(), size_t{3'900'000});
+  const double t_small = parse_seconds(small), t_large = parse_seconds(large);
+  // Eight times the entries: about 8x the time when linear, 64x when quadratic.
+  EXPECT_LT(t_large, 24 * t_small + 0.05) << "small " << t_small << " s, large " << t_large << " s";
+  // Well under a second for 4 MB (an optimized build takes about 0.3 s on the 2-core build
+  // machine; sanitizers several times more).
+#if defined(__SANITIZE_ADDRESS__) || !defined(NDEBUG)
+  const double limit = 5.0;
+#else
+  const double limit = 0.5;
+#endif
+  EXPECT_LT(t_large, limit) << "a 4 MB header of 64,000 entries";
+}
+
+// Headers with more entries than the reader's limit, or more values, are refused by the count
+// taken before the JSON is parsed, in a moment: at the 100 MB limit a header of 1.6 million
+// entries took 14 s and 1.5 GB once parsing was linear, and a list of 50 million zeros would
+// build an 800 MB document.
+TEST(Safetensors, HeadersPastTheEntryOrValueLimitsAreRefusedBeforeParsing) {
+  const int64_t limit = kda::io::kMaxSafetensorsEntries;
+  const std::vector<uint8_t> at_limit = many_entries_file(limit);
+  SafetensorsFile f;
+  Status s = parse(at_limit, &f);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(f.tensors.size(), static_cast<size_t>(limit));
+
+  const std::string too_many = "header holds more than 65536 entries";
+  s = parse(many_entries_file(limit + 1));
+  EXPECT_NE(s.message.find(too_many), std::string::npos) << s.message;
+  // 97 MB, just under the header limit: the count stops at entry 65,537.
+  const std::vector<uint8_t> huge = many_entries_file(1'600'000);
+  ASSERT_LT(huge.size(), kda::io::kMaxSafetensorsHeaderBytes);
+  auto start = std::chrono::steady_clock::now();
+  s = parse(huge);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.5);
+  EXPECT_NE(s.message.find(too_many), std::string::npos) << s.message;
+
+  // A few entries, but 50 million values in a list (in a quoted string they are no values).
+  std::string zeros(100'000'000, '0');
+  for (size_t i = 1; i < zeros.size(); i += 2) zeros[i] = ',';
+  zeros.back() = '0';
+  const std::vector<uint8_t> long_list =
+      raw_file(R"({"t":{"dtype":"F32","shape":[)" + zeros + R"(],"data_offsets":[0,0]}})");
+  start = std::chrono::steady_clock::now();
+  s = parse(long_list);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.5);
+  EXPECT_NE(s.message.find("header holds more than 1048576 values"), std::string::npos)
+      << s.message;
+  s = parse(raw_file(R"({"__metadata__":{"note":"[)" + zeros.substr(0, 20'000'000) + R"(]"}})"));
+  EXPECT_TRUE(s.ok()) << s.message;
 }
 
 TEST(Safetensors, ReadNamesTheFileAndTheProblem) {
