@@ -231,6 +231,15 @@ std::vector<Malformed> malformed_cases() {
       {"element count overflow",
        entry(R"({"dtype":"F32","shape":[4294967296,4294967296,4],"data_offsets":[0,4]})"),
        "overflows"},
+      // Empty, but the row-major strides of [2^40, 2^40, 0] (and its element count taken left to
+      // right) overflow int64: signed overflow (undefined behaviour) in HostTensor before.
+      {"zero-element tensor with overflowing extents",
+       entry(R"({"dtype":"F32","shape":[1099511627776,1099511627776,0],"data_offsets":[0,0]})"),
+       "element count of shape [1099511627776, 1099511627776, 0] overflows"},
+      {"zero-element q of shape [0, 2^40, 2^20, 16]",
+       raw_file(R"({"q":{"dtype":"BF16","shape":[0,1099511627776,1048576,16],)"
+                R"("data_offsets":[0,0]}})"),
+       "overflows"},
       {"missing data_offsets", entry(R"({"dtype":"F32","shape":[1]})"), "missing \"data_offsets\""},
       {"one offset", entry(R"({"dtype":"F32","shape":[1],"data_offsets":[0]})"),
        "\"data_offsets\" must be two non-negative integers"},
@@ -356,6 +365,20 @@ TEST(Safetensors, HeadersPastTheEntryOrValueLimitsAreRefusedBeforeParsing) {
       << s.message;
   s = parse(raw_file(R"({"__metadata__":{"note":"[)" + zeros.substr(0, 20'000'000) + R"(]"}})"));
   EXPECT_TRUE(s.ok()) << s.message;
+}
+
+// A HostTensor built with such a shape directly: no element, and strides that saturate (which
+// validation refuses) rather than wrap.
+TEST(Safetensors, HostTensorWithoutElementsButHugeExtents) {
+  const int64_t big = int64_t{1} << 40;
+  EXPECT_EQ(HostTensor(DType::f32, {big, big, 0}).numel(), 0);
+  const HostTensor q(DType::bf16, {0, big, int64_t{1} << 20, 16});
+  EXPECT_EQ(q.numel(), 0);
+  const kda::TensorView v = q.view();
+  EXPECT_EQ(v.strides[3], 1);
+  EXPECT_EQ(v.strides[2], 16);
+  EXPECT_EQ(v.strides[1], int64_t{1} << 24);
+  EXPECT_EQ(v.strides[0], std::numeric_limits<int64_t>::max());  // 2^64 saturated
 }
 
 TEST(Safetensors, ReadNamesTheFileAndTheProblem) {

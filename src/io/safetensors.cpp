@@ -149,7 +149,6 @@ Status parse_entry(const std::string& name, const json& j, uint64_t data_size, E
     return fail(what + "rank " + std::to_string(shape_it->size()) + " is above the " +
                 std::to_string(kMaxRank) + " this reader supports");
   }
-  bool has_zero = false;
   for (const json& dim : *shape_it) {
     uint64_t extent = 0;
     if (!read_size(dim, &extent)) {
@@ -157,21 +156,25 @@ Status parse_entry(const std::string& name, const json& j, uint64_t data_size, E
                   printable(shape_it->dump()));
     }
     e->shape.push_back(static_cast<int64_t>(extent));
-    has_zero = has_zero || extent == 0;
   }
-  // Byte count with an overflow check; a zero extent makes the true product 0 whatever the rest.
-  uint64_t nbytes = 0;
-  if (!has_zero) {
-    nbytes = itemsize;
-    const uint64_t limit = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-    for (int64_t extent : e->shape) {
-      const auto ext = static_cast<uint64_t>(extent);
-      if (nbytes > limit / ext) {
-        return fail(what + "element count of shape " + shape_str(e->shape) + " overflows");
-      }
-      nbytes *= ext;
+  // The byte count of the nonzero extents, with an overflow check, must fit int64 also when a
+  // zero extent makes the tensor empty: its row-major strides are those products, and a shape
+  // like [2^40, 2^40, 0] would overflow them (and the element count taken left to right).
+  uint64_t nbytes = itemsize;
+  bool has_zero = false;
+  const uint64_t limit = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  for (int64_t extent : e->shape) {
+    const auto ext = static_cast<uint64_t>(extent);
+    if (ext == 0) {
+      has_zero = true;
+      continue;
     }
+    if (nbytes > limit / ext) {
+      return fail(what + "element count of shape " + shape_str(e->shape) + " overflows");
+    }
+    nbytes *= ext;
   }
+  if (has_zero) nbytes = 0;
 
   const auto offsets_it = j.find("data_offsets");
   if (offsets_it == j.end()) return fail(what + "missing \"data_offsets\"");
