@@ -16,6 +16,7 @@
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "golden_dir.hpp"
@@ -247,6 +248,47 @@ TEST(Cli, NanInAnInputPropagatesAndTheCheckStillPasses) {
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "PASS: all 6 outputs")) << r.out;
   std::filesystem::remove(path);
+}
+
+// -o never overwrites the --input file (it once replaced a golden file's reference outputs with
+// ours), whatever the spelling of the path, and an output path that cannot be written is refused
+// before the run, not after it.
+TEST(Cli, OutputNeverOverwritesTheInputAndIsCheckedBeforeTheRun) {
+  const std::string dir = temp_path("outdir");
+  std::filesystem::create_directories(dir + "/sub");
+  const std::string path = dir + "/in.safetensors";
+  generated_file(kWy, "--shape 1,40,2,16,8 --chunk-size 16 --dtype fp32", path);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  const std::string before = read_text(path);
+  std::filesystem::create_hard_link(path, dir + "/hard.safetensors");
+  std::filesystem::create_symlink(path, dir + "/soft.safetensors");
+  const std::string input = kWy + "--input '" + path + "' --backend cpu --repeat 1 --check ";
+  for (const std::string& same : {path, dir + "/sub/../in.safetensors", dir + "//in.safetensors",
+                                  dir + "/hard.safetensors", dir + "/soft.safetensors"}) {
+    SCOPED_TRACE(same);
+    const CliResult r = run_kda(input + "-o '" + same + "'");
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "kda: error: -o: '" + same + "' is the --input file")) << r.err;
+    EXPECT_FALSE(contains(r.err, "kda: running")) << "refused after the run: " << r.err;
+    EXPECT_EQ(read_text(path), before) << "the input file was changed";
+  }
+  for (const auto& [out, why] : std::vector<std::pair<std::string, std::string>>{
+           {"/nonexistent/dir/out.safetensors", "its directory does not exist"},
+           {dir + "/sub", "is a directory"},
+           {dir + "/in.safetensors/x", "its directory " + path + " is not a directory"},
+           {"", "the path is empty"}}) {
+    SCOPED_TRACE(out);
+    const CliResult r = run_kda(input + "-o '" + out + "'");
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "kda: error: -o: cannot write '" + out + "': " + why)) << r.err;
+    EXPECT_FALSE(contains(r.err, "kda: running")) << "refused after the run: " << r.err;
+  }
+  // Another path is written, and the input stays as it was.
+  const CliResult r = run_kda(input + "-o '" + dir + "/sub/out.safetensors'");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/sub/out.safetensors"));
+  EXPECT_EQ(read_text(path), before);
+  std::filesystem::remove_all(dir);
 }
 
 // tools/run-model-shape.sh passes defaults and appends the user's arguments: the last wins.

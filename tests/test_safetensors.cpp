@@ -133,6 +133,56 @@ TEST(Safetensors, FailedWriteLeavesNoPartialFile) {
   std::filesystem::remove(path);
 }
 
+// A write that fails part-way over an existing file leaves that file as it was: the new bytes go
+// to a temporary file beside it, renamed over the target only when complete. (The target was
+// truncated first and, on the failure, removed: the existing file was lost.)
+TEST(Safetensors, FailedWriteKeepsTheExistingFile) {
+  SafetensorsFile old_file;
+  old_file.tensors["old"] = ramp(DType::f32, {3});
+  const std::string dir = ::testing::TempDir() + "kda_atomic_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/x.safetensors";
+  ASSERT_TRUE(kda::io::write_safetensors(path, old_file).ok());
+  SafetensorsFile big;
+  big.tensors["big"] = HostTensor(DType::f32, {1 << 16});  // 256 KiB of data
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{64 * 1024, 64 * 1024};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    const Status s = kda::io::write_safetensors(path, big);
+    ::_exit(!s.ok() && s.message.find("cannot write") != std::string::npos ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the write did not fail with a message";
+  SafetensorsFile back;
+  const Status s = kda::io::read_safetensors(path, &back);
+  ASSERT_TRUE(s.ok()) << "the existing file was lost: " << s.message;
+  expect_same(old_file, back);
+  // Nothing else is left in the directory (no temporary file).
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir),
+                          std::filesystem::directory_iterator()),
+            1);
+
+  // A complete write replaces it; through a symbolic link, the link's target is replaced and
+  // the link stays a link; a device is written in place (never renamed over).
+  ASSERT_TRUE(kda::io::write_safetensors(path, sample_file()).ok());
+  ASSERT_TRUE(kda::io::read_safetensors(path, &back).ok());
+  expect_same(sample_file(), back);
+  const std::string link = dir + "/link.safetensors";
+  std::filesystem::create_symlink(path, link);
+  ASSERT_TRUE(kda::io::write_safetensors(link, old_file).ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  ASSERT_TRUE(kda::io::read_safetensors(path, &back).ok());
+  expect_same(old_file, back);
+  EXPECT_TRUE(kda::io::write_safetensors("/dev/null", old_file).ok());
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Safetensors, WriterIsDeterministicAlignedAndSorted) {
   const std::vector<uint8_t> a = serialize(sample_file());
   const std::vector<uint8_t> b = serialize(sample_file());

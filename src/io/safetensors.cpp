@@ -3,7 +3,11 @@
 
 #include "io/safetensors.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <charconv>
@@ -474,31 +478,124 @@ Status serialize_safetensors(const SafetensorsFile& file, std::vector<uint8_t>* 
   return Status::Ok();
 }
 
+namespace {
+
+namespace fs = std::filesystem;
+
+// The file a write to `path` replaces: `path` itself, or what its chain of symbolic links names
+// (the link is kept, its target replaced), as the old fopen would have followed it.
+fs::path write_target(const std::string& path) {
+  fs::path target = path;
+  std::error_code ec;
+  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(target, ec)); ++hops) {
+    const fs::path next = fs::read_symlink(target, ec);
+    if (ec) break;
+    target = next.is_absolute() ? next : target.parent_path() / next;
+  }
+  return target;
+}
+
+// A new file beside `target`, created exclusively (mode 0666 less the umask, as fopen's).
+int create_temporary(const fs::path& target, std::string* name) {
+  static std::atomic<unsigned> counter{0};
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string file = ".";  // appended step by step: gcc 12 warns (-Wrestrict) on "." + s + ..
+    file.append(target.filename().string());
+    file.append(".partial-");
+    file.append(std::to_string(::getpid()));
+    file.append("-");
+    file.append(std::to_string(counter++));
+    *name = (dir / file).string();
+    const int fd = ::open(name->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1;
+}
+
+// Writes the file's bytes to `f`; false with errno set on a failed write.
+bool write_layout(std::FILE* f, const Layout& layout) {
+  uint8_t length[kLengthBytes];
+  length_bytes(layout.header.size(), length);
+  bool ok = std::fwrite(length, 1, kLengthBytes, f) == kLengthBytes &&
+            std::fwrite(layout.header.data(), 1, layout.header.size(), f) == layout.header.size();
+  for (const HostTensor* t : layout.order) {
+    if (!ok) break;
+    ok = t->bytes.empty() || std::fwrite(t->bytes.data(), 1, t->bytes.size(), f) == t->bytes.size();
+  }
+  return ok && std::fflush(f) == 0;
+}
+
+}  // namespace
+
+std::string output_path_problem(const std::string& path) {
+  if (path.empty()) return "the path is empty";
+  const fs::path target = write_target(path);
+  std::error_code ec;
+  const fs::file_status st = fs::status(target, ec);
+  if (fs::is_directory(st)) return "is a directory";
+  if (fs::exists(st)) {
+    if (::access(target.c_str(), W_OK) != 0) return std::strerror(errno);
+    if (!fs::is_regular_file(st)) return "";  // a device or a pipe: written in place
+  }
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const fs::file_status dir_st = fs::status(dir, ec);
+  if (!fs::exists(dir_st)) return "its directory does not exist";
+  if (!fs::is_directory(dir_st)) return "its directory " + dir.string() + " is not a directory";
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return "its directory is not writable: " + std::string(std::strerror(errno));
+  }
+  return "";
+}
+
 Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
   Layout layout;
   if (Status s = plan_layout(file, &layout); !s.ok()) return s;
   const std::string where = std::string(kPrefix) + "cannot write " + path + ": ";
-  // Streamed tensor by tensor: no second copy of a multi-GB problem in memory.
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
-  if (!f) return invalid_argument(where + std::strerror(errno));
-  uint8_t length[kLengthBytes];
-  length_bytes(layout.header.size(), length);
-  bool ok =
-      std::fwrite(length, 1, kLengthBytes, f.get()) == kLengthBytes &&
-      std::fwrite(layout.header.data(), 1, layout.header.size(), f.get()) == layout.header.size();
-  for (const HostTensor* t : layout.order) {
-    if (!ok) break;
-    ok = t->bytes.empty() ||
-         std::fwrite(t->bytes.data(), 1, t->bytes.size(), f.get()) == t->bytes.size();
-  }
-  const int write_errno = errno;
-  if (ok && std::fclose(f.release()) == 0) return Status::Ok();
-  // A part-written file would look like a problem file: remove it (a regular file only: never a
-  // device such as /dev/full).
-  const int error = ok ? errno : write_errno;
-  f.reset();
+  const fs::path target = write_target(path);
   std::error_code ec;
-  if (std::filesystem::is_regular_file(path, ec)) std::filesystem::remove(path, ec);
+  const fs::file_status st = fs::status(target, ec);
+  if (fs::is_directory(st)) return invalid_argument(where + "is a directory");
+
+  // A device or a pipe (/dev/null, /dev/full, a FIFO) is written in place: never renamed over.
+  if (fs::exists(st) && !fs::is_regular_file(st)) {
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(target.c_str(), "wb"),
+                                                      &std::fclose);
+    if (!f) return invalid_argument(where + std::strerror(errno));
+    const bool ok = write_layout(f.get(), layout);
+    const int error = errno;
+    if (ok && std::fclose(f.release()) == 0) return Status::Ok();
+    return invalid_argument(where + std::strerror(ok ? errno : error));
+  }
+
+  // Anything else: the bytes go to a new file beside the target, which replaces it by a rename
+  // only once complete and on disk. A failed write, a full disk or a killed process leaves the
+  // target as it was (and at worst a hidden ".NAME.partial-PID-N" file beside it); the target is
+  // never a truncated or part-written file that could be read as a problem. Streamed tensor by
+  // tensor: no second copy of a multi-GB problem in memory.
+  std::string temp;
+  const int fd = create_temporary(target, &temp);
+  if (fd < 0) return invalid_argument(where + std::strerror(errno));
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(::fdopen(fd, "wb"), &std::fclose);
+  if (!f) {
+    const int error = errno;
+    ::close(fd);
+    ::unlink(temp.c_str());
+    return invalid_argument(where + std::strerror(error));
+  }
+  bool ok = write_layout(f.get(), layout) && ::fsync(fd) == 0;
+  int error = errno;
+  if (ok) {
+    // The replaced file's permissions carry over (a new one gets 0666 less the umask).
+    if (fs::is_regular_file(st)) fs::permissions(temp, fs::status(target, ec).permissions(), ec);
+    ok = std::fclose(f.release()) == 0;
+    error = errno;
+    ok = ok && ::rename(temp.c_str(), target.c_str()) == 0;
+    error = ok ? 0 : errno;
+  }
+  f.reset();
+  if (ok) return Status::Ok();
+  ::unlink(temp.c_str());
   return invalid_argument(where + std::strerror(error));
 }
 

@@ -38,7 +38,14 @@ Status read_safetensors(const std::string& path, SafetensorsFile* out);
 // Deterministic: JSON keys sorted, tensors laid out by element size (largest first) then name so
 // every tensor is naturally aligned, header padded with spaces to a multiple of 8 bytes.
 Status serialize_safetensors(const SafetensorsFile& file, std::vector<uint8_t>* out);
+// Writes to a temporary file beside `path` (in its directory, after following symbolic links)
+// and renames it over `path` once complete: a failed or interrupted write leaves an existing file
+// as it was. A device or pipe (/dev/null) is written in place.
 Status write_safetensors(const std::string& path, const SafetensorsFile& file);
+// Why write_safetensors(path) could not write there, checked without writing (a directory, a
+// missing or read-only directory, a read-only file), or "" when it can: for a caller that wants
+// to know before doing the work.
+std::string output_path_problem(const std::string& path);
 
 // Builds a problem of operator `op` from a file laid out like ../shared/golden*/: inputs and
 // expected outputs under their argument-table names ("q", ..., "out.dq"), options in the

@@ -104,7 +104,14 @@ GeneratedOption add_run_options(CLI::App* run, std::span<const char* const> shap
                 ->check(whole_uint64)
                 ->capture_default_str());
 
-  run->add_option("-o,--output", o->output, "write the inputs and the outputs (out.*) here");
+  // Checked before the run (run_command.cpp); a given but empty path is refused, not ignored.
+  run->add_option_function<std::string>(
+      "-o,--output",
+      [o](const std::string& path) {
+        o->output = path;
+        o->output_given = true;
+      },
+      "write the inputs and the outputs (out.*) here (never the --input file)");
   run->add_option("-b,--backend", o->backend,
                   "cpu-ref, cpu or cuda (default: cuda when available, else cpu)");
   run->add_option("--kernel", o->kernel,

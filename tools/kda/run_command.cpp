@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 
 #include "cuda_runner.hpp"
 #include "exit_code.hpp"
@@ -38,6 +40,24 @@ std::string non_finite_outputs(const io::HostProblem& problem) {
     if (!all_finite(problem.get(name))) bad += (bad.empty() ? "" : ", ") + name;
   }
   return bad;
+}
+
+// -o is checked before the (possibly long) run: a path that cannot be written is refused now, and
+// so is the --input file under any spelling (the same file: a hard link, a symbolic link, "a/../"),
+// which the run would overwrite, reference outputs included.
+Status check_output_path(const RunOptions& o) {
+  const std::string path = o.output;
+  if (!o.input.empty()) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(o.input, path, ec) && !ec) {
+      return invalid_argument("-o: '" + path +
+                              "' is the --input file; write the outputs to another file");
+    }
+  }
+  if (const std::string why = io::output_path_problem(path); !why.empty()) {
+    return invalid_argument("-o: cannot write '" + path + "': " + why);
+  }
+  return Status::Ok();
 }
 
 Status load_problem(const io::OpIo& op, const OpCli& cli, const RunOptions& o,
@@ -83,6 +103,10 @@ int run_command(const io::OpIo& op, const OpCli& cli, const RunOptions& o) {
   if (Status s = resolve_kernel(o, &kernel); !s.ok()) return report_error(s.message, kExitUsage);
   if (backend == Backend::cuda) {
     if (Status s = cuda_ready(); !s.ok()) return report_error(s.message, exit_code_for(s));
+  }
+
+  if (o.output_given) {
+    if (Status s = check_output_path(o); !s.ok()) return report_error(s.message, kExitUsage);
   }
 
   io::HostProblem problem;
@@ -136,7 +160,7 @@ int run_command(const io::OpIo& op, const OpCli& cli, const RunOptions& o) {
   print_timing(backend, timing, op.bytes(problem));
   std::fflush(stdout);
 
-  if (!o.output.empty()) {
+  if (o.output_given) {
     progress("writing " + o.output);
     if (Status s = io::write_safetensors(o.output, io::problem_to_safetensors(problem)); !s.ok()) {
       return report_error(s.message, kExitUsage);
