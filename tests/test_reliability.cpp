@@ -994,6 +994,59 @@ TEST(Hardening, ChunkIndicesCountsBeforeMaterializing) {
   EXPECT_TRUE(std::equal(rows, rows + 10, want)) << "rows differ";
 }
 
+// A host cu_seqlens of 10^9 entries whose last entry is wrong: its first and last entries are
+// checked before the walk over the others, so the answer comes at once (it took 2.5 s of
+// walking). Here only the pages of the first and last entries can be read: a walk is a SIGSEGV.
+// The same for the C ABI's chunk helpers, whose last entry must be >= the first (0). In a child
+// process, so that a regression fails this test instead of killing the suite.
+// The child's part of the test below: 0 when every call refused the cu_seqlens as expected.
+int refuse_cu_seqlens_with_unreadable_middle() {
+  const int64_t n = 1'000'000'000;
+  const size_t bytes = static_cast<size_t>(n) * sizeof(int64_t);
+  const size_t page = 4096;
+  void* region =
+      mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (region == MAP_FAILED) return 2;
+  auto* cu = static_cast<int64_t*>(region);
+  auto* last_page =
+      reinterpret_cast<uint8_t*>(cu + n - 1) - reinterpret_cast<uintptr_t>(cu + n - 1) % page;
+  if (mprotect(cu, page, PROT_READ | PROT_WRITE) != 0 ||
+      mprotect(last_page, page, PROT_READ | PROT_WRITE) != 0) {
+    return 3;
+  }
+  cu[0] = 0;
+  Problem p = huge_problem();  // T = 2^30
+  cu[n - 1] = p.q.shape[1] + 1;
+  p.cu_seqlens = TensorView::contiguous(cu, DType::i64, {n});
+  const kda::Status s = p.validate();
+  if (s.code != StatusCode::invalid_argument ||
+      s.message.find("argument 'cu_seqlens': expected the last entry to equal T = 1073741824, "
+                     "got 1073741825") == std::string::npos) {
+    return 4;
+  }
+  cu[n - 1] = -1;
+  int64_t count = 0;
+  if (kda_count_chunks(cu, n, 64, &count) != KDA_STATUS_INVALID_ARGUMENT) return 5;
+  if (std::string(kda_last_error()).find("cu_seqlens[999999999] = -1 < cu_seqlens[0] = 0") ==
+      std::string::npos) {
+    return 6;
+  }
+  int64_t out[2] = {};
+  if (kda_chunk_indices(cu, n, 64, out, 1) != KDA_STATUS_INVALID_ARGUMENT) return 7;
+  return 0;
+}
+
+// A host cu_seqlens of 10^9 entries whose last entry is wrong: its first and last entries are
+// checked before the walk over the others, so the answer comes at once (it took 2.5 s of
+// walking). Here only the pages of the first and last entries can be read: a walk is a SIGSEGV.
+// The same for the C ABI's chunk helpers, whose last entry must be >= the first (0). In a child
+// process, so that a regression fails this test instead of killing the suite.
+TEST(HardeningDeathTest, CuSeqlensEndsAreCheckedBeforeTheWalk) {
+  ASSERT_NE(forbidden_memory(), nullptr);
+  EXPECT_EXIT(std::_Exit(refuse_cu_seqlens_with_unreadable_middle()), ::testing::ExitedWithCode(0),
+              "");
+}
+
 // --- known issues: reproducers of what is still open in src/
 // -------------------------------
 

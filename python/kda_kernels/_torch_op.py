@@ -124,13 +124,35 @@ class TorchOp:
         for name, i in zip(op.optional_names, self._optional_at):
             value = args[i]
             tensors.append(_problem.OMITTED if value is None else describe(op, name, value))
-        outputs = self._empty_outputs(args)
+        try:
+            outputs = self._empty_outputs(args)
+        except (MemoryError, RuntimeError):  # torch.OutOfMemoryError is a RuntimeError
+            # Allocated before validation, which the run does: nothing is checked twice on the
+            # hot path. When the outputs cannot be allocated, a call that could not run anyway
+            # says why (a bad chunk_size, not "can't allocate 64 TiB"); a valid one keeps the
+            # allocation's error.
+            self._refuse_if_invalid(args, tensors, options)
+            raise
         tensors.extend(describe(op, name, out) for name, out in zip(op.output_names, outputs))
         # The core makes q's device current for the launch itself; torch's current stream on
         # that device is the one a caller (or a CUDA graph capture) expects the work on.
         stream = torch.cuda.current_stream(q.device).cuda_stream if on_cuda else None
         op.run(tensors, options, backend, kernel, stream)
         return tuple(outputs)
+
+    def _refuse_if_invalid(self, args, tensors, options):
+        """The core's error for this call, validated with placeholder outputs
+        (``Operator.validate_before_allocating``), raised without the allocation error as its
+        context; nothing when the call is valid."""
+        op = self.op
+        q = args[0]
+        shapes = {name: t.shape for name, t in zip(op.input_names, args)}
+        device = (_DEVICE_TYPES[q.device.type], q.device.index or 0)
+        try:
+            op.validate_before_allocating(tensors, op.output_layout(shapes), tensors[0][1],
+                                          device, options)
+        except (TypeError, ValueError) as invalid:
+            raise invalid from None
 
     def fake(self, *args, **kwargs):
         return tuple(self._empty_outputs(self._positional(args, kwargs)))

@@ -338,3 +338,27 @@ def test_intra_empty_problems(empty):
     outputs = intra(inputs, options)
     assert outputs[0].shape == inputs["dq"].shape
     assert all(o.numel() == 0 for o in outputs)
+
+
+def test_invalid_problem_whose_outputs_cannot_be_allocated_names_the_argument():
+    """Inputs broadcast (stride 0) to T = 2^40 with a bad chunk_size: the outputs (64 TiB each)
+    cannot be allocated, and the error is the core's about chunk_size, not torch's allocation
+    failure (the torch path allocates first, and validates when that fails)."""
+    inputs, options = torch_problem(T=32, K=8, V=8, BT=16)
+    huge = {}
+    for name, t in inputs.items():
+        if name in ("h", "dh"):
+            huge[name] = t
+            continue
+        shape = (1, 2**40) + tuple(t.shape[2:])
+        if name == "A":
+            shape = shape[:-1] + (48,)
+        huge[name] = t.reshape(-1)[:1].reshape((1,) * t.dim()).expand(shape)
+    with pytest.raises(ValueError, match="argument 'chunk_size': expected 16, 32 or 64"):
+        op(huge, {**options, "chunk_size": 48})
+    # Valid but too large (h, dh broadcast to the chunk count): the allocation error stands.
+    for name in ("h", "dh"):
+        huge[name] = inputs[name][:, :1].expand((1, 2**40 // 16) + tuple(inputs[name].shape[2:]))
+    huge["A"] = huge["A"][..., :16]
+    with pytest.raises(RuntimeError, match="alloc"):
+        op(huge, options)
