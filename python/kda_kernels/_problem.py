@@ -90,6 +90,11 @@ class Operator:
                     return float(value)
                 except (TypeError, ValueError):
                     pass
+                except OverflowError:  # float(10**400): a number, but not one we can take
+                    raise ValueError(
+                        f"{self.where(opt.name)}: expected a finite float, got an "
+                        f"{type(value).__name__} too large for a float"
+                    ) from None
             raise TypeError(
                 f"{self.where(opt.name)}: expected a float or None, got {type(value).__name__}"
             )

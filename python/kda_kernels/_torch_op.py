@@ -35,7 +35,7 @@ def describe(op, name, tensor):
     code = _DTYPE_CODES.get(tensor.dtype)
     device = tensor.device
     device_type = _DEVICE_TYPES.get(device.type)
-    if code is None or device_type is None or tensor.layout != torch.strided:
+    if code is None or device_type is None or tensor.layout != torch.strided or tensor.is_nested:
         _refuse(op, name, tensor, code)
     return _problem.tensor_fields(tensor.data_ptr(), code, tensor.shape, tensor.stride(),
                                   device_type, device.index or 0)
@@ -48,9 +48,13 @@ def _refuse(op, name, tensor, code):
             f"{where}: expected dtype float16, bfloat16, float32, int32 or int64, "
             f"got {tensor.dtype}"
         )
-    if tensor.layout != torch.strided:
-        raise ValueError(f"{where}: expected a dense (strided) tensor, got {tensor.layout}")
+    if tensor.layout != torch.strided or tensor.is_nested:
+        raise ValueError(f"{where}: expected a dense (strided) tensor, got {_layout(tensor)}")
     raise ValueError(f"{where}: expected a cpu or cuda tensor, got one on {tensor.device}")
+
+
+def _layout(tensor):
+    return "a nested tensor" if tensor.is_nested else str(tensor.layout)
 
 
 def _schema(op):
@@ -160,7 +164,7 @@ class TorchOp:
     def call(self, tensors, optionals, options, backend, kernel):
         """The public function's torch path: checks what the dispatcher would report without
         naming the argument, or not at all, then calls the custom op. Each required input must
-        be a tensor (the optional ones may be None); the options must be of their kinds;
+        be a dense tensor (the optional ones may be None); the options must be of their kinds;
         `backend` and `kernel` must be names; and a tensor on the meta device must not be mixed
         with real ones (the dispatcher would send the call to the fake implementation and hand
         back uninitialized outputs)."""
@@ -178,6 +182,13 @@ class TorchOp:
                 raise ValueError(
                     f"{op.where(name)}: is on {value.device} but q is on {q.device}; tensors "
                     f"on the meta device only go with other meta tensors"
+                )
+            # Before the dispatcher, which has no kernel for some layouts (nested tensors; sparse
+            # ones with some torch versions) and would raise NotImplementedError without the
+            # argument's name.
+            if value.layout != torch.strided or value.is_nested:
+                raise ValueError(
+                    f"{op.where(name)}: expected a dense (strided) tensor, got {_layout(value)}"
                 )
         options = op.convert_options(options)
         op.backend_code(backend, on_cuda=False)  # ValueErrors naming them, before the dispatcher

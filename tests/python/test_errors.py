@@ -332,7 +332,8 @@ def test_invalid_problem_is_refused_before_its_outputs_are_allocated(op):
     outputs before NumPy allocates them)."""
     if op == "wy":
         inputs, options = problem()
-        fn, dims, name = kk.chunk_kda_bwd_wy_dqkg_fused, WY_TOKEN_DIMS, "chunk_kda_bwd_wy_dqkg_fused"
+        fn, dims = kk.chunk_kda_bwd_wy_dqkg_fused, WY_TOKEN_DIMS
+        name = "chunk_kda_bwd_wy_dqkg_fused"
     else:
         inputs, options = intra_problem()
         fn, dims, name = kk.chunk_kda_bwd_intra, INTRA_TOKEN_DIMS, "chunk_kda_bwd_intra"
@@ -351,3 +352,17 @@ def test_valid_problem_too_large_for_memory_still_says_so():
         huge[name] = np.broadcast_to(a[:, :1], (1, HUGE_T // 16) + a.shape[2:])
     with pytest.raises(MemoryError):
         kk.chunk_kda_bwd_wy_dqkg_fused(**huge, **good)
+
+
+# --- the error contract's gaps (issue 15) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("scale", [10**400, -(10**400)], ids=["huge", "huge-negative"])
+def test_scale_too_large_for_a_float_names_the_argument(scale):
+    """float(10**400) raises a bare OverflowError ("int too large to convert to float"); the
+    argument's name must be in the message, as for every other bad scale (ValueError: a number,
+    but not one the operator takes)."""
+    inputs, options = problem()
+    with pytest.raises(ValueError, match=names("scale") + " expected a finite float, got an int "
+                       "too large for a float"):
+        kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **{**options, "scale": scale})
