@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "cuda_runner.hpp"
 #include "exit_code.hpp"
@@ -94,6 +95,27 @@ Status load_problem(const io::OpIo& op, const OpCli& cli, const RunOptions& o,
   return Status::Ok();
 }
 
+constexpr const char* kNothingToCheck = "--check: nothing to check cpu-ref's outputs ";
+
+// The outputs nothing will be compared with: on cpu-ref, those without an out.* tensor (on the
+// other backends every output is checked against cpu-ref).
+std::vector<std::string> outputs_without_reference(
+    const io::HostProblem& problem, const std::map<std::string, io::HostTensor>& expected,
+    Backend backend) {
+  std::vector<std::string> unchecked;
+  if (backend != Backend::cpu_ref) return unchecked;
+  for (const std::string& name : problem.output_names()) {
+    if (expected.count(name) == 0) unchecked.push_back(name);
+  }
+  return unchecked;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string text;
+  for (const std::string& name : names) text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
 }  // namespace
 
 int run_command(const io::OpIo& op, const OpCli& cli, const RunOptions& o) {
@@ -108,6 +130,12 @@ int run_command(const io::OpIo& op, const OpCli& cli, const RunOptions& o) {
   if (o.output_given) {
     if (Status s = check_output_path(o); !s.ok()) return report_error(s.message, kExitUsage);
   }
+  if (o.check && backend == Backend::cpu_ref && o.input.empty()) {  // before generating inputs
+    return report_error(kNothingToCheck +
+                            std::string("against (a generated problem has no out.* ") +
+                            "tensors); run another --backend, or give --input a file with them",
+                        kExitUsage);
+  }
 
   io::HostProblem problem;
   std::map<std::string, io::HostTensor> expected;
@@ -118,6 +146,17 @@ int run_command(const io::OpIo& op, const OpCli& cli, const RunOptions& o) {
   ProblemSummary summary;
   if (Status s = cli.summarize(problem, &summary); !s.ok()) {
     return report_error(s.message, kExitUsage);
+  }
+  // On cpu-ref the file's out.* tensors are the only reference: --check with outputs that have
+  // none would check them against nothing, and must not look like a pass (it printed "check
+  // skipped" and exited 0). Refused before the run.
+  const std::vector<std::string> unchecked = outputs_without_reference(problem, expected, backend);
+  if (o.check && !unchecked.empty()) {
+    return report_error(
+        kNothingToCheck + (expected.empty() ? std::string() : joined(unchecked) + " ") +
+            "against (the file has no out.* " + (expected.empty() ? "tensors" : "tensor for them") +
+            "); give a file with them, or run another --backend",
+        kExitUsage);
   }
   print_problem(source, op, problem, summary, backend, kernel);
   std::fflush(stdout);
@@ -149,9 +188,11 @@ int run_command(const io::OpIo& op, const OpCli& cli, const RunOptions& o) {
     passed = passed && report.passed();
   } else if (some_outputs_missing) {
     print_check_skipped(expected.empty()
-                            ? "the backend is cpu-ref itself, and there are no out.* tensors to "
-                              "compare with"
-                            : "outputs without an out.* tensor: the backend is cpu-ref itself");
+                            ? "nothing checked: the backend is cpu-ref itself, and there are no "
+                              "out.* tensors to compare with"
+                            : "nothing checked for " + joined(unchecked) +
+                                  ": the backend is cpu-ref itself, and they have no out.* "
+                                  "tensor");
   }
   if (const std::string bad = non_finite_outputs(problem); !bad.empty()) {
     std::printf("  NaN or Inf in outputs %s (the inputs are finite)\n", bad.c_str());
