@@ -16,6 +16,7 @@
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "golden_dir.hpp"
@@ -249,6 +250,89 @@ TEST(Cli, NanInAnInputPropagatesAndTheCheckStillPasses) {
   std::filesystem::remove(path);
 }
 
+// -o never overwrites the --input file (it once replaced a golden file's reference outputs with
+// ours), whatever the spelling of the path, and an output path that cannot be written is refused
+// before the run, not after it.
+TEST(Cli, OutputNeverOverwritesTheInputAndIsCheckedBeforeTheRun) {
+  const std::string dir = temp_path("outdir");
+  std::filesystem::create_directories(dir + "/sub");
+  const std::string path = dir + "/in.safetensors";
+  generated_file(kWy, "--shape 1,40,2,16,8 --chunk-size 16 --dtype fp32", path);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  const std::string before = read_text(path);
+  std::filesystem::create_hard_link(path, dir + "/hard.safetensors");
+  std::filesystem::create_symlink(path, dir + "/soft.safetensors");
+  const std::string input = kWy + "--input '" + path + "' --backend cpu --repeat 1 --check ";
+  for (const std::string& same : {path, dir + "/sub/../in.safetensors", dir + "//in.safetensors",
+                                  dir + "/hard.safetensors", dir + "/soft.safetensors"}) {
+    SCOPED_TRACE(same);
+    const CliResult r = run_kda(input + "-o '" + same + "'");
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "kda: error: -o: '" + same + "' is the --input file")) << r.err;
+    EXPECT_FALSE(contains(r.err, "kda: running")) << "refused after the run: " << r.err;
+    EXPECT_EQ(read_text(path), before) << "the input file was changed";
+  }
+  for (const auto& [out, why] : std::vector<std::pair<std::string, std::string>>{
+           {"/nonexistent/dir/out.safetensors", "its directory does not exist"},
+           {dir + "/sub", "is a directory"},
+           {dir + "/in.safetensors/x", "its directory " + path + " is not a directory"},
+           {"", "the path is empty"}}) {
+    SCOPED_TRACE(out);
+    const CliResult r = run_kda(input + "-o '" + out + "'");
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "kda: error: -o: cannot write '" + out + "': " + why)) << r.err;
+    EXPECT_FALSE(contains(r.err, "kda: running")) << "refused after the run: " << r.err;
+  }
+  // Another path is written, and the input stays as it was.
+  const CliResult r = run_kda(input + "-o '" + dir + "/sub/out.safetensors'");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/sub/out.safetensors"));
+  EXPECT_EQ(read_text(path), before);
+  std::filesystem::remove_all(dir);
+}
+
+// --check on cpu-ref compares with the file's out.* tensors, the only reference there is: a file
+// without them, or without some, is refused before the run (it printed "check skipped" and
+// exited 0, as a pass would); with all of them it is a real check. Without --check, cpu-ref
+// runs and says that nothing was checked.
+TEST(Cli, CheckOnCpuRefNeedsEveryExpectedOutput) {
+  const std::string path = temp_path("cpuref.safetensors");
+  const kda::io::SafetensorsFile original =
+      generated_file(kWy, "--shape 1,40,2,16,8 --chunk-size 16 --dtype fp32", path);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  const std::string run = kWy + "--input '" + path + "' --backend cpu-ref --check";
+  CliResult r = run_kda(run);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "PASS: all 6 outputs")) << r.out;
+
+  kda::io::SafetensorsFile file = original;
+  file.tensors.erase("out.dA");
+  file.tensors.erase("out.db");
+  ASSERT_TRUE(kda::io::write_safetensors(path, file).ok());
+  r = run_kda(run);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "kda: error: --check: nothing to check cpu-ref's outputs out.db, "
+                       "out.dA against (the file has no out.* tensor for them)"))
+      << r.err;
+  EXPECT_FALSE(contains(r.err, "kda: running")) << "refused after the run: " << r.err;
+
+  for (auto it = file.tensors.begin(); it != file.tensors.end();) {
+    it = it->first.rfind("out.", 0) == 0 ? file.tensors.erase(it) : std::next(it);
+  }
+  ASSERT_TRUE(kda::io::write_safetensors(path, file).ok());
+  r = run_kda(run);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "--check: nothing to check cpu-ref's outputs against (the file has "
+                       "no out.* tensors)"))
+      << r.err;
+  r = run_kda(kWy + "--input '" + path + "' --backend cpu-ref");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "nothing checked")) << r.out;
+  std::filesystem::remove(path);
+}
+
 // tools/run-model-shape.sh passes defaults and appends the user's arguments: the last wins.
 TEST(Cli, LaterOptionOverridesEarlier) {
   const CliResult r =
@@ -429,7 +513,21 @@ TEST(Cli, BadInputGivesOneErrorLineAndANonZeroExit) {
       {kWy + "--input x.safetensors --dtype fp16", 2, "excludes"},
       {kIntra + "--input x.safetensors --safe-gate", 2, "excludes"},
       {small + "--backend tpu", 2, "--backend: expected cpu-ref, cpu or cuda"},
-      {kWy + "--shape 1,64,2,16,16 --chunk-size 48 --backend cpu", 2, "chunk_size"},
+      // --chunk-size: the allowed values, named by the option (100000000 was blamed on
+      // --shape by the memory estimate; 10^23 was clamped to 2^63 - 1 by CLI11).
+      {kWy + "--shape 1,64,2,16,16 --chunk-size 48 --backend cpu", 2,
+       "--chunk-size: expected 16, 32 or 64, got '48'"},
+      {small + "--chunk-size 100000000 --backend cpu", 2,
+       "--chunk-size: expected 16, 32 or 64, got '100000000'"},
+      {small + "--chunk-size 100000000000000000000000", 2,
+       "--chunk-size: expected 16, 32 or 64, got '100000000000000000000000'"},
+      {small + "--chunk-size -64", 2, "--chunk-size: expected 16, 32 or 64, got '-64'"},
+      {small_intra + "--chunk-size 0", 2, "--chunk-size: expected 16, 32 or 64, got '0'"},
+      // --check with nothing to check against: not a pass.
+      {small + "--backend cpu-ref --check", 2,
+       "--check: nothing to check cpu-ref's outputs against"},
+      {small_intra + "--backend cpu-ref --check", 2,
+       "--check: nothing to check cpu-ref's outputs against"},
       {kWy + "--shape 1,64,3,16,16 --heads-v 4 --backend cpu", 2, "argument 'v'"},
       {kWy + "--shape 1,64,2,300,16 --backend cpu", 2, "argument 'q'"},
       {kIntra + "--shape 1,64,3,16 --heads-v 4 --backend cpu", 2, "argument 'g'"},

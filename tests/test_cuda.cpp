@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -40,6 +41,12 @@ struct Case {
   std::vector<std::string> padded = {};  // inputs stored with a padded head stride
   bool int32_indices = false;            // cu_seqlens / chunk_indices as int32
 };
+
+// Printed by its name (gtest would print a hex dump of the struct in every test listing and skip
+// line).
+void PrintTo(const Case& c, std::ostream* out) {
+  *out << c.name;
+}
 
 // The kernels every case runs on. sm80_mma takes 16-bit X with K, V in {64, 128} and inputs in
 // rows of 16-byte chunks (the padded layout breaks that); stated here from the contract, not

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <set>
 #include <string>
@@ -504,6 +505,12 @@ struct FastCase {
   WyDqkgConfig config;
   std::set<std::string> padded = {};
 };
+
+// Printed by its name (gtest would print a hex dump of the struct in every test listing and skip
+// line).
+void PrintTo(const FastCase& c, std::ostream* out) {
+  *out << c.name;
+}
 
 WyDqkgConfig small(DType x, DType h, int64_t BT, int64_t K, int64_t V) {
   WyDqkgConfig c;

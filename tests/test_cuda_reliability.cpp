@@ -22,6 +22,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -419,6 +420,12 @@ struct HugeCase {
   DType x, h;
 };
 
+// Printed by its name (gtest would print a hex dump of the struct in every test listing and skip
+// line).
+void PrintTo(const HugeCase& c, std::ostream* out) {
+  *out << c.name;
+}
+
 std::string huge_case_name(const ::testing::TestParamInfo<HugeCase>& p) {
   return p.param.name;
 }
@@ -749,6 +756,12 @@ struct SpecialCase {
   bool int32_indices = false;
 };
 
+// Printed by its name (gtest would print a hex dump of the struct in every test listing and skip
+// line).
+void PrintTo(const SpecialCase& c, std::ostream* out) {
+  *out << c.name;
+}
+
 std::string special_case_name(const ::testing::TestParamInfo<SpecialCase>& p) {
   return p.param.name;
 }
@@ -1054,6 +1067,12 @@ struct GarbageCase {
   DType x;
   bool int32;
 };
+
+// Printed by its name (gtest would print a hex dump of the struct in every test listing and skip
+// line).
+void PrintTo(const GarbageCase& c, std::ostream* out) {
+  *out << c.name;
+}
 
 std::string garbage_case_name(const ::testing::TestParamInfo<GarbageCase>& p) {
   return p.param.name;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <ostream>
 #include <string>
 #include <tuple>
 
@@ -15,6 +16,13 @@
 #include "io/safetensors.hpp"
 #include "kda/kda.hpp"
 #include "test_support.hpp"
+
+// The backend of a GoldenTest parameter, by name (gtest would print the enum as a hex dump).
+namespace kda {
+void PrintTo(Backend backend, std::ostream* out) {
+  *out << backend_name(backend);
+}
+}  // namespace kda
 
 namespace {
 

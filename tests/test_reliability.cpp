@@ -521,322 +521,312 @@ void expect_invalid(const WyDqkgConfig& config, const std::function<void(Problem
 }
 
 TEST(MoreValidation, NegativeExtent) {
-  expect_invalid(fixed_config(), [](Problem& p) {
-    p.db.shape[1] = -1; },
+  expect_invalid(fixed_config(), [](Problem& p) { p.db.shape[1] = -1; },
                  {"'out.db'", "negative extent"});
 }
 
 TEST(MoreValidation, UnknownDeviceTypeInTheCppFace) {
-    expect_invalid(fixed_config(),
-                   [](Problem& p) { p.v.device.type = static_cast<kda::DeviceType>(5); },
-                   {"'v'", "unknown device type 5"});
+  expect_invalid(fixed_config(),
+                 [](Problem& p) { p.v.device.type = static_cast<kda::DeviceType>(5); },
+                 {"'v'", "unknown device type 5"});
 }
 
 TEST(MoreValidation, IndexTensorRanks) {
-    expect_invalid(varlen_config(), [](Problem& p) { p.cu_seqlens.rank = 2; },
-                   {"'cu_seqlens'", "expected rank 1", "got rank 2"});
-    expect_invalid(varlen_config(), [](Problem& p) { p.chunk_indices.rank = 1; },
-                   {"'chunk_indices'", "expected rank 2"});
+  expect_invalid(varlen_config(), [](Problem& p) { p.cu_seqlens.rank = 2; },
+                 {"'cu_seqlens'", "expected rank 1", "got rank 2"});
+  expect_invalid(varlen_config(), [](Problem& p) { p.chunk_indices.rank = 1; },
+                 {"'chunk_indices'", "expected rank 2"});
 }
 
 TEST(MoreValidation, IndexTensorsOnAnotherDevice) {
-    expect_invalid(varlen_config(),
-                   [](Problem& p) {
-                     p.cu_seqlens.device = {kda::DeviceType::cuda, 0};
-                   },
-                   {"'cu_seqlens'", "one device"});
-    expect_invalid(varlen_config(),
-                   [](Problem& p) {
-                     p.chunk_indices.device = {kda::DeviceType::cuda, 1};
-                   },
-                   {"'chunk_indices'", "cuda:1"});
+  expect_invalid(varlen_config(),
+                 [](Problem& p) {
+                   p.cu_seqlens.device = {kda::DeviceType::cuda, 0};
+                 },
+                 {"'cu_seqlens'", "one device"});
+  expect_invalid(varlen_config(),
+                 [](Problem& p) {
+                   p.chunk_indices.device = {kda::DeviceType::cuda, 1};
+                 },
+                 {"'chunk_indices'", "cuda:1"});
 }
 
 TEST(MoreValidation, ChunkIndicesDtype) {
-    expect_invalid(varlen_config(), [](Problem& p) { p.chunk_indices.dtype = DType::f32; },
-                   {"'chunk_indices'", "int32 or int64", "float32"});
+  expect_invalid(varlen_config(), [](Problem& p) { p.chunk_indices.dtype = DType::f32; },
+                 {"'chunk_indices'", "int32 or int64", "float32"});
 }
 
 TEST(MoreValidation, AtLeastOneHead) {
-    expect_invalid(fixed_config(),
-                   [](Problem& p) {
-                     p.q.shape[2] = 0;
-                     p.k.shape[2] = 0;
-                   },
-                   {"'q'", "H >= 1"});
+  expect_invalid(fixed_config(),
+                 [](Problem& p) {
+                   p.q.shape[2] = 0;
+                   p.k.shape[2] = 0;
+                 },
+                 {"'q'", "H >= 1"});
 }
 
 TEST(MoreValidation, DvAndDvOutShapes) {
-    expect_invalid(fixed_config(), [](Problem& p) { p.dv.shape[3] = 7; },
-                   {"'dv'", "[B, T, HV, V]"});
-  expect_invalid(fixed_config(), [](Problem& p) {
-      p.dv_out.shape[1] = 39; },
+  expect_invalid(fixed_config(), [](Problem& p) { p.dv.shape[3] = 7; }, {"'dv'", "[B, T, HV, V]"});
+  expect_invalid(fixed_config(), [](Problem& p) { p.dv_out.shape[1] = 39; },
                  {"'out.dv_out'", "[B, T, HV, V]"});
 }
 
 TEST(MoreValidation, ScaleInfinite) {
-      expect_invalid(fixed_config(), [](Problem& p) { p.scale = kInf; }, {"'scale'", "finite"});
-      expect_invalid(fixed_config(), [](Problem& p) { p.scale = -kInf; }, {"'scale'", "finite"});
+  expect_invalid(fixed_config(), [](Problem& p) { p.scale = kInf; }, {"'scale'", "finite"});
+  expect_invalid(fixed_config(), [](Problem& p) { p.scale = -kInf; }, {"'scale'", "finite"});
 }
 
 TEST(MoreValidation, CuSeqlensNeedsOneEntry) {
-      WyDqkgConfig c = varlen_config();
-      c.pass_chunk_indices = false;
-      expect_invalid(c, [](Problem& p) { p.cu_seqlens.shape[0] = 0; },
-                     {"'cu_seqlens'", "at least one entry"});
+  WyDqkgConfig c = varlen_config();
+  c.pass_chunk_indices = false;
+  expect_invalid(c, [](Problem& p) { p.cu_seqlens.shape[0] = 0; },
+                 {"'cu_seqlens'", "at least one entry"});
 }
 
 TEST(MoreValidation, ChunkIndicesSecondExtent) {
-      expect_invalid(varlen_config(),
-                     [](Problem& p) {
-                       p.chunk_indices.shape[1] = 3;
-                       p.chunk_indices.strides[0] = 3;
-                     },
-                     {"'chunk_indices'", "[NT, 2]", "[6, 3]"});
+  expect_invalid(varlen_config(),
+                 [](Problem& p) {
+                   p.chunk_indices.shape[1] = 3;
+                   p.chunk_indices.strides[0] = 3;
+                 },
+                 {"'chunk_indices'", "[NT, 2]", "[6, 3]"});
 }
 
 TEST(MoreValidation, OutputsMustNotAliasIndexTensors) {
-      // The index tensors move into buffers larger than the aliasing output, so that it overlaps
-      // nothing but them.
-      std::vector<int64_t> cu(4096), ci(4096);
-      auto move_to = [](TensorView& t, std::vector<int64_t>& buffer) {
-        std::memcpy(buffer.data(), t.data, static_cast<size_t>(t.numel()) * sizeof(int64_t));
-        t.data = buffer.data();
-      };
+  // The index tensors move into buffers larger than the aliasing output, so that it overlaps
+  // nothing but them.
+  std::vector<int64_t> cu(4096), ci(4096);
+  auto move_to = [](TensorView& t, std::vector<int64_t>& buffer) {
+    std::memcpy(buffer.data(), t.data, static_cast<size_t>(t.numel()) * sizeof(int64_t));
+    t.data = buffer.data();
+  };
   expect_invalid(varlen_config(),
                  [&](Problem& p) {
-        move_to(p.cu_seqlens, cu);
-        p.db.data = cu.data();
+                   move_to(p.cu_seqlens, cu);
+                   p.db.data = cu.data();
                  },
                  {"'out.db'", "overlaps 'cu_seqlens'"});
   expect_invalid(varlen_config(),
                  [&](Problem& p) {
-          move_to(p.chunk_indices, ci);
-          p.dA.data = ci.data();
+                   move_to(p.chunk_indices, ci);
+                   p.dA.data = ci.data();
                  },
                  {"'out.dA'", "overlaps 'chunk_indices'"});
 }
 
 TEST(MoreValidation, UnknownBackendInTheCppFace) {
-          HostProblem hp = kda::io::make_random_problem(fixed_config());
-          const auto garbage = static_cast<Backend>(7);
-          const kda::Status s = kda::run(hp.as<kda::ChunkBwdWyDqkgProblem>(), garbage);
-          EXPECT_EQ(s.code, StatusCode::invalid_argument);
-          EXPECT_NE(s.message.find("backend"), std::string::npos) << s.message;
-          EXPECT_EQ(kda::backend_name(garbage), "unknown-backend");
-          EXPECT_FALSE(kda::backend_available(garbage));
-          EXPECT_TRUE(all_outputs_poisoned(hp));
+  HostProblem hp = kda::io::make_random_problem(fixed_config());
+  const auto garbage = static_cast<Backend>(7);
+  const kda::Status s = kda::run(hp.as<kda::ChunkBwdWyDqkgProblem>(), garbage);
+  EXPECT_EQ(s.code, StatusCode::invalid_argument);
+  EXPECT_NE(s.message.find("backend"), std::string::npos) << s.message;
+  EXPECT_EQ(kda::backend_name(garbage), "unknown-backend");
+  EXPECT_FALSE(kda::backend_available(garbage));
+  EXPECT_TRUE(all_outputs_poisoned(hp));
 }
 
 // Strided and int32 index tensors are read through their strides: cu_seqlens every other int32
 // element, chunk_indices column-major. Same outputs as the contiguous int64 ones, both backends.
 TEST(MoreValidation, StridedInt32IndexTensorsReadThroughTheirStrides) {
-          const WyDqkgConfig config = varlen_config();
-          HostProblem hp = kda::io::make_random_problem(config);
-          const HostTensor cu64 = hp.get("cu_seqlens"), ci64 = hp.get("chunk_indices");
-          const int64_t n = cu64.numel(), NT = ci64.shape[0];
-          HostTensor cu32(DType::i32, {2 * n}), ci32(DType::i32, {2 * NT});
-          for (int64_t i = 0; i < n; ++i) {
-            cu32.set(2 * i, cu64.at(i));
-            cu32.set(2 * i + 1, -7);  // gaps hold garbage nobody may read
-          }
-          for (int64_t r = 0; r < NT; ++r) {
-            ci32.set(r, ci64.at(2 * r));  // column-major: all sequence ids, then all chunk ids
-            ci32.set(NT + r, ci64.at(2 * r + 1));
-          }
-          for (Backend backend : kCpuBackends) {
-            const Outputs contiguous = run_outputs(hp, backend);
-            hp.allocate_outputs();
-            Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
-            p.cu_seqlens = TensorView::contiguous(cu32.bytes.data(), DType::i32, {n});
-            p.cu_seqlens.strides[0] = 2;
-            p.chunk_indices = TensorView::contiguous(ci32.bytes.data(), DType::i32, {NT, 2});
-            p.chunk_indices.strides[0] = 1;
-            p.chunk_indices.strides[1] = NT;
-            ASSERT_TRUE(kda::run(p, backend).ok()) << kda::run(p, backend).message;
-            for (const std::string& name : kda::testing::wy_outputs()) {
-              EXPECT_EQ(hp.get(name).bytes, contiguous.at(name).bytes)
-                  << kda::backend_name(backend) << " " << name;
-            }
-          }
+  const WyDqkgConfig config = varlen_config();
+  HostProblem hp = kda::io::make_random_problem(config);
+  const HostTensor cu64 = hp.get("cu_seqlens"), ci64 = hp.get("chunk_indices");
+  const int64_t n = cu64.numel(), NT = ci64.shape[0];
+  HostTensor cu32(DType::i32, {2 * n}), ci32(DType::i32, {2 * NT});
+  for (int64_t i = 0; i < n; ++i) {
+    cu32.set(2 * i, cu64.at(i));
+    cu32.set(2 * i + 1, -7);  // gaps hold garbage nobody may read
+  }
+  for (int64_t r = 0; r < NT; ++r) {
+    ci32.set(r, ci64.at(2 * r));  // column-major: all sequence ids, then all chunk ids
+    ci32.set(NT + r, ci64.at(2 * r + 1));
+  }
+  for (Backend backend : kCpuBackends) {
+    const Outputs contiguous = run_outputs(hp, backend);
+    hp.allocate_outputs();
+    Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
+    p.cu_seqlens = TensorView::contiguous(cu32.bytes.data(), DType::i32, {n});
+    p.cu_seqlens.strides[0] = 2;
+    p.chunk_indices = TensorView::contiguous(ci32.bytes.data(), DType::i32, {NT, 2});
+    p.chunk_indices.strides[0] = 1;
+    p.chunk_indices.strides[1] = NT;
+    ASSERT_TRUE(kda::run(p, backend).ok()) << kda::run(p, backend).message;
+    for (const std::string& name : kda::testing::wy_outputs()) {
+      EXPECT_EQ(hp.get(name).bytes, contiguous.at(name).bytes)
+          << kda::backend_name(backend) << " " << name;
+    }
+  }
 }
 
 // An extent-1 dimension of an output may carry any stride: it is still row-major.
 TEST(MoreValidation, OutputStrideOfAnExtentOneDimensionIsFree) {
-          WyDqkgConfig c = fixed_config();
-          c.B = 1;
-          HostProblem hp = kda::io::make_random_problem(c);
-          const Outputs expected = run_outputs(hp, Backend::cpu);
-          hp.allocate_outputs();
-          Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
-          p.dq.strides[0] = 12345;
-          p.db.strides[0] = 0;
-          ASSERT_TRUE(kda::run(p, Backend::cpu).ok());
-          EXPECT_EQ(hp.get("out.dq").bytes, expected.at("out.dq").bytes);
-          EXPECT_EQ(hp.get("out.db").bytes, expected.at("out.db").bytes);
+  WyDqkgConfig c = fixed_config();
+  c.B = 1;
+  HostProblem hp = kda::io::make_random_problem(c);
+  const Outputs expected = run_outputs(hp, Backend::cpu);
+  hp.allocate_outputs();
+  Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
+  p.dq.strides[0] = 12345;
+  p.db.strides[0] = 0;
+  ASSERT_TRUE(kda::run(p, Backend::cpu).ok());
+  EXPECT_EQ(hp.get("out.dq").bytes, expected.at("out.dq").bytes);
+  EXPECT_EQ(hp.get("out.db").bytes, expected.at("out.db").bytes);
 }
 
 // --- the C ABI never crashes ---------------------------------------------------------------
 
 WyDqkgConfig c_config() {
-          WyDqkgConfig c = varlen_config();
-          c.x_dtype = DType::bf16;
-          return c;
+  WyDqkgConfig c = varlen_config();
+  c.x_dtype = DType::bf16;
+  return c;
 }
 
 void expect_c_error(kda_status status, const std::string& fragment, const std::string& what) {
-          EXPECT_EQ(status, KDA_STATUS_INVALID_ARGUMENT) << what;
-          const char* message = kda_last_error();
-          ASSERT_NE(message, nullptr) << what;
-          EXPECT_NE(std::string(message).find(fragment), std::string::npos)
-              << what << ": '" << message << "' lacks '" << fragment << "'";
+  EXPECT_EQ(status, KDA_STATUS_INVALID_ARGUMENT) << what;
+  const char* message = kda_last_error();
+  ASSERT_NE(message, nullptr) << what;
+  EXPECT_NE(std::string(message).find(fragment), std::string::npos)
+      << what << ": '" << message << "' lacks '" << fragment << "'";
 }
 
 TEST(CApiRobustness, NullPointersEverywhere) {
-          expect_c_error(kda_chunk_bwd_wy_dqkg_validate(nullptr), "'problem'",
-                         "kda_chunk_bwd_wy_dqkg_validate(NULL)");
-          for (int32_t backend : {KDA_BACKEND_CPU_REF, KDA_BACKEND_CPU, KDA_BACKEND_CUDA}) {
-            expect_c_error(kda_chunk_bwd_wy_dqkg_run(nullptr, backend, KDA_KERNEL_AUTO, nullptr),
-                           "'problem'", "kda_run(NULL)");
-          }
-          int64_t n = 0;
-          const int64_t cu[] = {0, 3, 40};
-          int64_t out[16];
-          expect_c_error(kda_count_chunks(nullptr, 3, 16, &n), "'cu_seqlens'", "count(NULL cu)");
-          expect_c_error(kda_count_chunks(cu, 3, 16, nullptr), "'num_chunks'", "count(NULL out)");
-          expect_c_error(kda_chunk_indices(nullptr, 3, 16, out, 4), "'cu_seqlens'",
-                         "indices(NULL cu)");
-          expect_c_error(kda_chunk_indices(cu, 3, 16, nullptr, 4), "'out'", "indices(NULL out)");
-          // Zero chunks need no output buffer.
-          const int64_t empty[] = {0, 0};
-          EXPECT_EQ(kda_chunk_indices(empty, 2, 16, nullptr, 0), KDA_STATUS_OK);
-          EXPECT_STREQ(kda_last_error(), "");
-          EXPECT_NE(kda_version(), nullptr);
-          EXPECT_NE(kda_status_name(KDA_STATUS_OK), nullptr);
+  expect_c_error(kda_chunk_bwd_wy_dqkg_validate(nullptr), "'problem'",
+                 "kda_chunk_bwd_wy_dqkg_validate(NULL)");
+  for (int32_t backend : {KDA_BACKEND_CPU_REF, KDA_BACKEND_CPU, KDA_BACKEND_CUDA}) {
+    expect_c_error(kda_chunk_bwd_wy_dqkg_run(nullptr, backend, KDA_KERNEL_AUTO, nullptr),
+                   "'problem'", "kda_run(NULL)");
+  }
+  int64_t n = 0;
+  const int64_t cu[] = {0, 3, 40};
+  int64_t out[16];
+  expect_c_error(kda_count_chunks(nullptr, 3, 16, &n), "'cu_seqlens'", "count(NULL cu)");
+  expect_c_error(kda_count_chunks(cu, 3, 16, nullptr), "'num_chunks'", "count(NULL out)");
+  expect_c_error(kda_chunk_indices(nullptr, 3, 16, out, 4), "'cu_seqlens'", "indices(NULL cu)");
+  expect_c_error(kda_chunk_indices(cu, 3, 16, nullptr, 4), "'out'", "indices(NULL out)");
+  // Zero chunks need no output buffer.
+  const int64_t empty[] = {0, 0};
+  EXPECT_EQ(kda_chunk_indices(empty, 2, 16, nullptr, 0), KDA_STATUS_OK);
+  EXPECT_STREQ(kda_last_error(), "");
+  EXPECT_NE(kda_version(), nullptr);
+  EXPECT_NE(kda_status_name(KDA_STATUS_OK), nullptr);
 }
 
 TEST(CApiRobustness, GarbageEnumsAndScalars) {
-          for (int32_t code : {-1, 6, kI32Max, kI32Min}) {
-            EXPECT_STREQ(kda_status_name(code), "unknown_status");
-            EXPECT_EQ(kda_backend_available(code), 0);
-          }
-          EXPECT_EQ(kda_backend_available(3), 0);
-          HostProblem hp = kda::io::make_random_problem(c_config());
-          const kda_chunk_bwd_wy_dqkg_problem valid = to_c(hp.as<kda::ChunkBwdWyDqkgProblem>());
-          ASSERT_EQ(kda_chunk_bwd_wy_dqkg_validate(&valid), KDA_STATUS_OK) << kda_last_error();
-          for (int32_t backend : {-1, 3, kI32Max, kI32Min}) {
-            expect_c_error(kda_chunk_bwd_wy_dqkg_run(&valid, backend, KDA_KERNEL_AUTO, nullptr),
-                           "'backend'", "backend code");
-          }
-          kda_chunk_bwd_wy_dqkg_problem c = valid;
-          for (int64_t chunk_size : {int64_t{0}, int64_t{-16}, int64_t{17}, kI64Max,
-                                     std::numeric_limits<int64_t>::min()}) {
-            c.chunk_size = chunk_size;
-            expect_c_error(kda_chunk_bwd_wy_dqkg_validate(&c), "chunk_size",
-                           "chunk_size " + std::to_string(chunk_size));
-          }
-          c = valid;
-          c.has_scale = 1;
-          for (double scale : {kNaN, kInf, -kInf}) {
-            c.scale = scale;
-            expect_c_error(kda_chunk_bwd_wy_dqkg_validate(&c), "'scale'", "scale");
-          }
-          c = valid;
-          c.has_scale = 77;  // any non-zero value means "given"
-          c.scale = 0.5;
-          EXPECT_EQ(kda_chunk_bwd_wy_dqkg_validate(&c), KDA_STATUS_OK) << kda_last_error();
-          c = valid;
-          c.state_v_first = -3;  // any non-zero value means true: K != V, so h no longer fits
-          expect_c_error(kda_chunk_bwd_wy_dqkg_validate(&c), "'h'", "state_v_first");
-          for (int32_t abi : {0, -1, kI32Max}) {
-            c = valid;
-            c.abi_version = abi;
-            expect_c_error(kda_chunk_bwd_wy_dqkg_validate(&c), "abi_version", "abi_version");
-          }
-          EXPECT_TRUE(all_outputs_poisoned(hp));
+  for (int32_t code : {-1, 6, kI32Max, kI32Min}) {
+    EXPECT_STREQ(kda_status_name(code), "unknown_status");
+    EXPECT_EQ(kda_backend_available(code), 0);
+  }
+  EXPECT_EQ(kda_backend_available(3), 0);
+  HostProblem hp = kda::io::make_random_problem(c_config());
+  const kda_chunk_bwd_wy_dqkg_problem valid = to_c(hp.as<kda::ChunkBwdWyDqkgProblem>());
+  ASSERT_EQ(kda_chunk_bwd_wy_dqkg_validate(&valid), KDA_STATUS_OK) << kda_last_error();
+  for (int32_t backend : {-1, 3, kI32Max, kI32Min}) {
+    expect_c_error(kda_chunk_bwd_wy_dqkg_run(&valid, backend, KDA_KERNEL_AUTO, nullptr),
+                   "'backend'", "backend code");
+  }
+  kda_chunk_bwd_wy_dqkg_problem c = valid;
+  for (int64_t chunk_size :
+       {int64_t{0}, int64_t{-16}, int64_t{17}, kI64Max, std::numeric_limits<int64_t>::min()}) {
+    c.chunk_size = chunk_size;
+    expect_c_error(kda_chunk_bwd_wy_dqkg_validate(&c), "chunk_size",
+                   "chunk_size " + std::to_string(chunk_size));
+  }
+  c = valid;
+  c.has_scale = 1;
+  for (double scale : {kNaN, kInf, -kInf}) {
+    c.scale = scale;
+    expect_c_error(kda_chunk_bwd_wy_dqkg_validate(&c), "'scale'", "scale");
+  }
+  c = valid;
+  c.has_scale = 77;  // any non-zero value means "given"
+  c.scale = 0.5;
+  EXPECT_EQ(kda_chunk_bwd_wy_dqkg_validate(&c), KDA_STATUS_OK) << kda_last_error();
+  c = valid;
+  c.state_v_first = -3;  // any non-zero value means true: K != V, so h no longer fits
+  expect_c_error(kda_chunk_bwd_wy_dqkg_validate(&c), "'h'", "state_v_first");
+  for (int32_t abi : {0, -1, kI32Max}) {
+    c = valid;
+    c.abi_version = abi;
+    expect_c_error(kda_chunk_bwd_wy_dqkg_validate(&c), "abi_version", "abi_version");
+  }
+  EXPECT_TRUE(all_outputs_poisoned(hp));
 }
 
 // Every tensor field, every kind of garbage: an error naming the field, never a crash, and no
 // output written.
 TEST(CApiRobustness, GarbageInEveryTensorField) {
-          HostProblem hp = kda::io::make_random_problem(c_config());
-          const kda_chunk_bwd_wy_dqkg_problem valid = to_c(hp.as<kda::ChunkBwdWyDqkgProblem>());
-          for (const Field& f : kFields) {
-            const std::string name = std::string("'") + f.name + "'";
-            for (int32_t dtype : {-1, 6, 42, kI32Max, kI32Min}) {
-              kda_chunk_bwd_wy_dqkg_problem c = valid;
-              (c.*(f.c)).dtype = dtype;
-              expect_c_error(kda_chunk_bwd_wy_dqkg_validate(&c), name + ": unknown dtype", f.name);
-              expect_c_error(
-                  kda_chunk_bwd_wy_dqkg_run(&c, KDA_BACKEND_CPU, KDA_KERNEL_AUTO, nullptr), name,
-                  f.name);
-            }
-            for (int32_t device : {-1, 2, kI32Max, kI32Min}) {
-              kda_chunk_bwd_wy_dqkg_problem c = valid;
-              (c.*(f.c)).device_type = device;
-              expect_c_error(kda_chunk_bwd_wy_dqkg_validate(&c), name + ": unknown device type",
-                             f.name);
-            }
-            for (int32_t rank : {-1, 7, kI32Max, kI32Min}) {
-              kda_chunk_bwd_wy_dqkg_problem c = valid;
-              (c.*(f.c)).rank = rank;
-              expect_c_error(kda_chunk_bwd_wy_dqkg_validate(&c), name + ": rank", f.name);
-            }
-            {
-              // Another device than q's (for q itself, every other tensor is on another device).
-              kda_chunk_bwd_wy_dqkg_problem c = valid;
-              (c.*(f.c)).device_index = -5;
-              expect_c_error(
-                  kda_chunk_bwd_wy_dqkg_run(&c, KDA_BACKEND_CPU_REF, KDA_KERNEL_AUTO, nullptr),
-                  "one device", f.name);
-              if (std::string(f.name) != "q") {
-                EXPECT_NE(std::string(kda_last_error()).find(name), std::string::npos) << f.name;
-              }
-            }
-            {
-              kda_chunk_bwd_wy_dqkg_problem c = valid;
-              (c.*(f.c)).data = nullptr;
-              expect_c_error(
-                  kda_chunk_bwd_wy_dqkg_run(&c, KDA_BACKEND_CPU, KDA_KERNEL_AUTO, nullptr),
-                  name + ": data pointer is null", f.name);
-            }
-            if (f.required) {
-              kda_chunk_bwd_wy_dqkg_problem c = valid;
-              c.*(f.c) = kda_tensor{};  // omitted
-              expect_c_error(
-                  kda_chunk_bwd_wy_dqkg_run(&c, KDA_BACKEND_CPU, KDA_KERNEL_AUTO, nullptr),
-                  name + ": is required", f.name);
-            }
-          }
-          EXPECT_TRUE(all_outputs_poisoned(hp));
+  HostProblem hp = kda::io::make_random_problem(c_config());
+  const kda_chunk_bwd_wy_dqkg_problem valid = to_c(hp.as<kda::ChunkBwdWyDqkgProblem>());
+  for (const Field& f : kFields) {
+    const std::string name = std::string("'") + f.name + "'";
+    for (int32_t dtype : {-1, 6, 42, kI32Max, kI32Min}) {
+      kda_chunk_bwd_wy_dqkg_problem c = valid;
+      (c.*(f.c)).dtype = dtype;
+      expect_c_error(kda_chunk_bwd_wy_dqkg_validate(&c), name + ": unknown dtype", f.name);
+      expect_c_error(kda_chunk_bwd_wy_dqkg_run(&c, KDA_BACKEND_CPU, KDA_KERNEL_AUTO, nullptr), name,
+                     f.name);
+    }
+    for (int32_t device : {-1, 2, kI32Max, kI32Min}) {
+      kda_chunk_bwd_wy_dqkg_problem c = valid;
+      (c.*(f.c)).device_type = device;
+      expect_c_error(kda_chunk_bwd_wy_dqkg_validate(&c), name + ": unknown device type", f.name);
+    }
+    for (int32_t rank : {-1, 7, kI32Max, kI32Min}) {
+      kda_chunk_bwd_wy_dqkg_problem c = valid;
+      (c.*(f.c)).rank = rank;
+      expect_c_error(kda_chunk_bwd_wy_dqkg_validate(&c), name + ": rank", f.name);
+    }
+    {
+      // Another device than q's (for q itself, every other tensor is on another device).
+      kda_chunk_bwd_wy_dqkg_problem c = valid;
+      (c.*(f.c)).device_index = -5;
+      expect_c_error(kda_chunk_bwd_wy_dqkg_run(&c, KDA_BACKEND_CPU_REF, KDA_KERNEL_AUTO, nullptr),
+                     "one device", f.name);
+      if (std::string(f.name) != "q") {
+        EXPECT_NE(std::string(kda_last_error()).find(name), std::string::npos) << f.name;
+      }
+    }
+    {
+      kda_chunk_bwd_wy_dqkg_problem c = valid;
+      (c.*(f.c)).data = nullptr;
+      expect_c_error(kda_chunk_bwd_wy_dqkg_run(&c, KDA_BACKEND_CPU, KDA_KERNEL_AUTO, nullptr),
+                     name + ": data pointer is null", f.name);
+    }
+    if (f.required) {
+      kda_chunk_bwd_wy_dqkg_problem c = valid;
+      c.*(f.c) = kda_tensor{};  // omitted
+      expect_c_error(kda_chunk_bwd_wy_dqkg_run(&c, KDA_BACKEND_CPU, KDA_KERNEL_AUTO, nullptr),
+                     name + ": is required", f.name);
+    }
+  }
+  EXPECT_TRUE(all_outputs_poisoned(hp));
 }
 
 // A cuda problem in a CPU-only build, or host tensors on the cuda backend: an error either way.
 TEST(CApiRobustness, CudaBackendWithHostTensors) {
-          HostProblem hp = kda::io::make_random_problem(c_config());
-          const kda_chunk_bwd_wy_dqkg_problem c = to_c(hp.as<kda::ChunkBwdWyDqkgProblem>());
-          const kda_status s = kda_chunk_bwd_wy_dqkg_run(&c, KDA_BACKEND_CUDA, KDA_KERNEL_AUTO,
-                                                         reinterpret_cast<void*>(0x1234));
-          EXPECT_TRUE(s == KDA_STATUS_INVALID_ARGUMENT || s == KDA_STATUS_BACKEND_UNAVAILABLE)
-              << s << " " << kda_last_error();
-          EXPECT_STRNE(kda_last_error(), "");
-          EXPECT_TRUE(all_outputs_poisoned(hp));
+  HostProblem hp = kda::io::make_random_problem(c_config());
+  const kda_chunk_bwd_wy_dqkg_problem c = to_c(hp.as<kda::ChunkBwdWyDqkgProblem>());
+  const kda_status s = kda_chunk_bwd_wy_dqkg_run(&c, KDA_BACKEND_CUDA, KDA_KERNEL_AUTO,
+                                                 reinterpret_cast<void*>(0x1234));
+  EXPECT_TRUE(s == KDA_STATUS_INVALID_ARGUMENT || s == KDA_STATUS_BACKEND_UNAVAILABLE)
+      << s << " " << kda_last_error();
+  EXPECT_STRNE(kda_last_error(), "");
+  EXPECT_TRUE(all_outputs_poisoned(hp));
 }
 
 TEST(CApiRobustness, ChunkHelpersRejectBadSizes) {
-          const int64_t cu[] = {0, 3, 40};
-          int64_t n = 0;
-          for (int64_t entries : {int64_t{0}, int64_t{-1}, std::numeric_limits<int64_t>::min()}) {
-            expect_c_error(kda_count_chunks(cu, entries, 16, &n), "'cu_seqlens'", "entries");
-          }
-          for (int64_t chunk_size :
-               {int64_t{0}, int64_t{-16}, std::numeric_limits<int64_t>::min()}) {
-            expect_c_error(kda_count_chunks(cu, 3, chunk_size, &n), "chunk_size", "chunk_size");
-          }
-          int64_t out[8];
-          for (int64_t room : {int64_t{-1}, int64_t{0}, int64_t{3}}) {
-            expect_c_error(kda_chunk_indices(cu, 3, 16, out, room), "'num_chunks'", "room");
-          }
+  const int64_t cu[] = {0, 3, 40};
+  int64_t n = 0;
+  for (int64_t entries : {int64_t{0}, int64_t{-1}, std::numeric_limits<int64_t>::min()}) {
+    expect_c_error(kda_count_chunks(cu, entries, 16, &n), "'cu_seqlens'", "entries");
+  }
+  for (int64_t chunk_size : {int64_t{0}, int64_t{-16}, std::numeric_limits<int64_t>::min()}) {
+    expect_c_error(kda_count_chunks(cu, 3, chunk_size, &n), "chunk_size", "chunk_size");
+  }
+  int64_t out[8];
+  for (int64_t room : {int64_t{-1}, int64_t{0}, int64_t{3}}) {
+    expect_c_error(kda_chunk_indices(cu, 3, 16, out, room), "'num_chunks'", "room");
+  }
 }
 
 // --- bugs the fuzzers found (fixed in ea1287c): each must stay fixed --------------------------
@@ -846,40 +836,40 @@ TEST(CApiRobustness, ChunkHelpersRejectBadSizes) {
 // T, so one wrong entry (2^41 + 22 where T = 22) asked for terabytes and validate() threw
 // std::bad_alloc (under ASan: allocation-size-too-big) instead of returning invalid_argument.
 TEST(Hardening, MalformedCuSeqlensIsRejectedNotThrown) {
-          WyDqkgConfig c = varlen_config();
-          c.seqlens = {5, 17, 0};
-          c.pass_chunk_indices = false;
-          HostProblem hp = kda::io::make_random_problem(c);
-          hp.get("cu_seqlens").set(3, static_cast<double>((int64_t{1} << 41) + 22));
-          kda::Status s;
-          EXPECT_NO_THROW(s = hp.as<kda::ChunkBwdWyDqkgProblem>().validate());
-          EXPECT_EQ(s.code, StatusCode::invalid_argument);
-          EXPECT_NE(s.message.find("'cu_seqlens'"), std::string::npos) << s.message;
+  WyDqkgConfig c = varlen_config();
+  c.seqlens = {5, 17, 0};
+  c.pass_chunk_indices = false;
+  HostProblem hp = kda::io::make_random_problem(c);
+  hp.get("cu_seqlens").set(3, static_cast<double>((int64_t{1} << 41) + 22));
+  kda::Status s;
+  EXPECT_NO_THROW(s = hp.as<kda::ChunkBwdWyDqkgProblem>().validate());
+  EXPECT_EQ(s.code, StatusCode::invalid_argument);
+  EXPECT_NE(s.message.find("'cu_seqlens'"), std::string::npos) << s.message;
 }
 
 // The same root cause with a huge descriptor: one sequence of T = 2^40 tokens is 2^36 chunks of
 // 16, which validate() materialized (1 TiB of ChunkIndex) before looking at h's shape (wrong
 // here, and every view overlaps every other).
 TEST(Hardening, HugeVarlenChunkCountIsNotMaterialized) {
-          ASSERT_NE(forbidden_memory(), nullptr);
-          const int64_t T = int64_t{1} << 40, BT = 16;
-          uint8_t* base = forbidden_memory();
-          auto view = [&](DType dtype, std::initializer_list<int64_t> shape) {
-            return TensorView::contiguous(base, dtype, shape);
-          };
-          Problem p;
-          p.q = p.k = view(DType::f32, {1, T, 1, 1});
-          p.v = p.v_new = p.do_ = p.dv = p.dv_out = view(DType::f32, {1, T, 1, 1});
-          p.g = p.dq = p.dk = p.dg = view(DType::f32, {1, T, 1, 1});
-          p.beta = p.db = view(DType::f32, {1, T, 1});
-          p.A = p.dA = view(DType::f32, {1, T, 1, BT});
-          p.h = p.dh = view(DType::f32, {1, 5, 1, 1, 1});
-          p.chunk_size = BT;
-          const int64_t cu[] = {0, T};
-          p.cu_seqlens = TensorView::contiguous(const_cast<int64_t*>(cu), DType::i64, {2});
-          kda::Status s;
-          EXPECT_NO_THROW(s = p.validate());
-          EXPECT_EQ(s.code, StatusCode::invalid_argument) << s.message;
+  ASSERT_NE(forbidden_memory(), nullptr);
+  const int64_t T = int64_t{1} << 40, BT = 16;
+  uint8_t* base = forbidden_memory();
+  auto view = [&](DType dtype, std::initializer_list<int64_t> shape) {
+    return TensorView::contiguous(base, dtype, shape);
+  };
+  Problem p;
+  p.q = p.k = view(DType::f32, {1, T, 1, 1});
+  p.v = p.v_new = p.do_ = p.dv = p.dv_out = view(DType::f32, {1, T, 1, 1});
+  p.g = p.dq = p.dk = p.dg = view(DType::f32, {1, T, 1, 1});
+  p.beta = p.db = view(DType::f32, {1, T, 1});
+  p.A = p.dA = view(DType::f32, {1, T, 1, BT});
+  p.h = p.dh = view(DType::f32, {1, 5, 1, 1, 1});
+  p.chunk_size = BT;
+  const int64_t cu[] = {0, T};
+  p.cu_seqlens = TensorView::contiguous(const_cast<int64_t*>(cu), DType::i64, {2});
+  kda::Status s;
+  EXPECT_NO_THROW(s = p.validate());
+  EXPECT_EQ(s.code, StatusCode::invalid_argument) << s.message;
 }
 
 // validate() read a host cu_seqlens before checking the outputs, so a descriptor invalid for
@@ -887,54 +877,54 @@ TEST(Hardening, HugeVarlenChunkCountIsNotMaterialized) {
 // entries of inaccessible memory (it threw std::bad_alloc reserving them first). In a child
 // process, so that a regression fails this test instead of killing the suite.
 TEST(HardeningDeathTest, HostIndexTensorNotReadWhenOtherwiseInvalid) {
-          ASSERT_NE(forbidden_memory(), nullptr);
-          EXPECT_EXIT(
-              {
-                Problem p = huge_problem();
-                p.cu_seqlens = TensorView::contiguous(forbidden_memory() + kIndexOffset, DType::i64,
-                                                      {int64_t{1} << 40});
-                std::swap(p.dq.strides[2], p.dq.strides[3]);
-                const kda::Status s = p.validate();
-                std::_Exit(s.code == StatusCode::invalid_argument ? 0 : 1);
-              },
-              ::testing::ExitedWithCode(0), "");
+  ASSERT_NE(forbidden_memory(), nullptr);
+  EXPECT_EXIT(
+      {
+        Problem p = huge_problem();
+        p.cu_seqlens = TensorView::contiguous(forbidden_memory() + kIndexOffset, DType::i64,
+                                              {int64_t{1} << 40});
+        std::swap(p.dq.strides[2], p.dq.strides[3]);
+        const kda::Status s = p.validate();
+        std::_Exit(s.code == StatusCode::invalid_argument ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 // Found by fuzz_problem (unknown_dtype_division_by_zero): the C++ face takes any int32 as a
 // DType, and validate() computed `address % dtype_size(dtype)` with dtype_size() = 0 for an
-// unknown code: SIGFPE. kda_chunk_bwd_wy_dqkg_validate() always checked the code; Problem::validate() now does.
+// unknown code: SIGFPE. kda_chunk_bwd_wy_dqkg_validate() always checked the code;
+// Problem::validate() now does.
 TEST(HardeningDeathTest, UnknownDtypeInTheCppFace) {
-          EXPECT_EXIT(
-              {
-                HostProblem hp = kda::io::make_random_problem(fixed_config());
-                Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
-                p.g.dtype = static_cast<DType>(99);
-                const kda::Status s = p.validate();
-                std::_Exit(s.code == StatusCode::invalid_argument &&
-                                   s.message.find("'g'") != std::string::npos
-                               ? 0
-                               : 1);
-              },
-              ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(
+      {
+        HostProblem hp = kda::io::make_random_problem(fixed_config());
+        Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
+        p.g.dtype = static_cast<DType>(99);
+        const kda::Status s = p.validate();
+        std::_Exit(s.code == StatusCode::invalid_argument &&
+                           s.message.find("'g'") != std::string::npos
+                       ? 0
+                       : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 // Found by fuzz_problem (rank_outside_0_to_6): a rank outside 0..kMaxRank in the C++ face made
 // the rank message print shape[0 .. rank) of a 6-element array (rank 64 read past the view,
 // rank -1 threw std::length_error from std::vector).
 TEST(HardeningDeathTest, RankOutsideRangeInTheCppFace) {
-          for (int32_t rank : {-1, 7, 64}) {
-            EXPECT_EXIT(
-                {
-                  HostProblem hp = kda::io::make_random_problem(fixed_config());
-                  Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
-                  p.dA.rank = rank;
-                  const kda::Status s = p.validate();
-                  std::_Exit(s.code == StatusCode::invalid_argument && s.message.size() < 200 ? 0
-                                                                                              : 1);
-                },
-                ::testing::ExitedWithCode(0), "")
-                << "rank " << rank;
-          }
+  for (int32_t rank : {-1, 7, 64}) {
+    EXPECT_EXIT(
+        {
+          HostProblem hp = kda::io::make_random_problem(fixed_config());
+          Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
+          p.dA.rank = rank;
+          const kda::Status s = p.validate();
+          std::_Exit(s.code == StatusCode::invalid_argument && s.message.size() < 200 ? 0 : 1);
+        },
+        ::testing::ExitedWithCode(0), "")
+        << "rank " << rank;
+  }
 }
 
 // Found by fuzz_problem (numel_overflows_int64, byte_span_overflows_int64): extents and strides
@@ -943,69 +933,121 @@ TEST(HardeningDeathTest, RankOutsideRangeInTheCppFace) {
 // also hid the view from the aliasing check. Such a descriptor describes no real memory and is
 // now rejected (spans over 2^56 elements).
 TEST(Hardening, OverflowingExtentsAndStridesAreRejected) {
-          WyDqkgConfig config = fixed_config();
-          config.B = 1;  // so that the outputs' strides stay row-major whatever T is
-          HostProblem hp = kda::io::make_random_problem(config);
-          {
-            Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
-            p.v.strides[1] = int64_t{1} << 62;  // (T - 1) * stride overflows
-            const kda::Status s = p.validate();
-            EXPECT_EQ(s.code, StatusCode::invalid_argument) << "huge stride accepted";
-          }
-          {
-            // T = 2^62 everywhere: consistent shapes whose element counts overflow int64 (dq's
-            // wraps to 0, so it overlaps nothing in the aliasing check either).
-            Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
-            const int64_t T = int64_t{1} << 62;
-            for (const Field& f : kFields) {
-              TensorView& t = p.*(f.cpp);
-              if (!t.empty_arg()) t.shape[1] = T;
-            }
-            p.h.shape[1] = p.dh.shape[1] = T / 16;  // NT
-            const kda::Status s = p.validate();
-            EXPECT_EQ(s.code, StatusCode::invalid_argument) << "T = 2^62 accepted";
-          }
+  WyDqkgConfig config = fixed_config();
+  config.B = 1;  // so that the outputs' strides stay row-major whatever T is
+  HostProblem hp = kda::io::make_random_problem(config);
+  {
+    Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
+    p.v.strides[1] = int64_t{1} << 62;  // (T - 1) * stride overflows
+    const kda::Status s = p.validate();
+    EXPECT_EQ(s.code, StatusCode::invalid_argument) << "huge stride accepted";
+  }
+  {
+    // T = 2^62 everywhere: consistent shapes whose element counts overflow int64 (dq's
+    // wraps to 0, so it overlaps nothing in the aliasing check either).
+    Problem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
+    const int64_t T = int64_t{1} << 62;
+    for (const Field& f : kFields) {
+      TensorView& t = p.*(f.cpp);
+      if (!t.empty_arg()) t.shape[1] = T;
+    }
+    p.h.shape[1] = p.dh.shape[1] = T / 16;  // NT
+    const kda::Status s = p.validate();
+    EXPECT_EQ(s.code, StatusCode::invalid_argument) << "T = 2^62 accepted";
+  }
 }
 
 // kda_count_chunks: (len + chunk_size - 1) / chunk_size overflowed for len near INT64_MAX
 // (undefined behaviour; in practice a negative chunk count returned with KDA_STATUS_OK).
 TEST(Hardening, CountChunksDoesNotOverflow) {
-          const int64_t cu[] = {0, kI64Max};
-          int64_t n = 0;
-          const kda_status s = kda_count_chunks(cu, 2, 64, &n);
-          if (s == KDA_STATUS_OK) {
-            EXPECT_EQ(n, (kI64Max - 1) / 64 + 1);
-          } else {
-            EXPECT_EQ(s, KDA_STATUS_INVALID_ARGUMENT);
-          }
+  const int64_t cu[] = {0, kI64Max};
+  int64_t n = 0;
+  const kda_status s = kda_count_chunks(cu, 2, 64, &n);
+  if (s == KDA_STATUS_OK) {
+    EXPECT_EQ(n, (kI64Max - 1) / 64 + 1);
+  } else {
+    EXPECT_EQ(s, KDA_STATUS_INVALID_ARGUMENT);
+  }
 }
 
 // kda_chunk_indices built the whole chunk list before comparing its length with the caller's
 // room: cu_seqlens {0, 2^36} with chunk_size 16 asked for 2^32 entries (std::bad_alloc, or for
 // smaller ones minutes and gigabytes) before answering that one row of room is too little.
 TEST(Hardening, ChunkIndicesCountsBeforeMaterializing) {
-          const int64_t cu[] = {0, int64_t{1} << 36};
-          int64_t out[2] = {-1, -1};
-          const auto start = std::chrono::steady_clock::now();
-          const kda_status s = kda_chunk_indices(cu, 2, 16, out, 1);
-          const double seconds =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          expect_c_error(s, "'num_chunks'", "cu_seqlens {0, 2^36}, room for 1 row");
-          EXPECT_NE(std::string(kda_last_error()).find("has 4294967296 chunks"), std::string::npos)
-              << kda_last_error();
-          EXPECT_LT(seconds, 1.0);
-          EXPECT_EQ(out[0], -1);  // nothing written on error
-          EXPECT_EQ(out[1], -1);
-          // And the normal path still fills (sequence, chunk) rows in order.
-          const int64_t small[] = {0, 20, 20, 53};
-          int64_t rows[2 * 5] = {};
-          ASSERT_EQ(kda_chunk_indices(small, 4, 16, rows, 5), KDA_STATUS_OK) << kda_last_error();
-          const int64_t want[] = {0, 0, 0, 1, 2,
-                                  0, 2, 1, 2, 2};  // the empty sequence 1 has no chunk
-          EXPECT_TRUE(std::equal(rows, rows + 10, want)) << "rows differ";
+  const int64_t cu[] = {0, int64_t{1} << 36};
+  int64_t out[2] = {-1, -1};
+  const auto start = std::chrono::steady_clock::now();
+  const kda_status s = kda_chunk_indices(cu, 2, 16, out, 1);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  expect_c_error(s, "'num_chunks'", "cu_seqlens {0, 2^36}, room for 1 row");
+  EXPECT_NE(std::string(kda_last_error()).find("has 4294967296 chunks"), std::string::npos)
+      << kda_last_error();
+  EXPECT_LT(seconds, 1.0);
+  EXPECT_EQ(out[0], -1);  // nothing written on error
+  EXPECT_EQ(out[1], -1);
+  // And the normal path still fills (sequence, chunk) rows in order.
+  const int64_t small[] = {0, 20, 20, 53};
+  int64_t rows[2 * 5] = {};
+  ASSERT_EQ(kda_chunk_indices(small, 4, 16, rows, 5), KDA_STATUS_OK) << kda_last_error();
+  const int64_t want[] = {0, 0, 0, 1, 2, 0, 2, 1, 2, 2};  // the empty sequence 1 has no chunk
+  EXPECT_TRUE(std::equal(rows, rows + 10, want)) << "rows differ";
 }
 
-        // --- known issues: reproducers of what is still open in src/
-        // -------------------------------
+// A host cu_seqlens of 10^9 entries whose last entry is wrong: its first and last entries are
+// checked before the walk over the others, so the answer comes at once (it took 2.5 s of
+// walking). Here only the pages of the first and last entries can be read: a walk is a SIGSEGV.
+// The same for the C ABI's chunk helpers, whose last entry must be >= the first (0). In a child
+// process, so that a regression fails this test instead of killing the suite.
+// The child's part of the test below: 0 when every call refused the cu_seqlens as expected.
+int refuse_cu_seqlens_with_unreadable_middle() {
+  const int64_t n = 1'000'000'000;
+  const size_t bytes = static_cast<size_t>(n) * sizeof(int64_t);
+  const size_t page = 4096;
+  void* region =
+      mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (region == MAP_FAILED) return 2;
+  auto* cu = static_cast<int64_t*>(region);
+  auto* last_page =
+      reinterpret_cast<uint8_t*>(cu + n - 1) - reinterpret_cast<uintptr_t>(cu + n - 1) % page;
+  if (mprotect(cu, page, PROT_READ | PROT_WRITE) != 0 ||
+      mprotect(last_page, page, PROT_READ | PROT_WRITE) != 0) {
+    return 3;
+  }
+  cu[0] = 0;
+  Problem p = huge_problem();  // T = 2^30
+  cu[n - 1] = p.q.shape[1] + 1;
+  p.cu_seqlens = TensorView::contiguous(cu, DType::i64, {n});
+  const kda::Status s = p.validate();
+  if (s.code != StatusCode::invalid_argument ||
+      s.message.find("argument 'cu_seqlens': expected the last entry to equal T = 1073741824, "
+                     "got 1073741825") == std::string::npos) {
+    return 4;
+  }
+  cu[n - 1] = -1;
+  int64_t count = 0;
+  if (kda_count_chunks(cu, n, 64, &count) != KDA_STATUS_INVALID_ARGUMENT) return 5;
+  if (std::string(kda_last_error()).find("cu_seqlens[999999999] = -1 < cu_seqlens[0] = 0") ==
+      std::string::npos) {
+    return 6;
+  }
+  int64_t out[2] = {};
+  if (kda_chunk_indices(cu, n, 64, out, 1) != KDA_STATUS_INVALID_ARGUMENT) return 7;
+  return 0;
+}
+
+// A host cu_seqlens of 10^9 entries whose last entry is wrong: its first and last entries are
+// checked before the walk over the others, so the answer comes at once (it took 2.5 s of
+// walking). Here only the pages of the first and last entries can be read: a walk is a SIGSEGV.
+// The same for the C ABI's chunk helpers, whose last entry must be >= the first (0). In a child
+// process, so that a regression fails this test instead of killing the suite.
+TEST(HardeningDeathTest, CuSeqlensEndsAreCheckedBeforeTheWalk) {
+  ASSERT_NE(forbidden_memory(), nullptr);
+  EXPECT_EXIT(std::_Exit(refuse_cu_seqlens_with_unreadable_middle()), ::testing::ExitedWithCode(0),
+              "");
+}
+
+// --- known issues: reproducers of what is still open in src/
+// -------------------------------
 
 }  // namespace

@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -131,6 +133,56 @@ TEST(Safetensors, FailedWriteLeavesNoPartialFile) {
   std::filesystem::remove(path);
 }
 
+// A write that fails part-way over an existing file leaves that file as it was: the new bytes go
+// to a temporary file beside it, renamed over the target only when complete. (The target was
+// truncated first and, on the failure, removed: the existing file was lost.)
+TEST(Safetensors, FailedWriteKeepsTheExistingFile) {
+  SafetensorsFile old_file;
+  old_file.tensors["old"] = ramp(DType::f32, {3});
+  const std::string dir = ::testing::TempDir() + "kda_atomic_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/x.safetensors";
+  ASSERT_TRUE(kda::io::write_safetensors(path, old_file).ok());
+  SafetensorsFile big;
+  big.tensors["big"] = HostTensor(DType::f32, {1 << 16});  // 256 KiB of data
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{64 * 1024, 64 * 1024};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    const Status s = kda::io::write_safetensors(path, big);
+    ::_exit(!s.ok() && s.message.find("cannot write") != std::string::npos ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the write did not fail with a message";
+  SafetensorsFile back;
+  const Status s = kda::io::read_safetensors(path, &back);
+  ASSERT_TRUE(s.ok()) << "the existing file was lost: " << s.message;
+  expect_same(old_file, back);
+  // Nothing else is left in the directory (no temporary file).
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir),
+                          std::filesystem::directory_iterator()),
+            1);
+
+  // A complete write replaces it; through a symbolic link, the link's target is replaced and
+  // the link stays a link; a device is written in place (never renamed over).
+  ASSERT_TRUE(kda::io::write_safetensors(path, sample_file()).ok());
+  ASSERT_TRUE(kda::io::read_safetensors(path, &back).ok());
+  expect_same(sample_file(), back);
+  const std::string link = dir + "/link.safetensors";
+  std::filesystem::create_symlink(path, link);
+  ASSERT_TRUE(kda::io::write_safetensors(link, old_file).ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  ASSERT_TRUE(kda::io::read_safetensors(path, &back).ok());
+  expect_same(old_file, back);
+  EXPECT_TRUE(kda::io::write_safetensors("/dev/null", old_file).ok());
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Safetensors, WriterIsDeterministicAlignedAndSorted) {
   const std::vector<uint8_t> a = serialize(sample_file());
   const std::vector<uint8_t> b = serialize(sample_file());
@@ -229,6 +281,15 @@ std::vector<Malformed> malformed_cases() {
       {"element count overflow",
        entry(R"({"dtype":"F32","shape":[4294967296,4294967296,4],"data_offsets":[0,4]})"),
        "overflows"},
+      // Empty, but the row-major strides of [2^40, 2^40, 0] (and its element count taken left to
+      // right) overflow int64: signed overflow (undefined behaviour) in HostTensor before.
+      {"zero-element tensor with overflowing extents",
+       entry(R"({"dtype":"F32","shape":[1099511627776,1099511627776,0],"data_offsets":[0,0]})"),
+       "element count of shape [1099511627776, 1099511627776, 0] overflows"},
+      {"zero-element q of shape [0, 2^40, 2^20, 16]",
+       raw_file(R"({"q":{"dtype":"BF16","shape":[0,1099511627776,1048576,16],)"
+                R"("data_offsets":[0,0]}})"),
+       "overflows"},
       {"missing data_offsets", entry(R"({"dtype":"F32","shape":[1]})"), "missing \"data_offsets\""},
       {"one offset", entry(R"({"dtype":"F32","shape":[1],"data_offsets":[0]})"),
        "\"data_offsets\" must be two non-negative integers"},
@@ -265,6 +326,109 @@ TEST(Safetensors, MalformedFilesAreRejectedWithAClearMessage) {
     EXPECT_NE(s.message.find(m.expect), std::string::npos) << s.message;
     EXPECT_EQ(s.message.find('\n'), std::string::npos) << "one line: " << s.message;
   }
+}
+
+// A header of `entries` empty tensors ("t00000000":{"dtype":"F32","shape":[0],...}), about 62
+// bytes each: what a hostile file can hold up to the 100 MB header limit.
+std::vector<uint8_t> many_entries_file(int64_t entries) {
+  std::string header = "{";
+  char name[32];
+  for (int64_t i = 0; i < entries; ++i) {
+    std::snprintf(name, sizeof name, "%s\"t%08lld\":", i ? "," : "", static_cast<long long>(i));
+    header += name;
+    header += R"({"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
+  }
+  return raw_file(header + "}");
+}
+
+// Seconds to parse `bytes`: the best of `tries` (against a busy machine), or the first try when it
+// takes over a second (no need to repeat a failure); the parse must succeed.
+double parse_seconds(const std::vector<uint8_t>& bytes, int tries = 3) {
+  double best = 1e30;
+  for (int i = 0; i < tries; ++i) {
+    SafetensorsFile f;
+    const auto start = std::chrono::steady_clock::now();
+    const Status s = parse(bytes, &f);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_TRUE(s.ok()) << s.message;
+    best = std::min(best, seconds);
+    if (seconds > 1.0) break;
+  }
+  return best;
+}
+
+// The header parse is linear in the header's size. It was quadratic in the number of entries (the
+// depth guard, a parser callback, made nlohmann scan the whole top object after every entry): a
+// 4 MB header took 32 s, a 100 MB one (the limit) would have taken hours. The fuzzer cannot find
+// this (its inputs stop at 16 KB), so the sizes are scaled here.
+TEST(Safetensors, HeaderParseIsLinearInTheNumberOfEntries) {
+  const std::vector<uint8_t> small = many_entries_file(8'000);   // 0.5 MB
+  const std::vector<uint8_t> large = many_entries_file(64'000);  // 3.97 MB
+  ASSERT_GT(large.size(), size_t{3'900'000});
+  const double t_small = parse_seconds(small), t_large = parse_seconds(large);
+  // Eight times the entries: about 8x the time when linear, 64x when quadratic.
+  EXPECT_LT(t_large, 24 * t_small + 0.05) << "small " << t_small << " s, large " << t_large << " s";
+  // Well under a second for 4 MB (an optimized build takes about 0.3 s on the 2-core build
+  // machine; sanitizers several times more).
+#if defined(__SANITIZE_ADDRESS__) || !defined(NDEBUG)
+  const double limit = 5.0;
+#else
+  const double limit = 0.5;
+#endif
+  EXPECT_LT(t_large, limit) << "a 4 MB header of 64,000 entries";
+}
+
+// Headers with more entries than the reader's limit, or more values, are refused by the count
+// taken before the JSON is parsed, in a moment: at the 100 MB limit a header of 1.6 million
+// entries took 14 s and 1.5 GB once parsing was linear, and a list of 50 million zeros would
+// build an 800 MB document.
+TEST(Safetensors, HeadersPastTheEntryOrValueLimitsAreRefusedBeforeParsing) {
+  const int64_t limit = kda::io::kMaxSafetensorsEntries;
+  const std::vector<uint8_t> at_limit = many_entries_file(limit);
+  SafetensorsFile f;
+  Status s = parse(at_limit, &f);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(f.tensors.size(), static_cast<size_t>(limit));
+
+  const std::string too_many = "header holds more than 65536 entries";
+  s = parse(many_entries_file(limit + 1));
+  EXPECT_NE(s.message.find(too_many), std::string::npos) << s.message;
+  // 97 MB, just under the header limit: the count stops at entry 65,537.
+  const std::vector<uint8_t> huge = many_entries_file(1'600'000);
+  ASSERT_LT(huge.size(), kda::io::kMaxSafetensorsHeaderBytes);
+  auto start = std::chrono::steady_clock::now();
+  s = parse(huge);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.5);
+  EXPECT_NE(s.message.find(too_many), std::string::npos) << s.message;
+
+  // A few entries, but 50 million values in a list (in a quoted string they are no values).
+  std::string zeros(100'000'000, '0');
+  for (size_t i = 1; i < zeros.size(); i += 2) zeros[i] = ',';
+  zeros.back() = '0';
+  const std::vector<uint8_t> long_list =
+      raw_file(R"({"t":{"dtype":"F32","shape":[)" + zeros + R"(],"data_offsets":[0,0]}})");
+  start = std::chrono::steady_clock::now();
+  s = parse(long_list);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.5);
+  EXPECT_NE(s.message.find("header holds more than 1048576 values"), std::string::npos)
+      << s.message;
+  s = parse(raw_file(R"({"__metadata__":{"note":"[)" + zeros.substr(0, 20'000'000) + R"(]"}})"));
+  EXPECT_TRUE(s.ok()) << s.message;
+}
+
+// A HostTensor built with such a shape directly: no element, and strides that saturate (which
+// validation refuses) rather than wrap.
+TEST(Safetensors, HostTensorWithoutElementsButHugeExtents) {
+  const int64_t big = int64_t{1} << 40;
+  EXPECT_EQ(HostTensor(DType::f32, {big, big, 0}).numel(), 0);
+  const HostTensor q(DType::bf16, {0, big, int64_t{1} << 20, 16});
+  EXPECT_EQ(q.numel(), 0);
+  const kda::TensorView v = q.view();
+  EXPECT_EQ(v.strides[3], 1);
+  EXPECT_EQ(v.strides[2], 16);
+  EXPECT_EQ(v.strides[1], int64_t{1} << 24);
+  EXPECT_EQ(v.strides[0], std::numeric_limits<int64_t>::max());  // 2^64 saturated
 }
 
 TEST(Safetensors, ReadNamesTheFileAndTheProblem) {

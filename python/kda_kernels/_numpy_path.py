@@ -78,6 +78,9 @@ def run(op, arrays, optionals, options, backend, kernel):
 
     q = arrays["q"]
     layout = op.output_layout({name: arrays[name].shape for name in op.input_names})
+    # Validated before the outputs are allocated: a call that cannot run is refused in a moment,
+    # whatever size its outputs would have (the run validates the real ones again).
+    op.validate_before_allocating(tensors, layout, tensors[0][1], (_abi.DEVICE_CPU, 0), options)
     outputs = [new_output(shape, q.dtype if in_x else np.float32) for shape, in_x in layout]
     tensors.extend(describe(op, name, out) for name, out in zip(op.output_names, outputs))
     op.run(tensors, options, backend_code, kernel_code)

@@ -15,6 +15,12 @@ from . import _abi, _errors, _library, _signatures
 
 _INT64_MAX = 2**63 - 1
 
+# Where validate_before_allocating describes outputs not allocated yet (see there).
+_PLACEHOLDER_BASE = 1 << 58
+_PLACEHOLDER_ALIGN = 1 << 12
+_ITEMSIZE = {_abi.DTYPE_F16: 2, _abi.DTYPE_BF16: 2, _abi.DTYPE_F32: 4, _abi.DTYPE_I32: 4,
+             _abi.DTYPE_I64: 8, _abi.DTYPE_F64: 8}
+
 # kda_tensor's values for an omitted argument: data NULL, rank 0.
 OMITTED = (0,) * (5 + 2 * _abi.MAX_RANK)
 _PAD = (0,) * _abi.MAX_RANK
@@ -84,6 +90,11 @@ class Operator:
                     return float(value)
                 except (TypeError, ValueError):
                     pass
+                except OverflowError:  # float(10**400): a number, but not one we can take
+                    raise ValueError(
+                        f"{self.where(opt.name)}: expected a finite float, got an "
+                        f"{type(value).__name__} too large for a float"
+                    ) from None
             raise TypeError(
                 f"{self.where(opt.name)}: expected a float or None, got {type(value).__name__}"
             )
@@ -154,6 +165,38 @@ class Operator:
                 shape.append(source[dim] if len(source) == self._ranks[name] else 0)
             layout.append((tuple(shape), in_x))
         return layout
+
+    def validate_before_allocating(self, tensors, layout, x_code, device, options):
+        """Validates a call whose outputs are not allocated yet, so that a call that cannot run
+        is refused before its outputs are: a bad chunk_size once gave "MemoryError: Unable to
+        allocate 4.00 TiB" for broadcast inputs instead of the chunk_size error.
+
+        ``tensors`` holds the field values of the inputs and optional tensors (table order),
+        ``layout`` is ``output_layout``'s result, ``x_code`` q's dtype code, ``device`` q's
+        (device type, index). The outputs are described, contiguous, at placeholder addresses
+        from 2^58 on: above every user-space address of a 64-bit Linux process (2^57 at most,
+        with 5-level paging), where no input lies, host or device (CUDA's unified addresses are
+        user-space ones): they overlap no input, as the fresh outputs will not. The
+        core's validation reads descriptors only (and the contents of host index tensors, which
+        are inputs: docs/reliability.md), so the placeholders are never dereferenced. Raises the
+        core's error naming the argument. Placeholders past 2^63 (outputs far beyond any
+        memory) are not described: the run validates anyway."""
+        base = _PLACEHOLDER_BASE
+        outputs = []
+        for shape, in_x in layout:
+            code = x_code if in_x else _abi.DTYPE_F32
+            count, strides = 1, []
+            for n in reversed(shape):
+                strides.append(count)
+                count *= max(n, 0)
+            outputs.append(tensor_fields(base, code, shape, strides[::-1], *device))
+            base += (count * _ITEMSIZE[code] // _PLACEHOLDER_ALIGN + 1) * _PLACEHOLDER_ALIGN
+        if base >= 1 << 63:
+            return
+        lib = _library.library()
+        problem = self.pack([*tensors, *outputs], options)
+        _errors.check(lib.entry(self.signature, "validate")(ctypes.byref(problem)), lib,
+                      self.name)
 
     def pack(self, tensors, options):
         """The problem struct of one call: ``tensors`` holds the kda_tensor field values of

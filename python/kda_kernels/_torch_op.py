@@ -42,7 +42,7 @@ def describe(op, name, tensor):
     code = _DTYPE_CODES.get(tensor.dtype)
     device = tensor.device
     device_type = _DEVICE_TYPES.get(device.type)
-    if code is None or device_type is None or tensor.layout != torch.strided:
+    if code is None or device_type is None or tensor.layout != torch.strided or tensor.is_nested:
         _refuse(op, name, tensor, code)
     return _problem.tensor_fields(tensor.data_ptr(), code, tensor.shape, tensor.stride(),
                                   device_type, device.index or 0)
@@ -55,9 +55,13 @@ def _refuse(op, name, tensor, code):
             f"{where}: expected dtype float16, bfloat16, float32, int32 or int64, "
             f"got {tensor.dtype}"
         )
-    if tensor.layout != torch.strided:
-        raise ValueError(f"{where}: expected a dense (strided) tensor, got {tensor.layout}")
+    if tensor.layout != torch.strided or tensor.is_nested:
+        raise ValueError(f"{where}: expected a dense (strided) tensor, got {_layout(tensor)}")
     raise ValueError(f"{where}: expected a cpu or cuda tensor, got one on {tensor.device}")
+
+
+def _layout(tensor):
+    return "a nested tensor" if tensor.is_nested else str(tensor.layout)
 
 
 def _schema(op):
@@ -77,6 +81,7 @@ def _schema(op):
     return f"({', '.join(params)}) -> ({returns})"
 
 
+_STRIDED = torch.strided
 _BACKEND_NAMES = frozenset(_abi.BACKENDS)
 _KERNEL_NAMES = frozenset(_abi.KERNELS)
 _INT64_MAX = 2**63 - 1
@@ -164,7 +169,15 @@ class TorchOp:
         for name, i in zip(op.optional_names, self._optional_at):
             value = args[i]
             tensors.append(_problem.OMITTED if value is None else describe(op, name, value))
-        outputs = self._empty_outputs(args)
+        try:
+            outputs = self._empty_outputs(args)
+        except (MemoryError, RuntimeError):  # torch.OutOfMemoryError is a RuntimeError
+            # Allocated before validation, which the run does: nothing is checked twice on the
+            # hot path. When the outputs cannot be allocated, a call that could not run anyway
+            # says why (a bad chunk_size, not "can't allocate 64 TiB"); a valid one keeps the
+            # allocation's error.
+            self._refuse_if_invalid(args, tensors, options)
+            raise
         tensors.extend(describe(op, name, out) for name, out in zip(op.output_names, outputs))
         # The core makes q's device current for the launch itself; torch's current stream on
         # that device is the one a caller (or a CUDA graph capture) expects the work on.
@@ -172,27 +185,43 @@ class TorchOp:
         op.run(tensors, options, backend, kernel, stream)
         return tuple(outputs)
 
+    def _refuse_if_invalid(self, args, tensors, options):
+        """The core's error for this call, validated with placeholder outputs
+        (``Operator.validate_before_allocating``), raised without the allocation error as its
+        context; nothing when the call is valid."""
+        op = self.op
+        q = args[0]
+        shapes = {name: t.shape for name, t in zip(op.input_names, args)}
+        device = (_DEVICE_TYPES[q.device.type], q.device.index or 0)
+        try:
+            op.validate_before_allocating(tensors, op.output_layout(shapes), tensors[0][1],
+                                          device, options)
+        except (TypeError, ValueError) as invalid:
+            raise invalid from None
+
     def fake(self, *args, **kwargs):
         return tuple(self._empty_outputs(self._positional(args, kwargs)))
 
     def call(self, args):
         """The public function's torch path, ``args`` being the op's arguments in order (q a
         torch.Tensor): checks what the dispatcher would report without naming the argument, or
-        not at all, then calls the op. Each required input must be a tensor (the optional ones
-        may be None); the options must be of their kinds; `backend` and `kernel` must be names;
-        and a tensor on the meta device must not be mixed with real ones (the dispatcher would
-        send the call to the fake implementation and hand back uninitialized outputs). Values
-        of the usual types pass with a few comparisons; the others are converted (an int
+        not at all, then calls the op. Each required input must be a dense tensor (the optional
+        ones may be None); the options must be of their kinds; `backend` and `kernel` must be
+        names; and a tensor on the meta device must not be mixed with real ones (the dispatcher
+        would send the call to the fake implementation and hand back uninitialized outputs).
+        Values of the usual types pass with a few comparisons; the others are converted (an int
         scale, a NumPy integer chunk_size) or refused with the argument's name."""
         on_meta = args[0].is_meta
         for i in self._input_at:
             value = args[i]
-            if not isinstance(value, torch.Tensor) or value.is_meta != on_meta:
+            if (not isinstance(value, torch.Tensor) or value.is_meta != on_meta
+                    or value.layout is not _STRIDED or value.is_nested):
                 self._refuse_argument(args, i)
         for i in self._optional_at:
             value = args[i]
             if value is not None and (not isinstance(value, torch.Tensor)
-                                      or value.is_meta != on_meta):
+                                      or value.is_meta != on_meta
+                                      or value.layout is not _STRIDED or value.is_nested):
                 self._refuse_argument(args, i)
         for i, plain in self._option_plain:
             if not plain(args[i]):
@@ -214,9 +243,16 @@ class TorchOp:
                 f"{self.op.where(name)}: expected a torch.Tensor like q, got "
                 f"{type(value).__name__}"
             )
+        if value.is_meta != q.is_meta:
+            raise ValueError(
+                f"{self.op.where(name)}: is on {value.device} but q is on {q.device}; tensors "
+                f"on the meta device only go with other meta tensors"
+            )
+        # Before the dispatcher, which has no kernel for some layouts (nested tensors; sparse
+        # ones with some torch versions) and would raise NotImplementedError without the
+        # argument's name.
         raise ValueError(
-            f"{self.op.where(name)}: is on {value.device} but q is on {q.device}; tensors "
-            f"on the meta device only go with other meta tensors"
+            f"{self.op.where(name)}: expected a dense (strided) tensor, got {_layout(value)}"
         )
 
     def _converted(self, args):

@@ -23,9 +23,9 @@ inline int64_t index_at(const TensorView& t, int64_t row, int64_t col = 0) {
 std::vector<int64_t> read_index_tensor(const TensorView& t);
 
 // Checks `entries` cu_seqlens values read through entry_at(i) (at least one entry, the first 0,
-// non-decreasing) and calls on_sequence(seq, chunks) -> Status for each sequence, with its chunk
-// count ceil(len / chunk_size). Allocates nothing, so it also serves host tensors whose
-// descriptor claims more entries than would fit in memory.
+// the last >= 0 before the others are read, non-decreasing) and calls on_sequence(seq, chunks) ->
+// Status for each sequence, with its chunk count ceil(len / chunk_size). Allocates nothing, so it
+// also serves host tensors whose descriptor claims more entries than would fit in memory.
 template <typename EntryAt, typename OnSequence>
 Status walk_cu_seqlens(int64_t entries, EntryAt entry_at, int64_t chunk_size,
                        OnSequence on_sequence) {
@@ -36,6 +36,14 @@ Status walk_cu_seqlens(int64_t entries, EntryAt entry_at, int64_t chunk_size,
   if (previous != 0) {
     return invalid_argument("argument 'cu_seqlens': expected cu_seqlens[0] == 0, got " +
                             std::to_string(previous));
+  }
+  // Cheap rejections first: with the first entry 0 and the entries non-decreasing, the last is
+  // >= 0; a negative one is reported now rather than after a walk over every entry (10^9 of
+  // them took 2.5 s).
+  if (const int64_t last = entry_at(entries - 1); last < 0) {
+    return invalid_argument(
+        "argument 'cu_seqlens': expected non-decreasing values, got cu_seqlens[" +
+        std::to_string(entries - 1) + "] = " + std::to_string(last) + " < cu_seqlens[0] = 0");
   }
   for (int64_t i = 1; i < entries; ++i) {
     const int64_t current = entry_at(i);

@@ -14,10 +14,20 @@ HostTensor::HostTensor(DType d, std::vector<int64_t> s) : dtype(d), shape(std::m
   bytes.assign(static_cast<size_t>(numel()) * dtype_size(dtype), 0);
 }
 
+// A zero extent makes the count 0 whatever the others, so it is looked for first: multiplying
+// left to right, [2^40, 2^40, 0] would overflow before reaching the 0. A tensor with elements
+// holds them in memory, so its count cannot overflow.
 int64_t HostTensor::numel() const {
+  for (int64_t extent : shape) {
+    if (extent == 0) return 0;
+  }
   return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
 }
 
+// Row-major strides. Only a tensor without elements can have extents whose product overflows
+// ([0, 2^40, 2^20, 16]; the reader refuses such shapes, but a HostTensor can be built with
+// one): from there on the strides saturate at the int64 maximum, which validation refuses as
+// spanning more than any memory, instead of wrapping (undefined behaviour).
 TensorView HostTensor::view(Device device) const {
   TensorView t;
   t.data = const_cast<uint8_t*>(bytes.data());
@@ -28,7 +38,9 @@ TensorView HostTensor::view(Device device) const {
   for (int d = t.rank - 1; d >= 0; --d) {
     t.shape[d] = shape[d];
     t.strides[d] = stride;
-    stride *= shape[d];
+    if (__builtin_mul_overflow(stride, shape[d], &stride)) {
+      stride = std::numeric_limits<int64_t>::max();
+    }
   }
   return t;
 }

@@ -3,7 +3,11 @@
 
 #include "io/safetensors.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <charconv>
@@ -33,8 +37,13 @@ constexpr size_t kLengthBytes = 8;
 constexpr std::string_view kPrefix = "safetensors: ";
 constexpr std::string_view kMetadataKey = "__metadata__";
 // A valid header nests three deep (top object -> entry -> shape list). Refusing deeper input
-// keeps a hostile "[[[[..." header from building a huge document.
+// (more than this many objects and lists inside each other) keeps a hostile "[[[[..." header
+// from building a huge document or recursing deeply.
 constexpr int kMaxJsonDepth = 8;
+// Values in the header's objects and lists: 16 per entry allowed, where a tensor's entry has at
+// most 3 + 6 + 2 (its fields, a rank-6 shape, two offsets). Bounds the document built from a
+// header of up to 100 MB (a list of 50 million zeros would take 800 MB) to a few tens of MB.
+constexpr int64_t kMaxHeaderValues = 16 * kMaxSafetensorsEntries;
 
 Status fail(const std::string& what) {
   return invalid_argument(std::string(kPrefix) + what);
@@ -144,7 +153,6 @@ Status parse_entry(const std::string& name, const json& j, uint64_t data_size, E
     return fail(what + "rank " + std::to_string(shape_it->size()) + " is above the " +
                 std::to_string(kMaxRank) + " this reader supports");
   }
-  bool has_zero = false;
   for (const json& dim : *shape_it) {
     uint64_t extent = 0;
     if (!read_size(dim, &extent)) {
@@ -152,21 +160,25 @@ Status parse_entry(const std::string& name, const json& j, uint64_t data_size, E
                   printable(shape_it->dump()));
     }
     e->shape.push_back(static_cast<int64_t>(extent));
-    has_zero = has_zero || extent == 0;
   }
-  // Byte count with an overflow check; a zero extent makes the true product 0 whatever the rest.
-  uint64_t nbytes = 0;
-  if (!has_zero) {
-    nbytes = itemsize;
-    const uint64_t limit = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-    for (int64_t extent : e->shape) {
-      const auto ext = static_cast<uint64_t>(extent);
-      if (nbytes > limit / ext) {
-        return fail(what + "element count of shape " + shape_str(e->shape) + " overflows");
-      }
-      nbytes *= ext;
+  // The byte count of the nonzero extents, with an overflow check, must fit int64 also when a
+  // zero extent makes the tensor empty: its row-major strides are those products, and a shape
+  // like [2^40, 2^40, 0] would overflow them (and the element count taken left to right).
+  uint64_t nbytes = itemsize;
+  bool has_zero = false;
+  const uint64_t limit = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  for (int64_t extent : e->shape) {
+    const auto ext = static_cast<uint64_t>(extent);
+    if (ext == 0) {
+      has_zero = true;
+      continue;
     }
+    if (nbytes > limit / ext) {
+      return fail(what + "element count of shape " + shape_str(e->shape) + " overflows");
+    }
+    nbytes *= ext;
   }
+  if (has_zero) nbytes = 0;
 
   const auto offsets_it = j.find("data_offsets");
   if (offsets_it == j.end()) return fail(what + "missing \"data_offsets\"");
@@ -203,18 +215,81 @@ Status parse_metadata(const json& j, std::map<std::string, std::string>* out) {
   return Status::Ok();
 }
 
-// Thrown from the parser callback to stop on a too-deep document; caught in parse_header.
-struct TooDeep {};
+// What one linear pass over the header text sees outside strings (skipping their escaped quotes):
+// the deepest nesting of objects and lists, the entries of the top-level object and the values
+// in every object and list. It stops as soon as one passes its limit. Where the text is not JSON
+// the parser stops at the first error, and up to there it reads the same brackets and commas,
+// so the document it builds is no deeper and no larger than counted here.
+//
+// The depth guard used to be a parser callback: nlohmann then scans the enclosing object for
+// discarded values after every entry, so a header of n entries took time n^2 (431 s for 72,000
+// entries, 4.4 MB, on the 2-core build machine; days for the 100 MB limit). Linear, a 100 MB header
+// of 1.6 million empty entries still took 14 s and 1.5 GB as a document, hence the bounds on its
+// size.
+struct HeaderCounts {
+  int depth = 0;        // deepest nesting
+  int64_t entries = 0;  // members of the top-level object (an upper bound: commas + 1)
+  int64_t values = 0;   // members and elements of every object and list (the same bound)
+};
+
+HeaderCounts count_header(const uint8_t* text, size_t length) {
+  HeaderCounts n;
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < length; ++i) {
+    const uint8_t c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character, a quote included
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        in_string = true;
+        break;
+      case '{':
+      case '[':
+        n.depth = std::max(n.depth, ++depth);
+        ++n.values;  // its first member (or none: an upper bound)
+        n.entries += depth == 1;
+        break;
+      case '}':
+      case ']':
+        --depth;
+        break;
+      case ',':
+        ++n.values;
+        n.entries += depth == 1;
+        break;
+      default:
+        break;
+    }
+    if (n.depth > kMaxJsonDepth || n.entries > kMaxSafetensorsEntries ||
+        n.values > kMaxHeaderValues) {
+      break;
+    }
+  }
+  return n;
+}
 
 Status parse_header(const uint8_t* text, size_t length, json* out) {
-  const json::parser_callback_t depth_guard = [](int depth, json::parse_event_t, json&) {
-    if (depth > kMaxJsonDepth) throw TooDeep{};
-    return true;
-  };
-  try {
-    *out = json::parse(text, text + length, depth_guard);
-  } catch (const TooDeep&) {
+  const HeaderCounts n = count_header(text, length);
+  if (n.depth > kMaxJsonDepth) {
     return fail("header JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
+  if (n.entries > kMaxSafetensorsEntries) {
+    return fail("header holds more than " + std::to_string(kMaxSafetensorsEntries) +
+                " entries, this reader's limit (a problem file holds a few dozen)");
+  }
+  if (n.values > kMaxHeaderValues) {
+    return fail("header holds more than " + std::to_string(kMaxHeaderValues) +
+                " values in its objects and lists, this reader's limit");
+  }
+  try {
+    *out = json::parse(text, text + length);
   } catch (const json::exception& e) {
     // Drop nlohmann's "[json.exception.parse_error.101] " tag; keep its position and reason.
     std::string_view why = e.what();
@@ -403,31 +478,124 @@ Status serialize_safetensors(const SafetensorsFile& file, std::vector<uint8_t>* 
   return Status::Ok();
 }
 
+namespace {
+
+namespace fs = std::filesystem;
+
+// The file a write to `path` replaces: `path` itself, or what its chain of symbolic links names
+// (the link is kept, its target replaced), as the old fopen would have followed it.
+fs::path write_target(const std::string& path) {
+  fs::path target = path;
+  std::error_code ec;
+  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(target, ec)); ++hops) {
+    const fs::path next = fs::read_symlink(target, ec);
+    if (ec) break;
+    target = next.is_absolute() ? next : target.parent_path() / next;
+  }
+  return target;
+}
+
+// A new file beside `target`, created exclusively (mode 0666 less the umask, as fopen's).
+int create_temporary(const fs::path& target, std::string* name) {
+  static std::atomic<unsigned> counter{0};
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string file = ".";  // appended step by step: gcc 12 warns (-Wrestrict) on "." + s + ..
+    file.append(target.filename().string());
+    file.append(".partial-");
+    file.append(std::to_string(::getpid()));
+    file.append("-");
+    file.append(std::to_string(counter++));
+    *name = (dir / file).string();
+    const int fd = ::open(name->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1;
+}
+
+// Writes the file's bytes to `f`; false with errno set on a failed write.
+bool write_layout(std::FILE* f, const Layout& layout) {
+  uint8_t length[kLengthBytes];
+  length_bytes(layout.header.size(), length);
+  bool ok = std::fwrite(length, 1, kLengthBytes, f) == kLengthBytes &&
+            std::fwrite(layout.header.data(), 1, layout.header.size(), f) == layout.header.size();
+  for (const HostTensor* t : layout.order) {
+    if (!ok) break;
+    ok = t->bytes.empty() || std::fwrite(t->bytes.data(), 1, t->bytes.size(), f) == t->bytes.size();
+  }
+  return ok && std::fflush(f) == 0;
+}
+
+}  // namespace
+
+std::string output_path_problem(const std::string& path) {
+  if (path.empty()) return "the path is empty";
+  const fs::path target = write_target(path);
+  std::error_code ec;
+  const fs::file_status st = fs::status(target, ec);
+  if (fs::is_directory(st)) return "is a directory";
+  if (fs::exists(st)) {
+    if (::access(target.c_str(), W_OK) != 0) return std::strerror(errno);
+    if (!fs::is_regular_file(st)) return "";  // a device or a pipe: written in place
+  }
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const fs::file_status dir_st = fs::status(dir, ec);
+  if (!fs::exists(dir_st)) return "its directory does not exist";
+  if (!fs::is_directory(dir_st)) return "its directory " + dir.string() + " is not a directory";
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return "its directory is not writable: " + std::string(std::strerror(errno));
+  }
+  return "";
+}
+
 Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
   Layout layout;
   if (Status s = plan_layout(file, &layout); !s.ok()) return s;
   const std::string where = std::string(kPrefix) + "cannot write " + path + ": ";
-  // Streamed tensor by tensor: no second copy of a multi-GB problem in memory.
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
-  if (!f) return invalid_argument(where + std::strerror(errno));
-  uint8_t length[kLengthBytes];
-  length_bytes(layout.header.size(), length);
-  bool ok =
-      std::fwrite(length, 1, kLengthBytes, f.get()) == kLengthBytes &&
-      std::fwrite(layout.header.data(), 1, layout.header.size(), f.get()) == layout.header.size();
-  for (const HostTensor* t : layout.order) {
-    if (!ok) break;
-    ok = t->bytes.empty() ||
-         std::fwrite(t->bytes.data(), 1, t->bytes.size(), f.get()) == t->bytes.size();
-  }
-  const int write_errno = errno;
-  if (ok && std::fclose(f.release()) == 0) return Status::Ok();
-  // A part-written file would look like a problem file: remove it (a regular file only: never a
-  // device such as /dev/full).
-  const int error = ok ? errno : write_errno;
-  f.reset();
+  const fs::path target = write_target(path);
   std::error_code ec;
-  if (std::filesystem::is_regular_file(path, ec)) std::filesystem::remove(path, ec);
+  const fs::file_status st = fs::status(target, ec);
+  if (fs::is_directory(st)) return invalid_argument(where + "is a directory");
+
+  // A device or a pipe (/dev/null, /dev/full, a FIFO) is written in place: never renamed over.
+  if (fs::exists(st) && !fs::is_regular_file(st)) {
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(target.c_str(), "wb"),
+                                                      &std::fclose);
+    if (!f) return invalid_argument(where + std::strerror(errno));
+    const bool ok = write_layout(f.get(), layout);
+    const int error = errno;
+    if (ok && std::fclose(f.release()) == 0) return Status::Ok();
+    return invalid_argument(where + std::strerror(ok ? errno : error));
+  }
+
+  // Anything else: the bytes go to a new file beside the target, which replaces it by a rename
+  // only once complete and on disk. A failed write, a full disk or a killed process leaves the
+  // target as it was (and at worst a hidden ".NAME.partial-PID-N" file beside it); the target is
+  // never a truncated or part-written file that could be read as a problem. Streamed tensor by
+  // tensor: no second copy of a multi-GB problem in memory.
+  std::string temp;
+  const int fd = create_temporary(target, &temp);
+  if (fd < 0) return invalid_argument(where + std::strerror(errno));
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(::fdopen(fd, "wb"), &std::fclose);
+  if (!f) {
+    const int error = errno;
+    ::close(fd);
+    ::unlink(temp.c_str());
+    return invalid_argument(where + std::strerror(error));
+  }
+  bool ok = write_layout(f.get(), layout) && ::fsync(fd) == 0;
+  int error = errno;
+  if (ok) {
+    // The replaced file's permissions carry over (a new one gets 0666 less the umask).
+    if (fs::is_regular_file(st)) fs::permissions(temp, fs::status(target, ec).permissions(), ec);
+    ok = std::fclose(f.release()) == 0;
+    error = errno;
+    ok = ok && ::rename(temp.c_str(), target.c_str()) == 0;
+    error = ok ? 0 : errno;
+  }
+  f.reset();
+  if (ok) return Status::Ok();
+  ::unlink(temp.c_str());
   return invalid_argument(where + std::strerror(error));
 }
 

@@ -21,18 +21,31 @@ struct SafetensorsFile {
 
 // Headers longer than this are rejected before any allocation (real ones are a few KB).
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = uint64_t{100} << 20;
+// Entries (tensors and "__metadata__") in one header: counted before the JSON is parsed, so a
+// hostile header cannot make the parse take seconds and gigabytes. A problem file holds a few
+// dozen; model checkpoints, a few thousand per file.
+inline constexpr int64_t kMaxSafetensorsEntries = int64_t{1} << 16;
 
 // Parses an in-memory file (the fuzzing entry point): safe on arbitrary bytes. On failure the
 // status is invalid_argument with a one-line message starting "safetensors: " and *out is left
-// untouched. Tensor byte ranges must not overlap (so the copy never exceeds the file's size) and
-// ranks are at most kMaxRank; bytes after the last tensor are ignored.
+// untouched. The header's JSON nests at most 8 deep, holds at most kMaxSafetensorsEntries entries
+// and 16 times as many values in all (checked in one pass before it is parsed, which takes time
+// linear in its size). Tensor byte ranges must not overlap (so the copy never exceeds the file's
+// size) and ranks are at most kMaxRank; bytes after the last tensor are ignored.
 Status parse_safetensors(const uint8_t* data, size_t size, SafetensorsFile* out);
 Status read_safetensors(const std::string& path, SafetensorsFile* out);
 
 // Deterministic: JSON keys sorted, tensors laid out by element size (largest first) then name so
 // every tensor is naturally aligned, header padded with spaces to a multiple of 8 bytes.
 Status serialize_safetensors(const SafetensorsFile& file, std::vector<uint8_t>* out);
+// Writes to a temporary file beside `path` (in its directory, after following symbolic links)
+// and renames it over `path` once complete: a failed or interrupted write leaves an existing file
+// as it was. A device or pipe (/dev/null) is written in place.
 Status write_safetensors(const std::string& path, const SafetensorsFile& file);
+// Why write_safetensors(path) could not write there, checked without writing (a directory, a
+// missing or read-only directory, a read-only file), or "" when it can: for a caller that wants
+// to know before doing the work.
+std::string output_path_problem(const std::string& path);
 
 // Builds a problem of operator `op` from a file laid out like ../shared/golden*/: inputs and
 // expected outputs under their argument-table names ("q", ..., "out.dq"), options in the

@@ -2,12 +2,14 @@
 
 #include <torch/library.h>
 
+#include <array>
 #include <optional>
 #include <string_view>
 #include <tuple>
 
 #include "kda/ops/chunk_bwd_intra.hpp"
 #include "torch_op/options.hpp"
+#include "torch_op/outputs.hpp"
 #include "torch_op/status.hpp"
 #include "torch_op/stream.hpp"
 #include "torch_op/tensors.hpp"
@@ -51,14 +53,14 @@ Outputs chunk_kda_bwd_intra(const at::Tensor& q, const at::Tensor& k, const at::
   // SPEC-chunk-bwd-intra.md's shapes: [B, T, HV, K] per value head, all float32.
   const int64_t B = extent(q, 4, 0), T = extent(q, 4, 1), K = extent(q, 4, 3);
   const int64_t HV = extent(g, 4, 2);
-  Outputs out{new_output(q, {B, T, HV, K}, at::kFloat), new_output(q, {B, T, HV, K}, at::kFloat),
-              new_output(q, {B, T, HV}, at::kFloat), new_output(q, {B, T, HV, K}, at::kFloat)};
-  p.dq_out = output_view(std::get<0>(out));
-  p.dk_out = output_view(std::get<1>(out));
-  p.db_out = output_view(std::get<2>(out));
-  p.dg_out = output_view(std::get<3>(out));
+  const at::ScalarType f32 = at::kFloat;
+  const std::array<OutputSpec<Problem>, 4> specs{{{{B, T, HV, K}, 4, f32, &Problem::dq_out},
+                                                  {{B, T, HV, K}, 4, f32, &Problem::dk_out},
+                                                  {{B, T, HV}, 3, f32, &Problem::db_out},
+                                                  {{B, T, HV, K}, 4, f32, &Problem::dg_out}}};
+  const auto out = allocate_outputs(p, q, specs, kOp);
   check(run(p, backend, stream_for(backend, q.device()), kernel), kOp);
-  return out;
+  return {out[0], out[1], out[2], out[3]};
 }
 
 }  // namespace

@@ -2,12 +2,14 @@
 
 #include <torch/library.h>
 
+#include <array>
 #include <optional>
 #include <string_view>
 #include <tuple>
 
 #include "kda/ops/chunk_bwd_wy_dqkg.hpp"
 #include "torch_op/options.hpp"
+#include "torch_op/outputs.hpp"
 #include "torch_op/status.hpp"
 #include "torch_op/stream.hpp"
 #include "torch_op/tensors.hpp"
@@ -53,18 +55,16 @@ Outputs chunk_kda_bwd_wy_dqkg_fused(
   // chunk_size never sizes an allocation.
   const int64_t B = extent(q, 4, 0), T = extent(q, 4, 1), K = extent(q, 4, 3);
   const int64_t HV = extent(v, 4, 2), V = extent(v, 4, 3), BT = extent(A, 4, 3);
-  Outputs out{
-      new_output(q, {B, T, HV, K}, at::kFloat),      new_output(q, {B, T, HV, K}, at::kFloat),
-      new_output(q, {B, T, HV, V}, q.scalar_type()), new_output(q, {B, T, HV}, at::kFloat),
-      new_output(q, {B, T, HV, K}, at::kFloat),      new_output(q, {B, T, HV, BT}, at::kFloat)};
-  p.dq = output_view(std::get<0>(out));
-  p.dk = output_view(std::get<1>(out));
-  p.dv_out = output_view(std::get<2>(out));
-  p.db = output_view(std::get<3>(out));
-  p.dg = output_view(std::get<4>(out));
-  p.dA = output_view(std::get<5>(out));
+  const at::ScalarType f32 = at::kFloat, x = q.scalar_type();
+  const std::array<OutputSpec<Problem>, 6> specs{{{{B, T, HV, K}, 4, f32, &Problem::dq},
+                                                  {{B, T, HV, K}, 4, f32, &Problem::dk},
+                                                  {{B, T, HV, V}, 4, x, &Problem::dv_out},
+                                                  {{B, T, HV}, 3, f32, &Problem::db},
+                                                  {{B, T, HV, K}, 4, f32, &Problem::dg},
+                                                  {{B, T, HV, BT}, 4, f32, &Problem::dA}}};
+  const auto out = allocate_outputs(p, q, specs, kOp);
   check(run(p, backend, stream_for(backend, q.device()), kernel), kOp);
-  return out;
+  return {out[0], out[1], out[2], out[3], out[4], out[5]};
 }
 
 }  // namespace

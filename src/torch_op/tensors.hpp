@@ -4,18 +4,21 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <initializer_list>
 #include <optional>
 
 #include "kda/tensor.hpp"
 
 namespace kda::torch_op {
 
+// libkda's dtype code of a torch dtype, when it has one (the codes are libkda's to accept or refuse
+// per argument: int32/int64 only for the index tensors, float64 nowhere yet).
+bool dtype_code(at::ScalarType type, DType* out);
+
 // The view of argument `name` of operator `op` (its fla name): pointer, dtype, shape, element
 // strides, device. Throws c10::TypeError for a dtype libkda has no code for, and c10::ValueError
-// for a non-strided tensor, a device other than cpu/cuda or a rank a TensorView cannot hold
-// (above kMaxRank, worded as the C ABI words it), naming the argument; every other rule (ranks,
-// shapes, dtypes per argument, devices) is libkda's to check.
+// for a non-strided or nested tensor, a device other than cpu/cuda or a rank a TensorView cannot
+// hold (above kMaxRank, worded as the C ABI words it), naming the argument; every other rule
+// (ranks, shapes, dtypes per argument, devices) is libkda's to check.
 TensorView input_view(const at::Tensor& tensor, const char* op, const char* name);
 // An omitted optional argument is the empty view.
 TensorView input_view(const std::optional<at::Tensor>& tensor, const char* op, const char* name);
@@ -28,7 +31,25 @@ TensorView output_view(const at::Tensor& tensor);
 int64_t extent(const at::Tensor& tensor, int64_t rank, int64_t dim);
 
 // A new contiguous tensor of `sizes` and `dtype` on q's device.
-at::Tensor new_output(const at::Tensor& q, std::initializer_list<int64_t> sizes,
-                      at::ScalarType dtype);
+at::Tensor new_output(const at::Tensor& q, c10::IntArrayRef sizes, at::ScalarType dtype);
+
+// Contiguous views standing for outputs not allocated yet, so that a call whose outputs cannot
+// be allocated is validated all the same (outputs.hpp). They lie at addresses from 2^58 on,
+// above every user-space address of a 64-bit Linux process (2^57 at most, with 5-level paging),
+// where no input lies, host or device (CUDA's unified addresses are user-space ones): they
+// overlap no input, as the real outputs will not. Validation reads descriptors only (and the
+// contents of host index tensors, which are inputs), so these addresses are never dereferenced.
+// The same layout as the ctypes path's (_problem.Operator.validate_before_allocating).
+class Placeholders {
+ public:
+  explicit Placeholders(const at::Tensor& q);
+  // The next placeholder of `sizes` and `dtype`; false when it would end past 2^63 (outputs far
+  // beyond any memory: not described, the run validates anyway).
+  bool next(c10::IntArrayRef sizes, at::ScalarType dtype, TensorView* out);
+
+ private:
+  uint64_t address_ = uint64_t{1} << 58;
+  Device device_;
+};
 
 }  // namespace kda::torch_op

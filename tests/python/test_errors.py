@@ -299,3 +299,70 @@ def test_intra_empty_problems_give_empty_outputs(empty):
     outputs = kk.chunk_kda_bwd_intra(**inputs, **options)
     assert outputs[0].shape == inputs["q"].shape[:3] + (8,)
     assert len(outputs) == 4 and all(o.size == 0 for o in outputs)
+
+
+# --- cheap rejections first ----------------------------------------------------------------
+
+HUGE_T = 2**40  # outputs of many TiB: more than any allocation can give
+
+
+def _huge_broadcast(inputs, options, token_dims, BT):
+    """The inputs broadcast (zero strides, no memory) to T = HUGE_T along dimension 1, the
+    chunk-indexed ones (h, dh) left alone, the [.., BT] ones widened to BT, chunk_size BT."""
+    huge = {}
+    for name, a in inputs.items():
+        if name not in token_dims:
+            huge[name] = a
+            continue
+        shape = (a.shape[0], HUGE_T) + a.shape[2:]
+        if token_dims[name]:  # last extent is the chunk size
+            shape = shape[:-1] + (BT,)
+        huge[name] = np.broadcast_to(a.reshape(-1)[:1].reshape((1,) * a.ndim), shape)
+    return huge, dict(options, chunk_size=BT)
+
+
+WY_TOKEN_DIMS = dict(q=0, k=0, v=0, v_new=0, g=0, beta=0, A=1, do=0, dv=0)
+INTRA_TOKEN_DIMS = dict(q=0, k=0, g=0, beta=0, dAqk=1, dAkk=1, dq=0, dk=0, db=0, dg=0)
+
+
+@pytest.mark.parametrize("op", ["wy", "intra"])
+def test_invalid_problem_is_refused_before_its_outputs_are_allocated(op):
+    """A bad chunk_size on inputs whose outputs would take TiB: the chunk_size error, not a
+    MemoryError from allocating the outputs first (the core validates a description of the
+    outputs before NumPy allocates them)."""
+    if op == "wy":
+        inputs, options = problem()
+        fn, dims = kk.chunk_kda_bwd_wy_dqkg_fused, WY_TOKEN_DIMS
+        name = "chunk_kda_bwd_wy_dqkg_fused"
+    else:
+        inputs, options = intra_problem()
+        fn, dims, name = kk.chunk_kda_bwd_intra, INTRA_TOKEN_DIMS, "chunk_kda_bwd_intra"
+    huge, bad = _huge_broadcast(inputs, options, dims, BT=48)
+    with pytest.raises(ValueError, match=names("chunk_size", name) + " expected 16, 32 or 64"):
+        fn(**huge, **bad)
+
+
+def test_valid_problem_too_large_for_memory_still_says_so():
+    """The same inputs with a valid chunk size (h and dh broadcast to their chunk count): valid,
+    so the allocation's MemoryError stands."""
+    inputs, options = problem()
+    huge, good = _huge_broadcast(inputs, options, WY_TOKEN_DIMS, BT=16)
+    for name in ("h", "dh"):
+        a = huge[name]
+        huge[name] = np.broadcast_to(a[:, :1], (1, HUGE_T // 16) + a.shape[2:])
+    with pytest.raises(MemoryError):
+        kk.chunk_kda_bwd_wy_dqkg_fused(**huge, **good)
+
+
+# --- the error contract's gaps (issue 15) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("scale", [10**400, -(10**400)], ids=["huge", "huge-negative"])
+def test_scale_too_large_for_a_float_names_the_argument(scale):
+    """float(10**400) raises a bare OverflowError ("int too large to convert to float"); the
+    argument's name must be in the message, as for every other bad scale (ValueError: a number,
+    but not one the operator takes)."""
+    inputs, options = problem()
+    with pytest.raises(ValueError, match=names("scale") + " expected a finite float, got an int "
+                       "too large for a float"):
+        kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **{**options, "scale": scale})

@@ -148,7 +148,8 @@ def _fresh_venv(env_dir, parent_packages):
             [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
             capture_output=True, text=True, check=True).stdout.strip()
         ours = [*site.getsitepackages(), sysconfig.get_paths()["purelib"]]
-        Path(venv_site, "kda_test_parent_site.pth").write_text("\n".join(dict.fromkeys(ours)) + "\n")
+        pth = Path(venv_site, "kda_test_parent_site.pth")
+        pth.write_text("\n".join(dict.fromkeys(ours)) + "\n")
     return python
 
 

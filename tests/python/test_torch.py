@@ -338,3 +338,76 @@ def test_intra_empty_problems(empty):
     outputs = intra(inputs, options)
     assert outputs[0].shape == inputs["dq"].shape
     assert all(o.numel() == 0 for o in outputs)
+
+
+def test_invalid_problem_whose_outputs_cannot_be_allocated_names_the_argument():
+    """Inputs broadcast (stride 0) to T = 2^40 with a bad chunk_size: the outputs (64 TiB each)
+    cannot be allocated, and the error is the core's about chunk_size, not torch's allocation
+    failure (the torch path allocates first, and validates when that fails)."""
+    inputs, options = torch_problem(T=32, K=8, V=8, BT=16)
+    huge = {}
+    for name, t in inputs.items():
+        if name in ("h", "dh"):
+            huge[name] = t
+            continue
+        shape = (1, 2**40) + tuple(t.shape[2:])
+        if name == "A":
+            shape = shape[:-1] + (48,)
+        huge[name] = t.reshape(-1)[:1].reshape((1,) * t.dim()).expand(shape)
+    with pytest.raises(ValueError, match="argument 'chunk_size': expected 16, 32 or 64"):
+        op(huge, {**options, "chunk_size": 48})
+    # Valid but too large (h, dh broadcast to the chunk count): the allocation error stands.
+    for name in ("h", "dh"):
+        huge[name] = inputs[name][:, :1].expand((1, 2**40 // 16) + tuple(inputs[name].shape[2:]))
+    huge["A"] = huge["A"][..., :16]
+    with pytest.raises(RuntimeError, match="alloc"):
+        op(huge, options)
+
+
+# --- the error contract's gaps (issue 15) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["wy", "intra"])
+def test_non_strided_tensors_are_refused_naming_the_argument(which):
+    """A sparse q reached the dispatcher, which raised NotImplementedError ("Could not run ...
+    with arguments from the 'SparseCPU' backend") before our dense check could name it (so the
+    issue saw it; torch 2.11 sends sparse CPU tensors on to our check). A nested tensor, strided
+    by its layout, still does that with torch 2.11 ('NestedTensorCPU' backend). Both are refused
+    before the dispatcher now."""
+    if which == "wy":
+        inputs, options = torch_problem(T=32, K=8, V=8, BT=16)
+        call = op
+    else:
+        inputs, options = torch_intra_problem(T=32, K=8, BT=16)
+        call = intra
+    with pytest.raises(ValueError, match=r"argument 'q': expected a dense \(strided\) tensor, "
+                       r"got torch.sparse_coo"):
+        call({**inputs, "q": inputs["q"].to_sparse()}, options)
+    with pytest.raises(ValueError, match=r"argument 'k': expected a dense \(strided\) tensor"):
+        call({**inputs, "k": inputs["k"].reshape(-1, inputs["k"].shape[-1]).to_sparse_csr()
+              .to_dense().reshape(inputs["k"].shape).to_sparse()}, options)
+    nested = torch.nested.nested_tensor([inputs["q"][0]])
+    with pytest.raises(ValueError, match=r"argument 'q': expected a dense \(strided\) tensor, "
+                       r"got a nested tensor"):
+        call({**inputs, "q": nested}, options)
+    cu = torch.tensor([0, 32], dtype=torch.int64).to_sparse()
+    with pytest.raises(ValueError, match=r"argument 'cu_seqlens': expected a dense"):
+        call(inputs, {**options, "cu_seqlens": cu})
+
+
+@pytest.mark.parametrize("name", ["chunk_kda_bwd_wy_dqkg_fused", "chunk_kda_bwd_intra"])
+def test_schema_defaults_are_the_public_functions(name):
+    """torch.ops.kda_kernels.<op> called directly needs only the required tensors: every other
+    schema argument has the public function's default (kernel is cuda_kernel there)."""
+    import inspect
+
+    public = inspect.signature(getattr(kk, name)).parameters
+    schema = getattr(torch.ops.kda_kernels, name).default._schema
+    for arg in schema.arguments:
+        param = public["kernel" if arg.name == "cuda_kernel" else arg.name]
+        if param.default is inspect.Parameter.empty:
+            assert not arg.has_default_value(), arg.name
+        else:
+            assert arg.has_default_value(), f"{arg.name} has no default in the schema"
+            assert arg.default_value == param.default, arg.name
+    assert len(schema.arguments) == len(public)

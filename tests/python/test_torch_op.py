@@ -149,6 +149,21 @@ def outcome(fn, args):
     return None
 
 
+def broadcast_to_huge(inputs, keep, last_48, T=2**40):
+    """The inputs broadcast (stride 0) to T tokens, but those in `keep`; `last_48`'s last extent
+    made 48."""
+    huge = {}
+    for name, t in inputs.items():
+        if name in keep:
+            huge[name] = t
+            continue
+        shape = (1, T) + tuple(t.shape[2:])
+        if name == last_48:
+            shape = shape[:-1] + (48,)
+        huge[name] = t.reshape(-1)[:1].reshape((1,) * t.dim()).expand(shape)
+    return huge
+
+
 def bad_wy_calls():
     inputs, options = torch_problem(T=32, H=2, K=8, V=8, BT=16)
     varlen, varlen_options = torch_problem(seqlens=[10, 22], K=8, V=8, BT=16)
@@ -179,6 +194,10 @@ def bad_wy_calls():
             [0, 22, 10, 32], dtype=torch.int32)}),
         "chunk_indices-alone": wy_args(inputs, {**options,
                                                "chunk_indices": torch.zeros(2, 2, dtype=torch.int64)}),
+        # Outputs of 64 TiB each that cannot be allocated: validated with placeholder outputs,
+        # so the error is chunk_size's, not the allocator's.
+        "outputs-too-large": wy_args(broadcast_to_huge(inputs, ("h", "dh"), "A", 48),
+                                     {**options, "chunk_size": 48}),
     }
 
 
@@ -198,6 +217,8 @@ def bad_intra_calls():
         "kernel": call(kernel="tensor-core"),
         "sm80_mma-on-cpu-ref": call(backend="cpu-ref", kernel="sm80_mma"),
         "g-bool": call(g=inputs["g"].bool()),
+        "outputs-too-large": intra_args(broadcast_to_huge(inputs, (), "dAqk", 48),
+                                        {**options, "chunk_size": 48}),
     }
 
 

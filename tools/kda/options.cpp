@@ -80,7 +80,19 @@ GeneratedOption add_run_options(CLI::App* run, std::span<const char* const> shap
       "generate inputs of shape " + shape_text(shape_names) + " (e.g. " + shape_example + ")");
   input->excludes(shape);
   const GeneratedOption generated(input);
+  // Checked here, naming the option: 100000000 was blamed on --shape by the memory estimate,
+  // and CLI11 alone would clamp 10^23 to 2^63 - 1.
+  const CLI::Validator chunk_size(
+      [](std::string& text) -> std::string {
+        int64_t value = 0;
+        if (!parse_whole(text, &value) || (value != 16 && value != 32 && value != 64)) {
+          return "expected 16, 32 or 64, got '" + text + "'";
+        }
+        return "";
+      },
+      "BT");
   generated(run->add_option("--chunk-size", o->chunk_size, "chunk size BT: 16, 32 or 64")
+                ->check(chunk_size)
                 ->capture_default_str());
   generated(run->add_option("--dtype", o->dtype, "X: bf16, fp16 or fp32")->capture_default_str());
   generated(run->add_option("--beta-dtype", o->beta_dtype, "beta: x (the dtype X) or fp32")
@@ -104,7 +116,14 @@ GeneratedOption add_run_options(CLI::App* run, std::span<const char* const> shap
                 ->check(whole_uint64)
                 ->capture_default_str());
 
-  run->add_option("-o,--output", o->output, "write the inputs and the outputs (out.*) here");
+  // Checked before the run (run_command.cpp); a given but empty path is refused, not ignored.
+  run->add_option_function<std::string>(
+      "-o,--output",
+      [o](const std::string& path) {
+        o->output = path;
+        o->output_given = true;
+      },
+      "write the inputs and the outputs (out.*) here (never the --input file)");
   run->add_option("-b,--backend", o->backend,
                   "cpu-ref, cpu or cuda (default: cuda when available, else cpu)");
   run->add_option("--kernel", o->kernel,
@@ -115,7 +134,8 @@ GeneratedOption add_run_options(CLI::App* run, std::span<const char* const> shap
       ->check(CLI::Range(1, 100000));
   run->add_flag("--check", o->check,
                 "exit 1 when an output's err_ratio is above its bar (SPEC pass bar against "
-                "cpu-ref, golden bar against the file's out.* tensors)");
+                "cpu-ref, golden bar against the file's out.* tensors); with --backend cpu-ref "
+                "the file's out.* tensors are the only reference, so every output needs one");
   return generated;
 }
 
@@ -166,9 +186,7 @@ Status parse_generated_basics(const RunOptions& o, std::span<const char* const> 
     return usage("--shape: expected " + count_word(names.size()) + " integers " +
                  shape_text(names) + ", got '" + o.shape + "'");
   }
-  // Generation divides by the chunk size; validation later names the allowed values.
-  if (o.chunk_size < 1) return usage("--chunk-size: expected 16, 32 or 64");
-  b->chunk_size = o.chunk_size;
+  b->chunk_size = o.chunk_size;  // 16, 32 or 64: checked by the option's validator
   if (Status s = parse_x_dtype(o.dtype, &b->x_dtype); !s.ok()) return s;
   if (Status s = parse_x_or_fp32("--beta-dtype", o.beta_dtype, b->x_dtype, &b->beta_dtype);
       !s.ok()) {

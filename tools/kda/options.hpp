@@ -30,6 +30,7 @@ struct RunOptions {
   uint64_t seed = 0;
   // Either source.
   std::string output;
+  bool output_given = false;    // -o was given (its value may then be empty: refused)
   std::string backend;          // empty: cuda when available, else cpu
   std::string kernel = "auto";  // auto, simt, sm80_mma (cuda kernels)
   int repeat = 0;               // 0: the backend's default (see default_repeat)

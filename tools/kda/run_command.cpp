@@ -2,9 +2,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <system_error>
+#include <vector>
 
 #include "cuda_runner.hpp"
 #include "exit_code.hpp"
@@ -38,6 +41,24 @@ std::string non_finite_outputs(const io::HostProblem& problem) {
     if (!all_finite(problem.get(name))) bad += (bad.empty() ? "" : ", ") + name;
   }
   return bad;
+}
+
+// -o is checked before the (possibly long) run: a path that cannot be written is refused now, and
+// so is the --input file under any spelling (the same file: a hard link, a symbolic link, "a/../"),
+// which the run would overwrite, reference outputs included.
+Status check_output_path(const RunOptions& o) {
+  const std::string path = o.output;
+  if (!o.input.empty()) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(o.input, path, ec) && !ec) {
+      return invalid_argument("-o: '" + path +
+                              "' is the --input file; write the outputs to another file");
+    }
+  }
+  if (const std::string why = io::output_path_problem(path); !why.empty()) {
+    return invalid_argument("-o: cannot write '" + path + "': " + why);
+  }
+  return Status::Ok();
 }
 
 Status load_problem(const io::OpIo& op, const OpCli& cli, const RunOptions& o,
@@ -74,6 +95,27 @@ Status load_problem(const io::OpIo& op, const OpCli& cli, const RunOptions& o,
   return Status::Ok();
 }
 
+constexpr const char* kNothingToCheck = "--check: nothing to check cpu-ref's outputs ";
+
+// The outputs nothing will be compared with: on cpu-ref, those without an out.* tensor (on the
+// other backends every output is checked against cpu-ref).
+std::vector<std::string> outputs_without_reference(
+    const io::HostProblem& problem, const std::map<std::string, io::HostTensor>& expected,
+    Backend backend) {
+  std::vector<std::string> unchecked;
+  if (backend != Backend::cpu_ref) return unchecked;
+  for (const std::string& name : problem.output_names()) {
+    if (expected.count(name) == 0) unchecked.push_back(name);
+  }
+  return unchecked;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string text;
+  for (const std::string& name : names) text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
 }  // namespace
 
 int run_command(const io::OpIo& op, const OpCli& cli, const RunOptions& o) {
@@ -85,6 +127,16 @@ int run_command(const io::OpIo& op, const OpCli& cli, const RunOptions& o) {
     if (Status s = cuda_ready(); !s.ok()) return report_error(s.message, exit_code_for(s));
   }
 
+  if (o.output_given) {
+    if (Status s = check_output_path(o); !s.ok()) return report_error(s.message, kExitUsage);
+  }
+  if (o.check && backend == Backend::cpu_ref && o.input.empty()) {  // before generating inputs
+    return report_error(kNothingToCheck +
+                            std::string("against (a generated problem has no out.* ") +
+                            "tensors); run another --backend, or give --input a file with them",
+                        kExitUsage);
+  }
+
   io::HostProblem problem;
   std::map<std::string, io::HostTensor> expected;
   std::string source;
@@ -94,6 +146,17 @@ int run_command(const io::OpIo& op, const OpCli& cli, const RunOptions& o) {
   ProblemSummary summary;
   if (Status s = cli.summarize(problem, &summary); !s.ok()) {
     return report_error(s.message, kExitUsage);
+  }
+  // On cpu-ref the file's out.* tensors are the only reference: --check with outputs that have
+  // none would check them against nothing, and must not look like a pass (it printed "check
+  // skipped" and exited 0). Refused before the run.
+  const std::vector<std::string> unchecked = outputs_without_reference(problem, expected, backend);
+  if (o.check && !unchecked.empty()) {
+    return report_error(
+        kNothingToCheck + (expected.empty() ? std::string() : joined(unchecked) + " ") +
+            "against (the file has no out.* " + (expected.empty() ? "tensors" : "tensor for them") +
+            "); give a file with them, or run another --backend",
+        kExitUsage);
   }
   print_problem(source, op, problem, summary, backend, kernel);
   std::fflush(stdout);
@@ -125,9 +188,11 @@ int run_command(const io::OpIo& op, const OpCli& cli, const RunOptions& o) {
     passed = passed && report.passed();
   } else if (some_outputs_missing) {
     print_check_skipped(expected.empty()
-                            ? "the backend is cpu-ref itself, and there are no out.* tensors to "
-                              "compare with"
-                            : "outputs without an out.* tensor: the backend is cpu-ref itself");
+                            ? "nothing checked: the backend is cpu-ref itself, and there are no "
+                              "out.* tensors to compare with"
+                            : "nothing checked for " + joined(unchecked) +
+                                  ": the backend is cpu-ref itself, and they have no out.* "
+                                  "tensor");
   }
   if (const std::string bad = non_finite_outputs(problem); !bad.empty()) {
     std::printf("  NaN or Inf in outputs %s (the inputs are finite)\n", bad.c_str());
@@ -136,7 +201,7 @@ int run_command(const io::OpIo& op, const OpCli& cli, const RunOptions& o) {
   print_timing(backend, timing, op.bytes(problem));
   std::fflush(stdout);
 
-  if (!o.output.empty()) {
+  if (o.output_given) {
     progress("writing " + o.output);
     if (Status s = io::write_safetensors(o.output, io::problem_to_safetensors(problem)); !s.ok()) {
       return report_error(s.message, kExitUsage);

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -160,6 +161,12 @@ struct Case {
   Config config;
   std::map<std::string, Layout> layouts = {};
 };
+
+// Printed by its name (gtest would print a hex dump of the struct in every test listing and skip
+// line).
+void PrintTo(const Case& c, std::ostream* out) {
+  *out << c.name;
+}
 
 std::string tag(DType d) {
   return d == DType::f16 ? "fp16" : d == DType::bf16 ? "bf16" : "fp32";

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -89,6 +90,12 @@ struct Case {
   std::map<std::string, Layout> layouts = {};
   bool nt_upper_bound = false;  // varlen without chunk_indices: NT as the bound, not the count
 };
+
+// Printed by its name (gtest would print a hex dump of the struct in every test listing and skip
+// line).
+void PrintTo(const Case& c, std::ostream* out) {
+  *out << c.name;
+}
 
 std::vector<Case> cases() {
   std::vector<Case> out;
