@@ -1,5 +1,6 @@
 // torch.ops.kda_kernels.chunk_kda_bwd_intra: chunk_bwd_intra on torch tensors.
 
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include <array>
@@ -83,4 +84,11 @@ TORCH_LIBRARY_IMPL(kda_kernels, CPU, m) {
 
 TORCH_LIBRARY_IMPL(kda_kernels, CUDA, m) {
   m.impl("chunk_kda_bwd_intra", TORCH_FN(kda::torch_op::chunk_kda_bwd_intra));
+}
+
+// Not differentiable (it is itself a backward step): a call with inputs that require grad gives
+// outputs whose backward raises, as the python op's does, instead of torch's default fallback,
+// which only warns and lets gradients through it be silently wrong.
+TORCH_LIBRARY_IMPL(kda_kernels, Autograd, m) {
+  m.impl("chunk_kda_bwd_intra", torch::autograd::autogradNotImplementedFallback());
 }

@@ -379,3 +379,22 @@ def test_a_library_with_wrong_tables_leaves_the_python_op(tmp_path):
     assert detail.startswith("python (libkda did not load: "), detail
     assert "operator chunk_bwd_wy_dqkg argument 5 is 'beta' (input, rank 3" in detail
     assert error.startswith("ERROR ") and "argument 5 is 'beta'" in error
+
+
+@pytest.mark.parametrize("fla_name", [WY, INTRA])
+def test_backward_through_an_op_raises(fla_name):
+    """The ops are backward steps, not differentiable: with an input that requires grad, the
+    outputs' backward raises (it must not warn and let a wrong gradient through), in either
+    implementation; calls without such inputs take no autograd node."""
+    if fla_name == WY:
+        inputs, options = torch_problem(T=32, K=8, V=8, BT=16)
+        args = wy_args(inputs, options)
+    else:
+        inputs, options = torch_intra_problem(T=32, K=8, BT=16)
+        args = intra_args(inputs, options)
+    packet = getattr(torch.ops.kda_kernels, fla_name)
+    assert packet(*args)[0].grad_fn is None
+    q = args[0].detach().requires_grad_()
+    outputs = packet(q, *args[1:])
+    with pytest.raises(RuntimeError, match=f"{fla_name}.* (is not implemented|no autograd formula)"):
+        outputs[0].sum().backward()
