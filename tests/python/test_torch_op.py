@@ -398,3 +398,49 @@ def test_backward_through_an_op_raises(fla_name):
     outputs = packet(q, *args[1:])
     with pytest.raises(RuntimeError, match=f"{fla_name}.* (is not implemented|no autograd formula)"):
         outputs[0].sum().backward()
+
+
+# --- on a GPU (skipped without one) --------------------------------------------------------
+
+def _no_gpu_reason():
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    if not kk.backend_available("cuda"):
+        return "the loaded libkda was built without the cuda backend"
+    return None
+
+
+needs_gpu = pytest.mark.skipif(_no_gpu_reason() is not None, reason=str(_no_gpu_reason()))
+
+
+@needs_gpu
+@pytest.mark.parametrize("fla_name", [WY, INTRA])
+@pytest.mark.parametrize("kernel", ["auto", "simt"])
+def test_cuda_compiled_equals_ctypes_on_a_side_stream(fla_name, kernel):
+    """Both implementations on CUDA tensors, enqueued on a stream other than the default one
+    (torch's current stream is what both must launch on), give bitwise equal outputs (the
+    kernels are deterministic); the chunk_bwd_intra op has no simt kernel: both refuse it
+    alike."""
+    if fla_name == WY:
+        inputs, options = torch_problem(device="cuda", x="bfloat16", seqlens=[100, 1, 155],
+                                        H=2, HV=4, K=64, V=64, BT=64)
+        args = wy_args(inputs, options, backend=None, kernel=kernel)
+    else:
+        inputs, options = torch_intra_problem(device="cuda", x="bfloat16", B=2, T=200, K=64,
+                                              BT=64)
+        args = intra_args(inputs, options, backend=None, kernel=kernel)
+    op = _torch_op.OPS[fla_name]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        if fla_name == INTRA and kernel == "simt":
+            expected = outcome(op.run_ctypes, args)
+            assert expected is not None and expected[0] is NotImplementedError
+            assert outcome(op.default, args) == expected
+            return
+        compiled = op.default(*args)
+        ctypes_path = op.run_ctypes(*args)
+    side.synchronize()
+    for i, (a, b) in enumerate(zip(compiled, ctypes_path)):
+        assert a.is_cuda and a.dtype == b.dtype and a.shape == b.shape, i
+        assert torch.equal(a, b), i
