@@ -23,6 +23,8 @@
 #   bench-py-intra    bench/run.py --op chunk_bwd_intra: ours and fla's Triton kernel (autotuned)
 #                     in one process, floor, err_ratio against float64
 #   bench-intra       bench_intra_cuda (chunk_bwd_intra, its variants, both safe_gate values)
+#   host-cost         bench/host_cost.py --device cuda for both operators: host time per call of
+#                     each layer, the compiled torch op and the python one (issue 13's targets)
 #   ab                the same chunk_bwd_wy_dqkg shapes with a build of another commit
 #                     (.carry/old/kda, old command syntax) alternated with this one: before and
 #                     after in one run
@@ -105,6 +107,7 @@ if want python; then
     (cd /tmp && bounded 60 env -u KDA_LIBRARY PYTHONPATH="$site" python3 -c '
 import torch, kda_kernels
 print("kda_kernels from", kda_kernels.__file__, "libkda from", kda_kernels.library_path())
+print("torch op:", kda_kernels.torch_op_backend(detail=True))
 assert kda_kernels.__file__.startswith("/tmp/kda-site/"), kda_kernels.__file__
 B, T, H, K, V, BT = 1, 256, 2, 64, 64, 64
 g = torch.Generator(device="cuda").manual_seed(0)
@@ -121,6 +124,7 @@ print("outputs", [tuple(o.shape) for o in outs], "finite on", outs[0].device)
 ') >>"$logs/pip.log" 2>&1
     irc=$?
     row "installed package runs the op on cuda" "$([ $irc -eq 0 ] && echo PASS || echo "FAIL (rc $irc)")"
+    row "torch op of the installed package" "$(grep -m1 '^torch op:' "$logs/pip.log" | cut -c11-)"
     bounded 430 env -u KDA_LIBRARY PYTHONPATH="$carry:$site" python3 -m pytest -q -rsP \
       -p no:cacheprovider -n 6 --durations=15 tests/python >"$logs/pytest.log" 2>&1
     trc=$?
@@ -355,6 +359,17 @@ if want bench-intra; then
     >"$logs/bench_intra.log" 2>&1
   brc=$?
   row "bench_intra_cuda" "$([ $brc -eq 0 ] && echo PASS || echo "FAIL (rc $brc)"): see bench_intra.log"
+fi
+
+# --- host time per call, both torch op implementations (issue 13) ----------------------------
+if want host-cost; then
+  for op in chunk_bwd_wy_dqkg chunk_bwd_intra; do
+    bounded 120 env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH=python python3 \
+      bench/host_cost.py --device cuda --op "$op" >"$logs/host_cost_$op.log" 2>&1
+    hrc=$?
+    row "host_cost.py --device cuda --op $op" "$([ $hrc -eq 0 ] && echo PASS || echo "FAIL (rc $hrc)"): see host_cost_$op.log"
+    cat "$logs/host_cost_$op.log" >>"$summary"
+  done
 fi
 
 tar -czf "$out/logs.tar.gz" -C "$logs" . && rm -rf "$logs"

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Stages what a GPU check needs into .carry/ (git-ignored through .git/info/exclude), since the
 # GPU machines lack our Debian build dependencies and ../shared does not travel there:
-#   .carry/build.tar.xz  libkda, the GPU test binaries, the benchmarks and the kda command, built
-#                        here (xz: CUDA fatbins shrink ~10x, and a call carries 64 MB at most);
-#                        dev/gpu-check.sh unpacks it into .carry/build
+#   .carry/build.tar.xz  libkda, the compiled torch op, the GPU test binaries, the benchmarks and
+#                        the kda command, built here (xz: CUDA fatbins shrink ~10x, and a call
+#                        carries 64 MB at most); dev/gpu-check.sh unpacks it into .carry/build.
+#                        The compiled torch op is built when KDA_TORCH_PYTHON (or python3 on
+#                        PATH) imports torch: the GPU machine's release, 2.11.0 so far (e.g.
+#                        KDA_TORCH_PYTHON=/work/venv-torch/bin/python); without it the GPU
+#                        check runs the python ops, and says so
 #   .carry/old.tar.xz    (with --old DIR) libkda and kda of another build, for the before/after
 #                        part of the check; unpacked into .carry/old
 #   .carry/golden/       the golden files of every operator (../shared/golden*/: read-only copies
@@ -24,11 +28,18 @@ while [ $# -gt 0 ]; do
   esac
 done
 build=build
-cmake --preset default >/dev/null
+cmake --preset default ${KDA_TORCH_PYTHON:+-DKDA_TORCH_PYTHON=$KDA_TORCH_PYTHON} >/dev/null
 cmake --build --preset default
 rm -rf .carry
 mkdir -p .carry/golden
 binaries=("$build"/src/libkda.so* "$build/tools/kda")
+torch_ops=("$build"/src/libkda_torch-*.so)
+if [ -e "${torch_ops[0]}" ]; then
+  binaries+=("${torch_ops[@]}")
+else
+  echo "stage-carry: no compiled torch op in $build/src (set KDA_TORCH_PYTHON to a python with" \
+    "the GPU machine's torch): the GPU check will run the python ops" >&2
+fi
 for t in "$build"/tests/test_cuda* "$build"/tests/ops/*/test_*_cuda "$build"/tests/ops/*/bench_*; do
   case "$t" in *.cmake) continue ;; esac
   [ -x "$t" ] && binaries+=("$t")
