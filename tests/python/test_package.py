@@ -21,7 +21,10 @@ PACKAGE_PARENT = str(Path(kk.__file__).resolve().parents[1])
 
 
 def run_python(code, **env):
-    environment = {**os.environ, "PYTHONPATH": PACKAGE_PARENT, **env}
+    # The library search is what these check: the torch op's choice is left to its default
+    # (tools/run-tests.sh insists on the compiled op, which a missing libkda cannot give).
+    inherited = {k: v for k, v in os.environ.items() if k != "KDA_TORCH_OP"}
+    environment = {**inherited, "PYTHONPATH": PACKAGE_PARENT, **env}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=environment, timeout=120)
 
