@@ -23,6 +23,8 @@
 #   bench-py-intra    bench/run.py --op chunk_bwd_intra: ours and fla's Triton kernel (autotuned)
 #                     in one process, floor, err_ratio against float64
 #   bench-intra       bench_intra_cuda (chunk_bwd_intra, its variants, both safe_gate values)
+#   ncu-intra         ncu (--set full, SASS-level stall samples) on one chunk_bwd_intra launch at
+#                     the model shape (T=8192 bf16); report, details and the SASS table in logs
 #   host-cost         bench/host_cost.py --device cuda for both operators: host time per call of
 #                     each layer, the compiled torch op and the python one (issue 13's targets)
 #   ab                the same chunk_bwd_wy_dqkg shapes with a build of another commit
@@ -359,6 +361,20 @@ if want bench-intra; then
     >"$logs/bench_intra.log" 2>&1
   brc=$?
   row "bench_intra_cuda" "$([ $brc -eq 0 ] && echo PASS || echo "FAIL (rc $brc)"): see bench_intra.log"
+fi
+
+# --- ncu on chunk_bwd_intra at the model shape (issue 14's profile) ----------------------------
+if want ncu-intra; then
+  rep=$logs/ncu-intra
+  bounded 200 ncu --clock-control none --set full --import-source yes -k regex:chunk_bwd_intra \
+    --launch-skip 3 --launch-count 1 -f -o "$rep" \
+    "$build/tests/ops/chunk_bwd_intra/bench_intra_cuda" --T 8192 --dtypes bf16 --runs 50 \
+    --variants "${KDA_NCU_INTRA_VARIANT:-split=1}" >"$logs/ncu-intra.log" 2>&1
+  nrc=$?
+  ncu --import "$rep.ncu-rep" --page details >"$logs/ncu-intra-details.txt" 2>&1
+  ncu --import "$rep.ncu-rep" --page source --csv --print-source sass \
+    >"$logs/ncu-intra-sass.csv" 2>&1
+  row "ncu chunk_bwd_intra T=8192 bf16" "$([ $nrc -eq 0 ] && echo PASS || echo "FAIL (rc $nrc)"): $(grep -m1 -E '^ *Duration' "$logs/ncu-intra-details.txt" | tr -s ' ')"
 fi
 
 # --- host time per call, both torch op implementations (issue 13) ----------------------------

@@ -21,6 +21,7 @@
 
 #include "intra_device.hpp"
 #include "intra_problem.hpp"
+#include "ops/chunk_bwd_intra/cuda/sm80_mma/launch.hpp"
 
 namespace {
 
@@ -289,6 +290,57 @@ TEST(IntraCudaDeterminism, TenRunsBitwiseEqual) {
         EXPECT_TRUE(bitwise_equal(first.at(name), got.at(name)))
             << name << " differs between run 0 and run " << run;
       }
+    }
+  }
+}
+
+// --- copy paths ----------------------------------------------------------------------------------
+
+// The kernel copies its inputs by a compile-time-shaped path when every row can be read in
+// 16-byte pieces, else by the general one; both must give the same bits (the copies change no
+// arithmetic). Shapes with short chunks (tails, a length-1 sequence), K below and past one pass,
+// every X dtype and chunk size; each first checked to be on the fast path's side of the line.
+TEST(IntraCudaCopyPaths, FastAndGeneralBitwiseEqual) {
+  SKIP_WITHOUT_GPU();
+  struct PathCase {
+    DType x;
+    int64_t BT, K, T;
+    std::vector<int64_t> seqlens;
+  };
+  const std::vector<PathCase> cases = {{DType::bf16, 64, 128, 1000, {}},
+                                       {DType::f16, 32, 64, 0, {300, 1, 77, 250}},
+                                       {DType::f32, 16, 200, 333, {}},
+                                       {DType::bf16, 64, 256, 0, {129, 1, 64}}};
+  for (const PathCase& k : cases) {
+    Config c;
+    c.B = 1;
+    c.T = k.seqlens.empty() ? k.T : 0;
+    c.seqlens = k.seqlens;
+    c.H = 2;
+    c.HV = 4;
+    c.K = k.K;
+    c.BT = k.BT;
+    c.x_dtype = k.x;
+    c.seed = fresh_seed();
+    const HostIntra hp = make_random(c);
+    SCOPED_TRACE("seed " + std::to_string(c.seed) + ": " + hp.describe());
+    DeviceIntra dev(hp);
+    const auto params = kda::cuda::intra::make_intra_params(dev.problem(), hp.dims());
+    ASSERT_TRUE(params.fast_copies) << "the case should take the fast copy path";
+    std::map<std::string, HostTensor> results[2];
+    for (int fast = 0; fast < 2; ++fast) {
+      kda::cuda::intra::IntraVariant variant;
+      variant.fast_paths = fast == 1;
+      dev.poison_outputs();
+      const kda::Status s =
+          kda::detail::run_chunk_bwd_intra_cuda_variant(dev.problem(), hp.dims(), nullptr, variant);
+      ASSERT_TRUE(s.ok()) << s.message;
+      results[fast] = dev.download_outputs();
+    }
+    for (const char* name : kOutputNames) {
+      EXPECT_TRUE(bitwise_equal(results[0].at(name), results[1].at(name)))
+          << name << " differs between the general and the fast copy paths";
+      EXPECT_EQ(count_non_finite(results[1].at(name)), 0) << name << ": poison left";
     }
   }
 }

@@ -45,6 +45,10 @@ struct IntraTraits {
   static constexpr int kMinBlocks = 4 / kNC;           // -> at most 128 registers per thread
   static constexpr int kMaxGroups = 8;                 // K <= 256
   static constexpr int kScratchFloats = 16 * 32;       // per warp
+  // The stage's map: compile-time offsets and pitches (the host's IntraSmemLayout::stage).
+  static constexpr IntraStageMap kMap = intra_stage_map(kBT, static_cast<int>(sizeof(XT)));
+  static constexpr int kLdG = kMap.ld_g;
+  static constexpr int kLdX = kMap.ld_x;
 
   // dA in shared memory: row i of sub-chunk s keeps columns 0 .. 16(s+1)-1 (the lower part and
   // the diagonal block) with pitch a_ld(s); sub-chunk s starts at a_offset(s) floats. a_ld(s) is
@@ -55,50 +59,42 @@ struct IntraTraits {
 };
 
 // One stage's tiles (shared memory), as the compute reads them. Rows >= L and columns past the
-// pass's channels are zero.
+// pass's channels are zero. Every offset and pitch is a compile-time constant (Tr::kMap).
 template <typename Tr>
 struct Stage {
   using XT = typename Tr::XT;
-  const float* G;   // [BT][ld_g]
-  const XT* Q;      // [BT][ld_x]
-  const XT* Kk;     // [BT][ld_x]
-  const float* Aq;  // packed (IntraTraits::a_offset)
-  const float* Ak;
-  const float* beta;  // [BT]
-  int ld_g;
-  int ld_x;
+  const unsigned char* base;
 
-  __device__ __forceinline__ float g(int row, int col) const { return G[row * ld_g + col]; }
+  __device__ __forceinline__ const float* G() const {
+    return reinterpret_cast<const float*>(base + Tr::kMap.g_off);
+  }
+  __device__ __forceinline__ const float* Aq() const {
+    return reinterpret_cast<const float*>(base + Tr::kMap.aq_off);
+  }
+  __device__ __forceinline__ const float* Ak() const {
+    return reinterpret_cast<const float*>(base + Tr::kMap.ak_off);
+  }
+  __device__ __forceinline__ float beta(int row) const {
+    return reinterpret_cast<const float*>(base + Tr::kMap.beta_off)[row];
+  }
+  __device__ __forceinline__ float g(int row, int col) const { return G()[row * Tr::kLdG + col]; }
   __device__ __forceinline__ float2 g2(int row, int col) const {
-    return *reinterpret_cast<const float2*>(G + row * ld_g + col);
+    return *reinterpret_cast<const float2*>(G() + row * Tr::kLdG + col);
   }
   __device__ __forceinline__ float q(int row, int col) const {
-    return to_float(Q[row * ld_x + col]);
+    return to_float(reinterpret_cast<const XT*>(base + Tr::kMap.q_off)[row * Tr::kLdX + col]);
   }
   __device__ __forceinline__ float k(int row, int col) const {
-    return to_float(Kk[row * ld_x + col]);
+    return to_float(reinterpret_cast<const XT*>(base + Tr::kMap.k_off)[row * Tr::kLdX + col]);
   }
   // Row i of dA (columns from 0).
   __device__ __forceinline__ const float* aq_row(int i) const {
-    return Aq + Tr::a_offset(i / 16) + (i % 16) * Tr::a_ld(i / 16);
+    return Aq() + Tr::a_offset(i / 16) + (i % 16) * Tr::a_ld(i / 16);
   }
   __device__ __forceinline__ const float* ak_row(int i) const {
-    return Ak + Tr::a_offset(i / 16) + (i % 16) * Tr::a_ld(i / 16);
+    return Ak() + Tr::a_offset(i / 16) + (i % 16) * Tr::a_ld(i / 16);
   }
 };
-
-template <typename Tr>
-__device__ __forceinline__ Stage<Tr> stage_at(const unsigned char* base, const IntraSmemLayout& l) {
-  using XT = typename Tr::XT;
-  return {reinterpret_cast<const float*>(base + l.g_off),
-          reinterpret_cast<const XT*>(base + l.q_off),
-          reinterpret_cast<const XT*>(base + l.k_off),
-          reinterpret_cast<const float*>(base + l.aq_off),
-          reinterpret_cast<const float*>(base + l.ak_off),
-          reinterpret_cast<const float*>(base + l.beta_off),
-          l.ld_g,
-          l.ld_x};
-}
 
 // --- copies of one work item -------------------------------------------------------------------
 
@@ -110,9 +106,10 @@ struct PassChannels {
 };
 
 __device__ __forceinline__ PassChannels pass_channels(const IntraParams& p, int pass) {
-  const int ch0 = pass * p.smem.pass_channels;
+  constexpr int kPass = IntraSmemLayout::kMaxPassChannels;
+  const int ch0 = pass * kPass;
   const int left = static_cast<int>(p.K) - ch0;
-  const int valid = left < p.smem.pass_channels ? left : p.smem.pass_channels;
+  const int valid = left < kPass ? left : kPass;
   return {ch0, valid, (valid + 31) / 32 * 32};
 }
 
@@ -127,7 +124,6 @@ __device__ __noinline__ uint32_t issue_item_copies(const IntraParams& p, const I
   constexpr int kXBytes = static_cast<int>(sizeof(XT));
   const int warp = tid / 32;
   const int lane = tid % 32;
-  const IntraSmemLayout& l = p.smem;
   const int L = u.len;
   const PassChannels pc = pass_channels(p, pass);
   const int64_t hq = u.hv / p.heads_per_group;
@@ -136,8 +132,8 @@ __device__ __noinline__ uint32_t issue_item_copies(const IntraParams& p, const I
   for (int which = 0; which < 3; ++which) {
     const IntraRows& t = which == 0 ? p.q : which == 1 ? p.k : p.g;
     const int elem_bytes = which == 2 ? 4 : kXBytes;
-    const int ld = which == 2 ? l.ld_g : l.ld_x;
-    const int dst_off = which == 0 ? l.q_off : which == 1 ? l.k_off : l.g_off;
+    const int ld = which == 2 ? Tr::kLdG : Tr::kLdX;
+    const int dst_off = which == 0 ? Tr::kMap.q_off : which == 1 ? Tr::kMap.k_off : Tr::kMap.g_off;
     const auto* base = static_cast<const unsigned char*>(t.data) +
                        origin(t, u, which == 2 ? u.hv : hq, pc.ch0) * elem_bytes;
     const int64_t row_bytes = t.stride_token * elem_bytes;
@@ -152,7 +148,7 @@ __device__ __noinline__ uint32_t issue_item_copies(const IntraParams& p, const I
     const IntraRows& t = which == 0 ? p.dAqk : p.dAkk;
     const auto* base = static_cast<const unsigned char*>(t.data) + origin(t, u, u.hv, 0) * 4;
     const int64_t row_bytes = t.stride_token * 4;
-    unsigned char* dst = stage + (which == 0 ? l.aq_off : l.ak_off);
+    unsigned char* dst = stage + (which == 0 ? Tr::kMap.aq_off : Tr::kMap.ak_off);
     copy_tile(
         dst, Tr::kBT, [](int r) { return 16 * (r / 16 + 1); }, 4, t.copy_bytes, t.stride_col,
         [&](int r) { return 4 * (Tr::a_offset(r / 16) + (r % 16) * Tr::a_ld(r / 16)); },
@@ -167,6 +163,99 @@ __device__ __noinline__ uint32_t issue_item_copies(const IntraParams& p, const I
                                                  : static_cast<const uint16_t*>(p.beta.data)[at];
   }
   return beta_bits;
+}
+
+// 16-byte copies of a tile of kRows rows x kChunks pieces (compile-time shape), spread over the
+// CTA's threads starting at thread `first` (so that small tiles do not all land on the same
+// threads): piece (r, c) goes to dst + r * kDstPitch + 16 c from src + r * row_bytes + 16 c; only
+// the first valid_bytes(r) bytes of row r are read (the rest, and rows >= L, are zero-filled);
+// pieces c >= used_chunks are not copied (no task reads them).
+template <int kRows, int kChunks, int kDstPitch, int kThreads, typename ValidBytes>
+__device__ __forceinline__ void copy_rows16(unsigned char* dst, const unsigned char* src,
+                                            int64_t row_bytes, int L, int used_chunks,
+                                            ValidBytes valid_bytes, int first, int tid) {
+  constexpr int kPieces = kRows * kChunks;
+  const int start = (tid + kThreads - first % kThreads) % kThreads;
+#pragma unroll
+  for (int n = 0; n < (kPieces + kThreads - 1) / kThreads; ++n) {
+    const int idx = start + n * kThreads;
+    if (kPieces % kThreads != 0 && idx >= kPieces) break;
+    const int r = idx / kChunks;
+    const int c = idx % kChunks;
+    if (c >= used_chunks) continue;
+    const int left = r < L ? valid_bytes(r) - 16 * c : 0;
+    const int n_bytes = left <= 0 ? 0 : (left >= 16 ? 16 : left);
+    const unsigned char* from = src + (r < L ? r : 0) * row_bytes + (n_bytes > 0 ? 16 * c : 0);
+    cp_async(dst + r * kDstPitch + 16 * c, from, 16, n_bytes);
+  }
+}
+
+// issue_item_copies for inputs whose every row can be copied in 16-byte pieces
+// (IntraParams::fast_copies): the same tiles, zeros and return value, with compile-time shapes.
+template <typename Tr>
+__device__ __noinline__ uint32_t issue_item_copies_fast(const IntraParams& p, const IntraUnit& u,
+                                                        int pass, unsigned char* stage, int tid) {
+  using XT = typename Tr::XT;
+  constexpr int kX = static_cast<int>(sizeof(XT));
+  constexpr int kPass = IntraSmemLayout::kMaxPassChannels;
+  constexpr int kT = Tr::kThreads;
+  const int L = u.len;
+  const PassChannels pc = pass_channels(p, pass);
+  const int64_t hq = u.hv / p.heads_per_group;
+  auto rows = [&](const IntraRows& t, int64_t head, int elem_bytes, int64_t col0) {
+    return static_cast<const unsigned char*>(t.data) + origin(t, u, head, col0) * elem_bytes;
+  };
+  const int x_valid = pc.valid * kX;
+  const int x_used = pc.padded * kX / 16;
+  auto x_bytes = [&](int) { return x_valid; };
+  copy_rows16<Tr::kBT, kPass * kX / 16, Tr::kLdX * kX, kT>(
+      stage + Tr::kMap.q_off, rows(p.q, hq, kX, pc.ch0), p.q.stride_token * kX, L, x_used, x_bytes,
+      0, tid);
+  copy_rows16<Tr::kBT, kPass * kX / 16, Tr::kLdX * kX, kT>(
+      stage + Tr::kMap.k_off, rows(p.k, hq, kX, pc.ch0), p.k.stride_token * kX, L, x_used, x_bytes,
+      Tr::kBT * kPass * kX / 16, tid);
+  const int g_valid = pc.valid * 4;
+  copy_rows16<Tr::kBT, kPass * 4 / 16, Tr::kLdG * 4, kT>(
+      stage + Tr::kMap.g_off, rows(p.g, u.hv, 4, pc.ch0), p.g.stride_token * 4, L,
+      pc.padded * 4 / 16, [&](int) { return g_valid; }, 0, tid);
+  // dA: sub-chunk s keeps rows 16 s .. 16 s + 15, columns 0 .. 16 (s + 1) - 1, of which row i
+  // reads j <= i only (the rest zero-filled: never read).
+  const unsigned char* aq = rows(p.dAqk, u.hv, 4, 0);
+  const unsigned char* ak = rows(p.dAkk, u.hv, 4, 0);
+  const int64_t aq_row = p.dAqk.stride_token * 4;
+  const int64_t ak_row = p.dAkk.stride_token * 4;
+  // Sub-chunk s's pieces start at thread 128 s(s+1)/2 (dAqk) and 64 (s+1) later (dAkk): the
+  // 640 pieces of BT = 64 spread over all threads.
+  auto sub_chunk = [&]<int s>() {
+    auto a_bytes = [&](int r) { return 4 * (16 * s + r + 1); };
+    constexpr int kFirst = 64 * s * (s + 1);
+    copy_rows16<16, 4 * (s + 1), 4 * Tr::a_ld(s), kT>(stage + Tr::kMap.aq_off + 4 * Tr::a_offset(s),
+                                                      aq + 16 * s * aq_row, aq_row, L - 16 * s,
+                                                      4 * (s + 1), a_bytes, kFirst, tid);
+    copy_rows16<16, 4 * (s + 1), 4 * Tr::a_ld(s), kT>(
+        stage + Tr::kMap.ak_off + 4 * Tr::a_offset(s), ak + 16 * s * ak_row, ak_row, L - 16 * s,
+        4 * (s + 1), a_bytes, kFirst + 64 * (s + 1), tid);
+  };
+  sub_chunk.template operator()<0>();
+  if constexpr (Tr::kNC > 1) sub_chunk.template operator()<1>();
+  if constexpr (Tr::kNC > 2) {
+    sub_chunk.template operator()<2>();
+    sub_chunk.template operator()<3>();
+  }
+  uint32_t beta_bits = 0;
+  if (tid < L) {
+    const int64_t at = origin(p.beta, u) + tid * p.beta.stride_token;
+    beta_bits = p.beta_is_f32 || sizeof(XT) == 4 ? static_cast<const uint32_t*>(p.beta.data)[at]
+                                                 : static_cast<const uint16_t*>(p.beta.data)[at];
+  }
+  return beta_bits;
+}
+
+template <typename Tr>
+__device__ __forceinline__ uint32_t issue_copies(const IntraParams& p, const IntraUnit& u, int pass,
+                                                 unsigned char* stage, int tid) {
+  return p.fast_copies ? issue_item_copies_fast<Tr>(p, u, pass, stage, tid)
+                       : issue_item_copies<Tr>(p, u, pass, stage, tid);
 }
 
 // Stores β (as issue_item_copies returned it) into a stage: converted only now, so that a
@@ -186,7 +275,7 @@ __device__ __forceinline__ void store_beta(const IntraParams& p, unsigned char* 
     memcpy(&x, &half_bits, sizeof(x));
     beta = to_float(x);
   }
-  reinterpret_cast<float*>(stage + p.smem.beta_off)[tid] = beta;
+  reinterpret_cast<float*>(stage + Tr::kMap.beta_off)[tid] = beta;
 }
 
 // L2 prefetches of item (u, pass)'s inputs (with one stage: the next item's, issued one item
@@ -220,6 +309,32 @@ __device__ __noinline__ void prefetch_item(const IntraParams& p, const IntraUnit
     rows_of(p.dq, u.hv, 4, pc.valid, pc.ch0);
     rows_of(p.dk, u.hv, 4, pc.valid, pc.ch0);
     rows_of(p.dg, u.hv, 4, pc.valid, pc.ch0);
+  }
+}
+
+// prefetch_item's incoming part for dq, dk, dg with unit column strides
+// (IntraParams::fast_prefetch): one L2 prefetch per 128-byte line of each row's pass channels, a
+// compile-time-shaped spread over the CTA's threads.
+template <typename Tr>
+__device__ __noinline__ void prefetch_incoming_fast(const IntraParams& p, const IntraUnit& u,
+                                                    int pass, int tid) {
+  constexpr int kLines = IntraSmemLayout::kMaxPassChannels * 4 / 128 + 1;  // an unaligned row
+  constexpr int kSlots = 3 * Tr::kBT * kLines;
+  const PassChannels pc = pass_channels(p, pass);
+  const int row_bytes = pc.valid * 4;
+#pragma unroll
+  for (int n = 0; n < (kSlots + Tr::kThreads - 1) / Tr::kThreads; ++n) {
+    const int idx = tid + n * Tr::kThreads;
+    if (idx >= kSlots) break;
+    const int which = idx / (Tr::kBT * kLines);
+    const int r = idx / kLines % Tr::kBT;
+    const int m = idx % kLines;
+    if (r >= u.len) continue;
+    const IntraRows& t = which == 0 ? p.dq : which == 1 ? p.dk : p.dg;
+    const auto start = reinterpret_cast<uintptr_t>(static_cast<const float*>(t.data) +
+                                                   origin(t, u, u.hv, pc.ch0) + r * t.stride_token);
+    const uintptr_t at = m == 0 ? start : (start & ~uintptr_t{127}) + 128u * m;
+    if (at < start + row_bytes) prefetch_l2(reinterpret_cast<const void*>(at));
   }
 }
 
@@ -288,8 +403,8 @@ __device__ __forceinline__ void column_part(const Stage<Tr>& st, int t, int NCv,
   for (int s = t + 1; s < NCv; ++s) {
     const int ld = Tr::a_ld(s);
     // A[i][j] = P[j][i]: rows j of s, columns i = 16t + g (+ 8) of t.
-    const float* aq = st.Aq + Tr::a_offset(s) + 16 * t + g;
-    const float* ak = st.Ak + Tr::a_offset(s) + 16 * t + g;
+    const float* aq = st.Aq() + Tr::a_offset(s) + 16 * t + g;
+    const float* ak = st.Ak() + Tr::a_offset(s) + 16 * t + g;
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) {
       const int r0 = 8 * ks + q;  // row of s: j = 16 s + r0 and j + 4
@@ -298,8 +413,8 @@ __device__ __forceinline__ void column_part(const Stage<Tr>& st, int t, int NCv,
       const S a_k[4] = {S(ak[r0 * ld]), S(ak[r0 * ld + 8]), S(ak[(r0 + 4) * ld]),
                         S(ak[(r0 + 4) * ld + 8])};
       const int j = 16 * s + r0;
-      const float beta0 = st.beta[j];
-      const float beta1 = st.beta[j + 4];
+      const float beta0 = st.beta(j);
+      const float beta1 = st.beta(j + 4);
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int c = cl0 + 8 * nt + g;
@@ -358,6 +473,11 @@ __device__ __forceinline__ float read_c_tile(const float* tile, int ld, bool swi
   return tile[row * ld + tile_col(row, lane, swizzled)];
 }
 
+// Writes a value where read_c_tile(scratch tile: ld 32, swizzled) reads it.
+__device__ __forceinline__ void write_c_tile_at(float* tile, int row, int lane, float value) {
+  tile[row * 32 + tile_col(row, lane, true)] = value;
+}
+
 // The block of rows 8..15 x columns 0..7 inside sub-chunk t's diagonal 16 x 16 block, on the
 // tensor cores too, factored through the rows on either side of its corner (again every exponent
 // <= 0): the row part (dqa, r of rows 8..15) through row f' = 16t + 8, the column part (dkc of
@@ -386,8 +506,8 @@ __device__ __forceinline__ void inner_block(const Stage<Tr>& st, int t, int cl0,
   const int f = r0 + 8;       // row-half anchor
   const int l = r0 + 7;       // column-half anchor
   const int jc = r0 + 8 + q;  // column-half source rows jc, jc + 4
-  const float beta0 = st.beta[jc];
-  const float beta1 = st.beta[jc + 4];
+  const float beta0 = st.beta(jc);
+  const float beta1 = st.beta(jc + 4);
 #pragma unroll
   for (int nt = 0; nt < 4; ++nt) {
     const int c = cl0 + 8 * nt + g;
@@ -442,18 +562,21 @@ __device__ __forceinline__ void off_diagonal_phase(const Stage<Tr>& st, int L, i
 // the stores of the rows, one channel per lane (channel ch0 + 32 cg + lane of K).
 //   The task's own G tile is read into registers and then reused to hand over the mma's dqa; r and
 //   dkc go through the warp's scratch tile. Rows are finished from the last to the first, so
-//   dkc[i] is complete when row i is stored.
-template <typename Tr>
+//   dkc[i] is complete when row i is stored. kFull: the sub-chunk has all 16 rows (every task but
+//   those of a sequence's last chunk), so no row needs a bounds test.
+//   Addresses of the incoming and output rows move by one row pitch per row (a 64-bit add) rather
+//   than being recomputed (a 64-bit multiply each).
+template <typename Tr, bool kFull>
 __device__ __forceinline__ void diagonal_phase(const IntraParams& p, unsigned char* stage,
                                                const Stage<Tr>& st, const IntraUnit& u, int pass,
                                                int t, int cg, const float (&acc_q)[4][4],
                                                const float (&acc_r)[4][4],
                                                const float (&acc_c)[4][4], float* scratch,
                                                float* dbpart, int lane) {
-  constexpr unsigned kFullMask = 0xffffffffu;
-  const int Ls = u.len - 16 * t < 16 ? u.len - 16 * t : 16;  // rows of t
-  const int cl = 32 * cg + lane;                             // channel within the pass
-  const int64_t ch = static_cast<int64_t>(pass) * p.smem.pass_channels + cl;
+  const int Ls = kFull ? 16 : (u.len - 16 * t < 16 ? u.len - 16 * t : 16);  // rows of t
+  auto row_ok = [&](int i) { return kFull || i < Ls; };
+  const int cl = 32 * cg + lane;  // channel within the pass
+  const int64_t ch = static_cast<int64_t>(pass) * IntraSmemLayout::kMaxPassChannels + cl;
   const bool ch_ok = ch < p.K;
   const int64_t c = ch_ok ? ch : 0;  // addresses stay inside the tensors
   const int r0 = 16 * t;
@@ -464,13 +587,13 @@ __device__ __forceinline__ void diagonal_phase(const IntraParams& p, unsigned ch
 #pragma unroll
   for (int i = 0; i < 16; ++i) dkc[i] = read_c_tile(scratch, 32, true, i, lane);
   __syncwarp();
-  float* dqa_tile = reinterpret_cast<float*>(stage + p.smem.g_off) + r0 * st.ld_g + 32 * cg;
+  float* dqa_tile = reinterpret_cast<float*>(stage + Tr::kMap.g_off) + r0 * Tr::kLdG + 32 * cg;
   // Own G rows first: dqa_tile overwrites them.
   float Gr[16];
 #pragma unroll
   for (int i = 0; i < 16; ++i) Gr[i] = st.g(r0 + i, cl);
   __syncwarp();
-  write_c_tile(dqa_tile, st.ld_g, false, acc_q, lane);
+  write_c_tile(dqa_tile, Tr::kLdG, false, acc_q, lane);
   write_c_tile(scratch, 32, true, acc_r, lane);
   __syncwarp();
 
@@ -482,36 +605,48 @@ __device__ __forceinline__ void diagonal_phase(const IntraParams& p, unsigned ch
       static_cast<const float*>(p.dg.data) + origin(p.dg, u, u.hv, c) + r0 * p.dg.stride_token;
   const int64_t out_pitch = p.HV * p.K;
   const int64_t out0 = ((u.batch * p.T + u.t0 + r0) * p.HV + u.hv) * p.K + c;
-  const int group = pass * Tr::kGroupsPerPass + cg;
   const int ld = Tr::a_ld(t);
 
 #pragma unroll
   for (int h = 1; h >= 0; --h) {
     const int base = 8 * h;  // rows base .. base + 7 of t
-    if (base < Ls) {
+    if (kFull || base < Ls) {
       float Kr[8];
 #pragma unroll
       for (int m = 0; m < 8; ++m) Kr[m] = st.k(r0 + base + m, cl);
       const float* aq = st.aq_row(r0 + base) + r0 + base;  // row base + i at + i * ld
       const float* ak = st.ak_row(r0 + base) + r0 + base;
-      // Incoming rows, loaded one row ahead of their use.
+      // The half's incoming rows, all loaded before its first row is computed: a load issued at
+      // the row that adds it left its latency exposed (ncu: long-scoreboard stalls).
       float in_q[8], in_k[8], in_g[8];
-      auto load_incoming = [&](int i) {
-        const int64_t row = base + i;
-        in_q[i] = ch_ok ? __ldcs(dq_in + row * p.dq.stride_token) : 0.0f;
-        in_k[i] = ch_ok ? __ldcs(dk_in + row * p.dk.stride_token) : 0.0f;
-        in_g[i] = ch_ok ? __ldcs(dg_in + row * p.dg.stride_token) : 0.0f;
-      };
+      {
+        const float* q_at = dq_in + base * p.dq.stride_token;
+        const float* k_at = dk_in + base * p.dk.stride_token;
+        const float* g_at = dg_in + base * p.dg.stride_token;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const bool load = ch_ok && row_ok(base + i);
+          in_q[i] = load ? __ldcs(q_at) : 0.0f;
+          in_k[i] = load ? __ldcs(k_at) : 0.0f;
+          in_g[i] = load ? __ldcs(g_at) : 0.0f;
+          q_at += p.dq.stride_token;
+          k_at += p.dk.stride_token;
+          g_at += p.dg.stride_token;
+        }
+      }
+      // Output rows from the half's last row down.
+      float* dq_out = p.dq_out + out0 + (base + 7) * out_pitch;
+      float* dk_out = p.dk_out + out0 + (base + 7) * out_pitch;
+      float* dg_out = p.dg_out + out0 + (base + 7) * out_pitch;
 #pragma unroll
       for (int i = 7; i >= 0; --i) {
-        if (base + i < Ls) {
-          load_incoming(i);
+        if (row_ok(base + i)) {
           const int row = r0 + base + i;
           const float gi = Gr[base + i];
           const float qi = st.q(row, cl);
-          const float bi = st.beta[row];
+          const float bi = st.beta(row);
           const float bki = bi * Kr[i];
-          float dq_acc = read_c_tile(dqa_tile, st.ld_g, false, base + i, lane);
+          float dq_acc = read_c_tile(dqa_tile, Tr::kLdG, false, base + i, lane);
           float r_acc = read_c_tile(scratch, 32, true, base + i, lane);
           // Fixed trip counts (resolved once the outer loops are unrolled): with a bound of
           // i / 4 the inner loop would be unrolled first, at an unknown i, and dkc[] indexed at
@@ -535,24 +670,40 @@ __device__ __forceinline__ void diagonal_phase(const IntraParams& p, unsigned ch
               }
             }
           }
-          // Row base + i is complete (dkc took its last term, from j = i, just now).
-          float db_part = ch_ok ? r_acc * Kr[i] : 0.0f;
-#pragma unroll
-          for (int offset = 16; offset > 0; offset /= 2) {
-            db_part += __shfl_xor_sync(kFullMask, db_part, offset);
-          }
-          if (lane == 0) dbpart[group * Tr::kBT + row] = db_part;
+          // Row base + i is complete (dkc took its last term, from j = i, just now). Its db
+          // term r·Kk for this lane's channel takes r's place in the scratch tile (this lane's
+          // own slot); the rows are summed over the lanes once, below.
+          write_c_tile_at(scratch, base + i, lane, ch_ok ? r_acc * Kr[i] : 0.0f);
           if (ch_ok) {
             const float dkr = bi * r_acc;
             const float dkc_i = dkc[base + i];
-            const int64_t o = out0 + (base + i) * out_pitch;
-            __stcs(p.dq_out + o, in_q[i] + dq_acc);
-            __stcs(p.dk_out + o, in_k[i] + dkr + dkc_i);
-            __stcs(p.dg_out + o, in_g[i] + qi * dq_acc + Kr[i] * (dkr - dkc_i));
+            __stcs(dq_out, in_q[i] + dq_acc);
+            __stcs(dk_out, in_k[i] + dkr + dkc_i);
+            __stcs(dg_out, in_g[i] + qi * dq_acc + Kr[i] * (dkr - dkc_i));
           }
         }
+        dq_out -= out_pitch;
+        dk_out -= out_pitch;
+        dg_out -= out_pitch;
       }
     }
+  }
+  // db partials: row i's sum over this warp's 32 channels, lanes 2i and 2i + 1 taking 16 each (a
+  // fixed order: deterministic), instead of a 5-step shuffle reduction per row.
+  __syncwarp();
+  {
+    const int i = lane / 2;
+    const float4* half =
+        reinterpret_cast<const float4*>(scratch + i * 32 + 16 * (lane % 2));  // physical slots
+    float sum = 0.0f;
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      const float4 x = half[v];
+      sum += (x.x + x.y) + (x.z + x.w);
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    const int group = pass * Tr::kGroupsPerPass + cg;
+    if (lane % 2 == 0 && row_ok(i)) dbpart[group * Tr::kBT + r0 + i] = sum;
   }
 }
 
@@ -586,7 +737,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   {
     const IntraUnit u0 = units[0];
     if (u0.valid) {
-      const uint32_t beta = issue_item_copies<Tr>(p, u0, 0, smem, tid);
+      const uint32_t beta = issue_copies<Tr>(p, u0, 0, smem, tid);
       if (tid < Tr::kBT) store_beta<Tr>(p, smem, beta, tid);
     }
     cp_async_commit();
@@ -610,15 +761,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 
     const IntraUnit u = units[slot];
     const int cur = stages == 2 ? static_cast<int>(n % 2) : 0;
-    unsigned char* stage = smem + cur * lay.stage_bytes;
+    unsigned char* stage = smem + cur * Tr::kMap.bytes;
     uint32_t beta_next = 0;
     bool beta_next_pending = false;
     if (stages == 2 && has_next) {
       // The other stage was last read by item n - 1, before (A).
       const IntraUnit un = units[next_slot];
       if (un.valid) {
-        beta_next =
-            issue_item_copies<Tr>(p, un, next_pass, smem + (cur ^ 1) * lay.stage_bytes, tid);
+        beta_next = issue_copies<Tr>(p, un, next_pass, smem + (cur ^ 1) * Tr::kMap.bytes, tid);
         beta_next_pending = true;
       }
       cp_async_commit();
@@ -627,7 +777,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     float db_in = 0.0f;
     if (u.valid) {
       if (p.l2_prefetch) {
-        prefetch_item<Tr>(p, u, pass, false, true, tid);
+        if (p.fast_prefetch) {
+          prefetch_incoming_fast<Tr>(p, u, pass, tid);
+        } else {
+          prefetch_item<Tr>(p, u, pass, false, true, tid);
+        }
         if (stages == 1 && has_next && units[next_slot].valid) {
           prefetch_item<Tr>(p, units[next_slot], next_pass, true, false, tid);
         }
@@ -636,7 +790,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         db_in = load_float<float>(p.db.data, origin(p.db, u) + tid * p.db.stride_token);
       }
       // At most one task per warp: (sub-chunk, channel group) pairs <= NC x 4 = warps.
-      const Stage<Tr> st = stage_at<Tr>(stage, lay);
+      const Stage<Tr> st{stage};
       const int groups = pass_channels(p, pass).padded / 32;
       const bool has_task = warp < (u.len + 15) / 16 * groups;
       const int t = warp / groups;
@@ -647,11 +801,17 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       if (has_task) off_diagonal_phase(st, u.len, t, cg, lane, acc_q, acc_r, acc_c);
       __syncthreads();  // (C): the tiles of other tasks are read no more
       if (has_task) {
-        diagonal_phase(p, stage, st, u, pass, t, cg, acc_q, acc_r, acc_c, scratch, dbpart, lane);
+        if (u.len - 16 * t >= 16) {
+          diagonal_phase<Tr, true>(p, stage, st, u, pass, t, cg, acc_q, acc_r, acc_c, scratch,
+                                   dbpart, lane);
+        } else {
+          diagonal_phase<Tr, false>(p, stage, st, u, pass, t, cg, acc_q, acc_r, acc_c, scratch,
+                                    dbpart, lane);
+        }
       }
     }
     if (beta_next_pending && tid < Tr::kBT) {
-      store_beta<Tr>(p, smem + (cur ^ 1) * lay.stage_bytes, beta_next, tid);
+      store_beta<Tr>(p, smem + (cur ^ 1) * Tr::kMap.bytes, beta_next, tid);
     }
     __syncthreads();  // (B): every task of the item is done (db partials, stage reads)
 
@@ -664,7 +824,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     if (stages == 1 && has_next) {
       const IntraUnit un = units[next_slot];
       if (un.valid) {
-        const uint32_t beta = issue_item_copies<Tr>(p, un, next_pass, smem, tid);
+        const uint32_t beta = issue_copies<Tr>(p, un, next_pass, smem, tid);
         if (tid < Tr::kBT) store_beta<Tr>(p, smem, beta, tid);
       }
       cp_async_commit();

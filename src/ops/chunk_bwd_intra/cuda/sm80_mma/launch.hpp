@@ -25,8 +25,11 @@ struct IntraVariant {
   // L2 prefetch of each item's incoming dq/dk/dg when it starts (and of the next item's inputs
   // when there is one stage).
   bool l2_prefetch = true;
+  // The compile-time-shaped copy and prefetch paths where the inputs allow them (16-byte rows,
+  // unit column strides); false forces the general paths (for comparison and tests).
+  bool fast_paths = true;
 
-  // "split=3,stages=1,prefetch=0" (any subset, any order); false on a malformed string.
+  // "split=3,stages=1,prefetch=0,fast=0" (any subset, any order); false on a malformed string.
   static bool parse(const std::string& text, IntraVariant* out);
   std::string describe() const;
 };

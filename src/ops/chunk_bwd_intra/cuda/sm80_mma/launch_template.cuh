@@ -57,6 +57,8 @@ Status launch_chunk_bwd_intra(IntraParams params, const IntraVariant& variant, i
                                          std::to_string(facts.max_smem)};
   }
   params.l2_prefetch = variant.l2_prefetch;
+  params.fast_copies = params.fast_copies && variant.fast_paths;
+  params.fast_prefetch = params.fast_prefetch && variant.fast_paths;
   const void* kernel = reinterpret_cast<const void*>(&chunk_bwd_intra_kernel<Tr>);
   if (Status s = ensure_max_dynamic_smem(kernel, device, params.smem.total_bytes, name.c_str());
       !s.ok()) {

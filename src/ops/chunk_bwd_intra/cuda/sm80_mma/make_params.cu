@@ -41,38 +41,15 @@ IntraColumn column_view(const TensorView& t) {
   return {t.data, t.strides[0], t.strides[1], t.strides[2]};
 }
 
-int align16(int bytes) {
-  return (bytes + 15) / 16 * 16;
-}
-
 }  // namespace
 
 IntraSmemLayout make_intra_smem_layout(int chunk_size, int64_t K, int x_bytes, int warps,
                                        int stages_request, int max_bytes) {
   IntraSmemLayout l;
-  const auto k_padded = static_cast<int>((K + 31) / 32 * 32);
-  l.pass_channels = std::min(k_padded, IntraSmemLayout::kMaxPassChannels);
+  l.pass_channels = IntraSmemLayout::kMaxPassChannels;
   l.passes = static_cast<int>((K + l.pass_channels - 1) / l.pass_channels);
-  // Pitches: G's 8 (mod 32) floats and Q/Kk's 8 or 24 (mod 32) words make the mma operand reads
-  // (4 rows x 8 channels per instruction) free of bank conflicts.
-  l.ld_g = l.pass_channels + 8;
-  l.ld_x = l.pass_channels + (x_bytes == 2 ? 16 : 8);
-  const int nc = chunk_size / 16;
-  const int a_floats = 128 * nc * (nc + 1) + 64 * nc;  // IntraTraits::kAFloats
-  int at = 0;
-  l.g_off = at;
-  at = align16(at + chunk_size * l.ld_g * 4);
-  l.q_off = at;
-  at = align16(at + chunk_size * l.ld_x * x_bytes);
-  l.k_off = at;
-  at = align16(at + chunk_size * l.ld_x * x_bytes);
-  l.aq_off = at;
-  at = align16(at + a_floats * 4);
-  l.ak_off = at;
-  at = align16(at + a_floats * 4);
-  l.beta_off = at;
-  at = align16(at + chunk_size * 4);
-  l.stage_bytes = at;
+  l.stage = intra_stage_map(chunk_size, x_bytes);
+  l.stage_bytes = l.stage.bytes;
   constexpr int kMaxGroups = 8;
   constexpr int kUnitsBytes = 64;  // 2 IntraUnit (checked in intra_kernel.cuh)
   const int fixed = warps * 16 * 32 * 4 + kMaxGroups * chunk_size * 4 + kUnitsBytes;
@@ -97,6 +74,11 @@ IntraParams make_intra_params(const ChunkBwdIntraProblem& problem, const ChunkBw
   p.beta = column_view(problem.beta);
   p.db = column_view(problem.db);
   p.beta_is_f32 = problem.beta.dtype == DType::f32;
+  p.fast_copies = true;
+  for (const IntraRows* t : {&p.q, &p.k, &p.g, &p.dAqk, &p.dAkk}) {
+    p.fast_copies = p.fast_copies && t->copy_bytes == 16;
+  }
+  p.fast_prefetch = p.dq.stride_col == 1 && p.dk.stride_col == 1 && p.dg.stride_col == 1;
   p.chunks =
       chunk_layout(problem.cu_seqlens, problem.chunk_indices, dims.T, dims.NT, dims.num_seqs);
   p.dq_out = static_cast<float*>(problem.dq_out.data);
@@ -129,6 +111,8 @@ bool IntraVariant::parse(const std::string& text, IntraVariant* out) {
       v.stages = std::stoi(value);
     } else if (key == "prefetch" && (value == "0" || value == "1")) {
       v.l2_prefetch = value == "1";
+    } else if (key == "fast" && (value == "0" || value == "1")) {
+      v.fast_paths = value == "1";
     } else {
       return false;
     }
@@ -139,7 +123,8 @@ bool IntraVariant::parse(const std::string& text, IntraVariant* out) {
 
 std::string IntraVariant::describe() const {
   return "split=" + std::to_string(split) + ",stages=" + std::to_string(stages) +
-         ",prefetch=" + std::to_string(l2_prefetch ? 1 : 0);
+         ",prefetch=" + std::to_string(l2_prefetch ? 1 : 0) +
+         ",fast=" + std::to_string(fast_paths ? 1 : 0);
 }
 
 Status device_facts(int device, DeviceFacts* out) {

@@ -32,23 +32,53 @@ struct IntraColumn {
   int64_t stride_head = 0;
 };
 
+// One stage's map (bytes from the stage's start), fixed per (chunk size, X): every pass is laid
+// out for kMaxPassChannels channels whatever K is, so that the kernel's shared-memory addresses
+// are compile-time offsets (a run-time pitch cost an integer multiply-add per access: ncu found
+// integer address arithmetic the largest part of the kernel's instructions). Pitches: G's 8 (mod
+// 32) floats and Q/Kk's 8 or 24 (mod 32) words make the mma operand reads (4 rows x 8 channels
+// per instruction) free of bank conflicts.
+struct IntraStageMap {
+  int ld_g;      // row pitch of G, in floats
+  int ld_x;      // row pitch of Q and Kk, in elements of X
+  int g_off;     // G    [BT][ld_g]     float
+  int q_off;     // Q    [BT][ld_x]     X
+  int k_off;     // Kk   [BT][ld_x]     X
+  int aq_off;    // dAqk, lower part, packed per sub-chunk (see IntraTraits::a_offset)
+  int ak_off;    // dAkk, the same
+  int beta_off;  // β    [BT]           float
+  int bytes;
+};
+
+constexpr int kIntraMaxPassChannels = 128;
+
+constexpr IntraStageMap intra_stage_map(int chunk_size, int x_bytes) {
+  const int channels = kIntraMaxPassChannels;
+  const int nc = chunk_size / 16;
+  const int a_floats = 128 * nc * (nc + 1) + 64 * nc;  // IntraTraits::kAFloats
+  auto align16 = [](int bytes) { return (bytes + 15) / 16 * 16; };
+  IntraStageMap m{};
+  m.ld_g = channels + 8;
+  m.ld_x = channels + (x_bytes == 2 ? 16 : 8);
+  m.g_off = 0;
+  m.q_off = align16(m.g_off + chunk_size * m.ld_g * 4);
+  m.k_off = align16(m.q_off + chunk_size * m.ld_x * x_bytes);
+  m.aq_off = align16(m.k_off + chunk_size * m.ld_x * x_bytes);
+  m.ak_off = align16(m.aq_off + a_floats * 4);
+  m.beta_off = align16(m.ak_off + a_floats * 4);
+  m.bytes = align16(m.beta_off + chunk_size * 4);
+  return m;
+}
+
 // Where everything lives in dynamic shared memory, in bytes. One "stage" holds one work item's
 // inputs: a work item is a unit (chunk, value head) and a pass over up to kMaxPassChannels of its
 // channels (one pass for K <= 128, two for K <= 256). With two stages the next item's copies run
 // while the current item computes.
 struct IntraSmemLayout {
-  static constexpr int kMaxPassChannels = 128;
-  int pass_channels = 0;  // channels per pass: min(K rounded up to 32, 128)
+  static constexpr int kMaxPassChannels = kIntraMaxPassChannels;
+  int pass_channels = 0;  // channels per pass: kMaxPassChannels (a pass may use fewer)
   int passes = 0;         // ceil(K / pass_channels)
-  int ld_g = 0;           // row pitch of G, in floats
-  int ld_x = 0;           // row pitch of Q and Kk, in elements of X
-  // Offsets inside a stage.
-  int g_off = 0;     // G    [BT][ld_g]     float
-  int q_off = 0;     // Q    [BT][ld_x]     X
-  int k_off = 0;     // Kk   [BT][ld_x]     X
-  int aq_off = 0;    // dAqk, lower part, packed per sub-chunk (see IntraTraits::a_offset)
-  int ak_off = 0;    // dAkk, the same
-  int beta_off = 0;  // β    [BT]           float
+  IntraStageMap stage{};  // = intra_stage_map(BT, sizeof(X)): the kernel uses its constants
   int stage_bytes = 0;
   int stages = 0;  // 1 or 2
   // Offsets from the start of dynamic shared memory.
@@ -74,6 +104,12 @@ struct IntraParams {
   bool beta_is_f32 = false;
   bool l2_prefetch = true;  // prefetch the current item's incoming dq/dk/dg (and, with one
                             // stage, the next item's inputs) into L2
+  // Every row of q, k, g, dAqk, dAkk can be copied in 16-byte pieces (copy_bytes == 16): the
+  // copies then take the kernel's compile-time-shaped path (a few instructions per piece)
+  // instead of the general one (any stride, any alignment).
+  bool fast_copies = false;
+  // dq, dk, dg (incoming) have unit column strides: their L2 prefetch takes the short path.
+  bool fast_prefetch = false;
 
   // Outputs, contiguous row-major.
   float* dq_out = nullptr;  // [B, T, HV, K]
