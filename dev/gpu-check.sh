@@ -22,6 +22,10 @@
 #   bench             chunk_bwd_wy_dqkg timings per kernel (kda run, CUDA events)
 #   bench-py-intra    bench/run.py --op chunk_bwd_intra: ours and fla's Triton kernel (autotuned)
 #                     in one process, floor, err_ratio against float64
+#   layer             bench/layer.py: fla's chunk_kda forward + backward at B=1 and B=4, T=8192,
+#                     H=32 with fla's kernels, with our WY, with both of ours: GPU time per
+#                     kernel, eager wall time, CUDA graph time, gradients against fla's; its
+#                     tables go into the summary
 #   bench-intra       bench_intra_cuda (chunk_bwd_intra, its variants, both safe_gate values)
 #   ncu-intra         ncu (--set full, SASS-level stall samples) on one chunk_bwd_intra launch at
 #                     the model shape (T=8192 bf16); report, details and the SASS table in logs
@@ -351,6 +355,16 @@ if want bench-py-intra; then
     >"$logs/bench-py-intra.log" 2>&1
   brc=$?
   row "bench/run.py --op chunk_bwd_intra (with fla)" "$([ $brc -eq 0 ] && echo PASS || echo "FAIL (rc $brc)"): see bench-py-intra/"
+fi
+
+# --- a KDA layer through fla's chunk_kda, with and without our kernels (issues 13, 14) ---------
+if want layer; then
+  bounded 240 env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$carry:python" python3 bench/layer.py \
+    --fla-configs "$carry/fla_best_configs_h200.json" --out "$logs/layer" \
+    >"$logs/layer.log" 2>&1
+  lrc=$?
+  row "bench/layer.py (chunk_kda: fla, wy, both)" "$([ $lrc -eq 0 ] && echo PASS || echo "FAIL (rc $lrc)"): see layer.log, layer/"
+  [ -f "$logs/layer/layer.md" ] && cat "$logs/layer/layer.md" >>"$summary"
 fi
 
 # --- chunk_bwd_intra's benchmark: its variants, both safe_gate values -------------------------

@@ -17,6 +17,7 @@ Examples
 >>> import kda_kernels.fla
 >>> kda_kernels.fla.enable()     # doctest: +SKIP
 >>> o, _ = fla.ops.kda.chunk_kda(q, k, v, g, beta)   # backward now runs our CUDA kernels
+>>> kda_kernels.fla.enable(ops=("chunk_kda_bwd_wy_dqkg_fused",))  # doctest: +SKIP
 >>> kda_kernels.fla.disable()    # doctest: +SKIP
 """
 
@@ -50,6 +51,8 @@ _DTYPE_RULES = {
 
 _lock = threading.Lock()
 _backend_class = None
+# Subclasses of _backend_class that run a subset of the operators, by frozenset of fla names.
+_subset_classes = {}
 
 
 def _name(dtype):
@@ -308,7 +311,45 @@ def _registry():
     return kda_registry
 
 
-def enable():
+def _operator_names(ops):
+    """`ops` (None: every operator) checked against the operators this backend has, as a tuple
+    of fla names in SIGNATURES' order."""
+    every = tuple(sig.fla_name for sig in _signatures.SIGNATURES)
+    if ops is None:
+        return every
+    if isinstance(ops, str):
+        ops = (ops,)  # a lone name, not its characters
+    ops = tuple(ops)
+    unknown = [op for op in ops if op not in every]
+    if unknown:
+        raise ValueError(f"kda_kernels.fla.enable(ops=...): unknown operator(s) {unknown}; "
+                         f"the operators are {list(every)}")
+    if not ops:
+        raise ValueError("kda_kernels.fla.enable(ops=()): no operator given (disable() "
+                         "removes the backend)")
+    return tuple(name for name in every if name in ops)
+
+
+def _subset_class(full_class, ops):
+    """The backend class that runs only the operators `ops` (fla names): `full_class` itself for
+    all of them, else a subclass whose other operators' functions and verifiers are None. fla's
+    dispatch then passes those by: a missing verifier accepts the call, and a backend whose
+    function is None is skipped (fla/ops/backends: `if impl is None: continue`), so the next
+    backend or fla's own kernel runs them without a call into this module."""
+    others = [sig.fla_name for sig in _signatures.SIGNATURES if sig.fla_name not in ops]
+    if not others:
+        return full_class
+    key = frozenset(ops)
+    if key not in _subset_classes:
+        hidden = {}
+        for name in others:
+            hidden[name] = None
+            hidden[name + "_verifier"] = None
+        _subset_classes[key] = type(full_class.__name__ + "Subset", (full_class,), hidden)
+    return _subset_classes[key]
+
+
+def enable(ops=None):
     """Register kda_kernels as a backend of fla's KDA operations.
 
     From then on fla's ``chunk_kda_bwd_wy_dqkg_fused`` and ``chunk_kda_bwd_intra`` (steps inside
@@ -316,10 +357,20 @@ def enable():
     have a kernel for (CUDA tensors, X in float16/bfloat16/float32, K, V <= 256, chunk_size
     16/32/64, and an operator whose CUDA kernel the loaded libkda has: checked here once, by
     running a tiny problem of each, see ``CUDA_KERNELS``); other calls run fla's Triton kernels
-    as before. Calling it again is harmless.
+    as before. Calling it again is harmless; a call with other ``ops`` replaces the previous
+    choice.
+
+    Parameters
+    ----------
+    ops : iterable of str, optional
+        The fla names of the operators to take over, e.g.
+        ``("chunk_kda_bwd_wy_dqkg_fused",)``; fla runs its own kernels for the others. None
+        (the default) takes every operator kda_kernels has.
 
     Raises
     ------
+    ValueError
+        ``ops`` names an operator kda_kernels does not have, or none.
     ImportError
         fla is not installed.
     RuntimeError
@@ -327,6 +378,7 @@ def enable():
         present), libkda was not found, or fla's dispatch is disabled.
     """
     global _backend_class
+    names = _operator_names(ops)
     registry = _registry()
     if not _api.backend_available("cuda"):
         raise RuntimeError(
@@ -338,7 +390,7 @@ def enable():
             probe_cuda_kernels()  # once: the loaded library does not change
         if _backend_class is None:
             _backend_class = _make_backend_class()
-        registry.register(_backend_class())
+        registry.register(_subset_class(_backend_class, names)())
 
 
 def disable():
@@ -359,3 +411,17 @@ def is_enabled():
     except (ImportError, RuntimeError):
         return False
     return BACKEND_TYPE in registry._backends
+
+
+def enabled_operators():
+    """The fla names of the operators the registered backend takes (all of them after
+    ``enable()``, the chosen ones after ``enable(ops=...)``); () when not enabled."""
+    try:
+        registry = _registry()
+    except (ImportError, RuntimeError):
+        return ()
+    backend = registry._backends.get(BACKEND_TYPE)
+    if backend is None:
+        return ()
+    return tuple(sig.fla_name for sig in _signatures.SIGNATURES
+                 if getattr(backend, sig.fla_name, None) is not None)

@@ -289,3 +289,26 @@ def test_call_counter_stays_at_zero_without_the_backend():
     kfla.disable()
     assert calls[WY], "registered, the backend must be called (or the counter counts nothing)"
     assert bool(calls[INTRA]) == kfla.CUDA_KERNELS[INTRA]
+
+
+@needs_cuda
+def test_enable_one_operator_leaves_the_other_to_fla():
+    """enable(ops=(WY,)), as the layer benchmark's `wy` mode uses it: fla's dispatch calls our
+    WY function and never our intra function (fla's Triton kernel runs it), and the gradients
+    stay within the bar of fla's own."""
+    leaves, grads, cu = _kda_layer(T=256, H=2, K=64, V=64, seqlens=None)
+    kfla.disable()
+    fla_grads, _ = _forward_backward(leaves, grads, cu)
+    try:
+        with backend_calls() as calls:  # counts on the full class, which the subset inherits
+            kfla.enable(ops=(WY,))
+            assert kfla.enabled_operators() == (WY,)
+            wy_grads, _ = _forward_backward(leaves, grads, cu)
+    finally:
+        kfla.disable()
+    assert calls[WY], "fla's backward did not call kda_kernels' chunk_kda_bwd_wy_dqkg_fused"
+    assert calls[INTRA] == [], "chunk_kda_bwd_intra was not enabled but was called"
+    for name in leaves:
+        ratio = err_ratio(wy_grads[name].double().cpu().numpy(),
+                          fla_grads[name].double().cpu().numpy())
+        assert ratio <= PASS_BAR["bfloat16"], f"d{name}: err_ratio {ratio:.2e}"

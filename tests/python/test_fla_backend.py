@@ -309,3 +309,117 @@ def test_fast_acceptance_agrees_with_the_reasons(monkeypatch, sig):
     assert accept(*args, None, None)
     assert not accept(*args, [0, 64], None)
     assert not accept(*args, None, torch.zeros(1, 2))  # a CPU tensor
+
+
+# --- enable(ops=...): a subset of the operators ------------------------------------------------
+
+WY, INTRA = "chunk_kda_bwd_wy_dqkg_fused", "chunk_kda_bwd_intra"
+
+
+class _FakeRegistry:
+    """What enable() / disable() / enabled_operators() use of fla's KDA registry
+    (fla/ops/backends: BackendRegistry), without fla."""
+
+    def __init__(self):
+        import threading
+
+        self._lock = threading.RLock()
+        self._backends = {}
+        self._active = None
+
+    def register(self, backend):
+        self._backends[backend.backend_type] = backend
+        self._update_active_backend()
+
+    def _update_active_backend(self):
+        self._active = next(iter(self._backends.values()), None)
+
+
+def _dispatch_like_fla(registry, func_name, fla_kernel, *args):
+    """fla's @dispatch rule for one call (fla/ops/backends, `dispatch`): the first backend whose
+    verifier (a missing one accepts) accepts and whose function is not None runs the call, else
+    fla's own kernel does."""
+    for backend in registry._backends.values():
+        verifier = getattr(backend, func_name + "_verifier", None)
+        if verifier is not None and not verifier(*args)[0]:
+            continue
+        impl = getattr(backend, func_name, None)
+        if impl is None:
+            continue
+        return impl(*args)
+    return fla_kernel(*args)
+
+
+@pytest.fixture
+def fake_fla(monkeypatch):
+    """enable() against a fake registry, with a backend class built on `object` (no fla) and
+    both operators recorded as having CUDA kernels (no probe)."""
+    registry = _FakeRegistry()
+    monkeypatch.setattr(kfla, "_registry", lambda: registry)
+    monkeypatch.setattr(kfla._api, "backend_available", lambda name: True)
+    monkeypatch.setattr(kfla, "CUDA_KERNELS", {WY: True, INTRA: True})
+    monkeypatch.setattr(kfla, "_backend_class", kfla._make_backend_class(object))
+    monkeypatch.setattr(kfla, "_subset_classes", {})
+    return registry
+
+
+def test_operator_names():
+    assert kfla._operator_names(None) == (WY, INTRA)
+    assert kfla._operator_names((INTRA, WY)) == (WY, INTRA)  # SIGNATURES' order
+    assert kfla._operator_names(WY) == (WY,)  # a lone name, not its letters
+    with pytest.raises(ValueError, match=r"unknown operator\(s\) \['chunk_bwd_intra'\]"):
+        kfla._operator_names(["chunk_bwd_intra"])  # the library's name, not fla's
+    with pytest.raises(ValueError, match="no operator given"):
+        kfla._operator_names(())
+
+
+def test_enable_a_subset_of_the_operators(fake_fla):
+    """enable(ops=(WY,)) registers a subclass of the backend class whose intra function and
+    verifier are None; enable() again takes both back, and disable() removes the backend."""
+    kfla.enable(ops=(WY,))
+    assert kfla.is_enabled()
+    assert kfla.enabled_operators() == (WY,)
+    backend = fake_fla._backends[kfla.BACKEND_TYPE]
+    assert isinstance(backend, kfla._backend_class)
+    assert backend.chunk_kda_bwd_intra is None and backend.chunk_kda_bwd_intra_verifier is None
+    assert type(backend).chunk_kda_bwd_wy_dqkg_fused is kfla._backend_class.__dict__[WY]
+
+    # The same subset again reuses its class; another subset replaces the registration.
+    kfla.enable(ops=[WY])
+    assert type(fake_fla._backends[kfla.BACKEND_TYPE]) is type(backend)
+    kfla.enable(ops=(INTRA,))
+    assert kfla.enabled_operators() == (INTRA,)
+    kfla.enable()
+    assert type(fake_fla._backends[kfla.BACKEND_TYPE]) is kfla._backend_class
+    assert kfla.enabled_operators() == (WY, INTRA)
+    kfla.disable()
+    assert not kfla.is_enabled() and kfla.enabled_operators() == ()
+
+
+@pytest.mark.parametrize("ops", [(WY,), (INTRA,), None], ids=["wy", "intra", "both"])
+def test_dispatch_reaches_only_the_enabled_operators(fake_fla, monkeypatch, ops):
+    """Through fla's dispatch rule, each operator runs on our function only when enabled, else
+    on fla's kernel (our verifiers are stubbed to accept: the calls here carry no tensors)."""
+    ran = []
+    for name in (WY, INTRA):
+        monkeypatch.setattr(kfla._backend_class, name + "_verifier",
+                            lambda self, *args: (True, None))
+        monkeypatch.setattr(kfla._backend_class, name,
+                            lambda self, *args, name=name: ran.append(("ours", name)))
+    kfla.enable(ops=ops)
+    for name in (WY, INTRA):
+        _dispatch_like_fla(fake_fla, name, lambda *args, name=name: ran.append(("fla", name)))
+    expected = kfla._operator_names(ops)
+    assert ran == [("ours" if name in expected else "fla", name) for name in (WY, INTRA)]
+
+
+def test_enable_checks_ops_before_anything_else(monkeypatch):
+    """A bad `ops` is a ValueError even where fla is missing (it names the operator)."""
+    def no_fla():
+        raise ImportError("kda_kernels.fla needs flash-linear-attention (fla): no fla")
+
+    monkeypatch.setattr(kfla, "_registry", no_fla)
+    with pytest.raises(ValueError, match="unknown operator"):
+        kfla.enable(ops=("chunk_kda_fwd",))
+    with pytest.raises(ImportError):
+        kfla.enable(ops=(WY,))
