@@ -26,8 +26,22 @@ registered once per process); --torch-op picks one of them, or both (default).
     PYTHONPATH=python python3 bench/host_cost.py [--op chunk_bwd_wy_dqkg|chunk_bwd_intra]
         [--device cpu|cuda] [--calls N] [--torch-op both|compiled|python]
 
-Prints, per layer and implementation, the best and the median of 5 rounds of N calls, in
-microseconds per call.
+Timing (round_plan, time_layer): a round is a back-to-back loop of calls timed with the host's
+clock, after one untimed call and a synchronization. On CPU tensors: 5 rounds of N calls
+(--calls, default 2000). On CUDA tensors the calls only enqueue kernels, and two things must not
+leak GPU time into the host's clock: (1) CUDA's launch queue holds about 1000 pending launches,
+past which a launch waits for the GPU to drain it, so a long round of a small kernel times the
+GPU, not the host; a round is therefore at most 200 calls (one kernel each), N calls in all
+(at least 5 rounds), with a synchronization after each round, outside its timed loop; (2) the
+kernels should wait in the queue, as on a busy GPU in training, not run beside the launches: each
+round is queued behind a spin kernel (torch.cuda._sleep) sized to outlast it, from a generous
+bound on a call's host time (200 us, or twice what an untimed batch of the layer measured when
+that is more; cycles counted at ~2 GHz, the H200's clock). A round that finished after its spin
+kernel did is counted and printed as a note (its calls still had at most 200 launches queued, so
+its time is still the host's).
+
+Prints, per layer and implementation, the best and the median of the rounds, in microseconds per
+call.
 """
 
 import argparse
@@ -77,17 +91,80 @@ def make_inputs(torch, device, T=16, H=1, K=16, V=16, BT=16):
     ), BT
 
 
-def time_layer(fn, calls, sync):
-    rounds = []
-    for _ in range(5):
+ROUNDS = 5
+# --device cuda: calls a round at most (one kernel launch each), well below the ~1000 pending
+# launches CUDA queues before a launch waits for the GPU.
+CUDA_CALLS_PER_ROUND = 200
+# The spin kernel before a round lasts this long per call of the round at least (a generous
+# bound on one call's host time), in torch.cuda._sleep's clock cycles at ~2 GHz (H200: 1.98 GHz).
+CUDA_SPIN_US_PER_CALL = 200.0
+SPIN_CYCLES_PER_US = 2000
+# Calls of the untimed batch whose host time sizes the spin for slower layers.
+CALIBRATION_CALLS = 20
+
+
+def round_plan(device, calls):
+    """(rounds, calls per round) for --calls `calls` on `device`: 5 rounds of `calls` on the
+    CPU; on CUDA `calls` in all, in rounds of at most CUDA_CALLS_PER_ROUND calls (at least 5
+    rounds), so that a round never fills CUDA's launch queue."""
+    calls = max(1, int(calls))
+    if device != "cuda":
+        return ROUNDS, calls
+    per_round = min(calls, CUDA_CALLS_PER_ROUND)
+    return max(ROUNDS, -(-calls // per_round)), per_round
+
+
+def spin_cycles(calls_per_round, measured_us_per_call=0.0):
+    """Clock cycles of the spin kernel that precedes a round of `calls_per_round` calls: the
+    round's calls at CUDA_SPIN_US_PER_CALL each, or at twice `measured_us_per_call` (what an
+    untimed batch of the layer took a call) when that is more."""
+    per_call = max(CUDA_SPIN_US_PER_CALL, 2.0 * measured_us_per_call)
+    return int(calls_per_round * per_call * SPIN_CYCLES_PER_US)
+
+
+def time_layer(fn, plan, sync, spin=None):
+    """Host time per call of `fn` in microseconds over the rounds of `plan` (round_plan's): the
+    best and the median round, and how many rounds outlasted their spin. Before each round: one
+    untimed call, `sync()`, then `spin()` when given (it enqueues the spin kernel and returns an
+    object whose query() is True once the spin is over); the timer covers the round's calls
+    only; the spin's state is read and the device synchronized after it stops."""
+    rounds, per_round = plan
+    times, uncovered = [], 0
+    for _ in range(rounds):
         fn()
         sync()
+        pending = spin() if spin is not None else None
         start = time.perf_counter()
-        for _ in range(calls):
+        for _ in range(per_round):
             fn()
-        rounds.append((time.perf_counter() - start) / calls * 1e6)
+        elapsed = time.perf_counter() - start
+        if pending is not None and pending.query():
+            uncovered += 1
         sync()
-    return min(rounds), statistics.median(rounds)
+        times.append(elapsed / per_round * 1e6)
+    return min(times), statistics.median(times), uncovered
+
+
+def cuda_spin(torch, fn, per_round, sync):
+    """spin() for time_layer on CUDA: a torch.cuda._sleep sized by spin_cycles from the host time
+    of an untimed batch of `fn`, then an event recorded behind it; None without _sleep."""
+    if not hasattr(torch.cuda, "_sleep"):
+        return None
+    sync()
+    start = time.perf_counter()
+    for _ in range(CALIBRATION_CALLS):
+        fn()
+    measured = (time.perf_counter() - start) / CALIBRATION_CALLS * 1e6
+    sync()
+    cycles = spin_cycles(per_round, measured)
+
+    def spin():
+        torch.cuda._sleep(cycles)
+        done = torch.cuda.Event()
+        done.record()
+        return done
+
+    return spin
 
 
 def measure(args):
@@ -149,9 +226,17 @@ def measure(args):
         "fla-backend": fla_call,
         "kda_run": lambda: (run(ref, backend_code, _abi.KERNELS["auto"], stream), outputs),
     }
-    times = {name: time_layer(fn, args.calls, sync) for name, fn in layers.items()}
-    return dict(times=times, detail=kda_kernels.torch_op_backend(detail=True),
-                torch=torch.__version__)
+    plan = round_plan(args.device, args.calls)
+    times, uncovered = {}, {}
+    for name, fn in layers.items():
+        spin = cuda_spin(torch, fn, plan[1], sync) if args.device == "cuda" else None
+        best, median, late = time_layer(fn, plan, sync, spin)
+        times[name] = (best, median)
+        if late:
+            uncovered[name] = late
+    spun = args.device != "cuda" or hasattr(torch.cuda, "_sleep")
+    return dict(times=times, uncovered=uncovered, spun=spun, plan=plan,
+                detail=kda_kernels.torch_op_backend(detail=True), torch=torch.__version__)
 
 
 def run_child(args, implementation):
@@ -170,7 +255,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--op", default="chunk_bwd_wy_dqkg", choices=tuple(OPS))
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--calls", type=int, default=2000,
+                        help="calls a round on cpu (5 rounds); calls in all on cuda (rounds of "
+                             f"at most {CUDA_CALLS_PER_ROUND}, at least {ROUNDS} rounds)")
     parser.add_argument("--torch-op", default="both", choices=("both", *IMPLEMENTATIONS))
     parser.add_argument("--json", action="store_true", help="one JSON line (for the parent)")
     args = parser.parse_args()
@@ -190,8 +277,10 @@ def main():
     measured = [r for r in results.values() if r]
     torch_version = measured[0]["torch"] if measured else "?"
     shape = "T=16 H=1 K=16 BT=16" if args.op == "chunk_bwd_intra" else "T=16 H=1 K=V=16 BT=16"
+    rounds, per_round = round_plan(args.device, args.calls)
+    queued = " each behind a spin kernel" if args.device == "cuda" else ""
     print(f"host cost per call of {OPS[args.op]}, {args.device} tensors, {shape}, best and "
-          f"median of 5 rounds of {args.calls} calls, us (torch {torch_version})")
+          f"median of {rounds} rounds of {per_round} calls{queued}, us (torch {torch_version})")
     print(f"{'layer':<12}" + "".join(f" {name + ' best':>14} {'median':>7}" for name in wanted))
     for layer in LAYERS:
         cells = []
@@ -203,6 +292,15 @@ def main():
                 best, median = result["times"][layer]
                 cells.append(f" {best:14.1f} {median:7.1f}")
         print(f"{layer:<12}" + "".join(cells))
+    for implementation in wanted:
+        result = results[implementation]
+        if result and not result["spun"]:
+            notes.append(f"{implementation}: torch.cuda._sleep is missing: rounds not queued "
+                         f"behind a spin kernel (still at most {per_round} launches each)")
+        if result and result["uncovered"]:
+            late = ", ".join(f"{layer} {n}" for layer, n in result["uncovered"].items())
+            notes.append(f"{implementation}: rounds that outlasted their spin kernel: {late} (of "
+                         f"{rounds}; at most {per_round} launches queued, so host time still)")
     for note in notes:
         print(note)
     if not measured:

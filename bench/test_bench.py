@@ -616,6 +616,65 @@ def test_host_cost_runs_every_layer(op):
     assert compiled_built == all(row[1] != "-" for row in rows), result.stdout
 
 
+def test_host_cost_rounds_keep_gpu_time_out():
+    """--device cuda: rounds far below CUDA's ~1000 queued launches, each queued behind a spin
+    kernel that outlasts it; --device cpu: 5 rounds of --calls, no spin."""
+    import host_cost as hc
+
+    assert hc.round_plan("cpu", 2000) == (5, 2000)
+    assert hc.round_plan("cpu", 5) == (5, 5)
+    assert hc.round_plan("cuda", 2000) == (10, 200)
+    assert hc.round_plan("cuda", 5) == (5, 5)
+    assert hc.round_plan("cuda", 450) == (5, 200)  # at least 5 rounds, none above the cap
+    assert hc.round_plan("cuda", 4001) == (21, 200)
+    rounds, per_round = hc.round_plan("cuda", 10**6)
+    assert per_round * 5 <= 1000 and rounds * per_round >= 10**6
+    # 200 µs a call at ~2 GHz, or twice what the layer measured when that is more.
+    assert hc.spin_cycles(200) == 200 * 200 * 2000
+    assert hc.spin_cycles(200, measured_us_per_call=50.0) == hc.spin_cycles(200)
+    assert hc.spin_cycles(200, measured_us_per_call=300.0) == 200 * 600 * 2000
+
+
+def test_host_cost_times_only_the_calls(monkeypatch):
+    """time_layer's order per round: an untimed call, a sync, the spin enqueued, then the timer
+    around the round's calls only; the spin's state and the sync come after the timer."""
+    import host_cost as hc
+
+    log, clock = [], [0.0]
+
+    def perf_counter():
+        log.append("clock")
+        return clock[0]
+
+    def call():
+        log.append("call")
+        clock[0] += 10e-6  # 10 µs a call
+
+    class Pending:
+        def __init__(self, over):
+            self.over = over
+
+        def query(self):
+            log.append("query")
+            return self.over
+
+    spins = iter([False, True, False])  # the second round outlasts its spin
+
+    def spin():
+        log.append("spin")
+        return Pending(next(spins))
+
+    monkeypatch.setattr(hc.time, "perf_counter", perf_counter)
+    best, median, uncovered = hc.time_layer(call, (3, 4), lambda: log.append("sync"), spin)
+    assert (round(best, 6), round(median, 6), uncovered) == (10.0, 10.0, 1)
+    one_round = ["call", "sync", "spin", "clock", "call", "call", "call", "call", "clock",
+                 "query", "sync"]
+    assert log == one_round * 3
+    log.clear()
+    assert hc.time_layer(call, (5, 2), lambda: log.append("sync"))[2] == 0  # cpu: no spin
+    assert log == ["call", "sync", "clock", "call", "call", "clock", "sync"] * 5
+
+
 def test_run_module_needs_no_torch_to_import():
     code = ("import sys; sys.modules['torch'] = None; sys.path.insert(0, %r); import run, "
             "report, cases" % str(BENCH))
