@@ -102,11 +102,12 @@ Status check_view(const char* name, const TensorView& t, int rank) {
   return Status::Ok();
 }
 
-Status check_shape(const char* name, const TensorView& t, const std::vector<int64_t>& expected,
+Status check_shape(const char* name, const TensorView& t, std::span<const int64_t> expected,
                    const char* symbolic) {
   for (size_t d = 0; d < expected.size(); ++d) {
     if (t.shape[d] != expected[d]) {
-      return fail(name, std::string("expected shape ") + symbolic + " = " + shape_str(expected) +
+      return fail(name, std::string("expected shape ") + symbolic + " = " +
+                            shape_str(std::vector<int64_t>(expected.begin(), expected.end())) +
                             ", got " + shape_str(t));
     }
   }
@@ -136,12 +137,6 @@ std::string device_mismatch(Device got, Device anchor) {
   };
   return "is on " + name(got) + " but q is on " + name(anchor) +
          "; all tensors must share one device";
-}
-
-bool views_overlap(const TensorView& a, const TensorView& b) {
-  auto [alo, ahi] = a.byte_span();
-  auto [blo, bhi] = b.byte_span();
-  return alo < ahi && blo < bhi && alo < bhi && blo < ahi;
 }
 
 Status check_chunk_size(int64_t chunk_size) {

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kda/args.hpp"
@@ -23,10 +24,27 @@ std::string shape_str(const TensorView& t);
 // fits in 64 bits, data non-null unless empty, aligned to the element size.
 Status check_view(const char* name, const TensorView& t, int rank);
 // The first expected.size() extents equal `expected` (`symbolic` names them, e.g. "[B, T, H, K]").
-Status check_shape(const char* name, const TensorView& t, const std::vector<int64_t>& expected,
+// Nothing is allocated unless the check fails (it runs on every call).
+Status check_shape(const char* name, const TensorView& t, std::span<const int64_t> expected,
                    const char* symbolic);
+inline Status check_shape(const char* name, const TensorView& t,
+                          std::initializer_list<int64_t> expected, const char* symbolic) {
+  return check_shape(name, t, std::span<const int64_t>(expected.begin(), expected.size()),
+                     symbolic);
+}
 Status check_dtype(const char* name, const TensorView& t, std::initializer_list<DType> allowed,
                    const char* why);
+// The same check and message, with `why` a callable that builds the wording (a std::string) only
+// when the check fails.
+template <typename Why, std::enable_if_t<std::is_invocable_v<Why&>, int> = 0>
+Status check_dtype(const char* name, const TensorView& t, std::initializer_list<DType> allowed,
+                   Why&& why) {
+  for (DType d : allowed) {
+    if (t.dtype == d) return Status::Ok();
+  }
+  const std::string text = why();
+  return check_dtype(name, t, allowed, text.c_str());
+}
 bool is_x_dtype(DType d);  // float16, bfloat16 or float32
 
 // Every argument of a table: required ones present with their ranks, optional ones (when given)

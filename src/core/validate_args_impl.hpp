@@ -1,13 +1,22 @@
 #pragma once
 // The templates of validate_args.hpp (they walk an operator's argument table).
 
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kda::validation {
 
 std::string device_mismatch(Device got, Device anchor);
-bool views_overlap(const TensorView& a, const TensorView& b);
+// Two byte spans [lo, hi) (TensorView::byte_span) share a byte; an empty one shares none.
+inline bool spans_overlap(std::pair<uintptr_t, uintptr_t> a, std::pair<uintptr_t, uintptr_t> b) {
+  return a.first < a.second && b.first < b.second && a.first < b.second && b.first < a.second;
+}
 
 template <typename P>
 Status check_args_present_on_one_device(const P& problem, std::span<const Arg<P>> args,
@@ -17,10 +26,10 @@ Status check_args_present_on_one_device(const P& problem, std::span<const Arg<P>
     const TensorView& t = a.of(problem);
     if (a.info.role == ArgRole::optional && t.empty_arg()) continue;
     if (Status s = check_view(a.info.name, t, a.info.rank); !s.ok()) return s;
-    if (std::string(a.info.name) == "cu_seqlens") has_cu_seqlens = true;
+    if (std::strcmp(a.info.name, "cu_seqlens") == 0) has_cu_seqlens = true;
   }
   for (const Arg<P>& a : args) {
-    if (std::string(a.info.name) == "chunk_indices" && !a.of(problem).empty_arg() &&
+    if (std::strcmp(a.info.name, "chunk_indices") == 0 && !a.of(problem).empty_arg() &&
         !has_cu_seqlens) {
       return fail("chunk_indices", "given without cu_seqlens; pass cu_seqlens too");
     }
@@ -43,11 +52,25 @@ Status check_outputs(const P& problem, std::span<const Arg<P>> args) {
       return fail(o.info.name, "expected a contiguous (row-major) output, got " + out.describe());
     }
   }
-  for (const Arg<P>& o : args) {
+  // Every argument's byte span once (an output is compared with every other argument: the
+  // spans would otherwise be recomputed for each pair).
+  using Span = std::pair<uintptr_t, uintptr_t>;
+  constexpr size_t kInline = 32;
+  std::array<Span, kInline> inline_spans;
+  std::vector<Span> heap_spans;
+  Span* spans = inline_spans.data();
+  if (args.size() > kInline) {
+    heap_spans.resize(args.size());
+    spans = heap_spans.data();
+  }
+  for (size_t i = 0; i < args.size(); ++i) spans[i] = args[i].of(problem).byte_span();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Arg<P>& o = args[i];
     if (o.info.role != ArgRole::output) continue;
-    for (const Arg<P>& other : args) {
+    for (size_t j = 0; j < args.size(); ++j) {
+      const Arg<P>& other = args[j];
       if (other.member == o.member) continue;
-      if (views_overlap(o.of(problem), other.of(problem))) {
+      if (spans_overlap(spans[i], spans[j])) {
         return fail(o.info.name, std::string("overlaps '") + other.info.name +
                                      "' in memory; outputs must not alias any other tensor");
       }

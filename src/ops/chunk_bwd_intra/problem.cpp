@@ -2,8 +2,9 @@
 // written once; each failure names the argument and what was expected) and describe().
 
 #include <algorithm>
+#include <array>
 #include <string>
-#include <vector>
+#include <string_view>
 
 #include "core/validate_args.hpp"
 #include "kda/ops/chunk_bwd_intra.hpp"
@@ -35,17 +36,18 @@ Status ChunkBwdIntraProblem::validate(ChunkBwdIntraDims* out) const {
                          std::string(dtype_name(q.dtype)));
   }
   d.x_dtype = q.dtype;
-  const std::string x_name(dtype_name(d.x_dtype));
-  const std::string same_as_q = x_name + " (the dtype of q)";
-  if (Status s = check_dtype("k", k, {d.x_dtype}, same_as_q.c_str()); !s.ok()) return s;
-  const std::string x_or_f32 =
-      d.x_dtype == DType::f32 ? same_as_q : x_name + " (the dtype of q) or float32";
-  if (Status s = check_dtype("beta", beta, {d.x_dtype, DType::f32}, x_or_f32.c_str()); !s.ok()) {
+  // The wording of the X rules, built only when a check fails.
+  const auto same_as_q = [&] { return std::string(dtype_name(d.x_dtype)) + " (the dtype of q)"; };
+  if (Status s = check_dtype("k", k, {d.x_dtype}, same_as_q); !s.ok()) return s;
+  const auto x_or_f32 = [&] {
+    return d.x_dtype == DType::f32 ? same_as_q() : same_as_q() + " or float32";
+  };
+  if (Status s = check_dtype("beta", beta, {d.x_dtype, DType::f32}, x_or_f32); !s.ok()) {
     return s;
   }
   d.beta_dtype = beta.dtype;
   for (const Arg<P>& a : args()) {
-    const std::string name = a.info.name;
+    const std::string_view name = a.info.name;
     if (name == "q" || name == "k" || name == "beta" || a.info.role == ArgRole::optional) continue;
     if (Status s = check_dtype(a.info.name, a.of(*this), {DType::f32}, "float32"); !s.ok()) {
       return s;
@@ -72,7 +74,7 @@ Status ChunkBwdIntraProblem::validate(ChunkBwdIntraDims* out) const {
     return fail("g", "expected value heads HV (dim 2) to be a positive multiple of H = " +
                          std::to_string(d.H) + ", got HV = " + std::to_string(d.HV));
   }
-  const std::vector<int64_t> shape_gk{d.B, d.T, d.HV, d.K};
+  const std::array<int64_t, 4> shape_gk{d.B, d.T, d.HV, d.K};
   for (auto [name, view] : {std::pair{"g", &g},
                             {"dq", &dq},
                             {"dk", &dk},

@@ -1,11 +1,11 @@
 // ChunkBwdWyDqkgProblem: its argument table, validate() (every rule of SPEC.md, written once;
 // each failure names the argument and what was expected) and describe().
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
-#include <vector>
 
 #include "core/validate_args.hpp"
 #include "kda/ops/chunk_bwd_wy_dqkg.hpp"
@@ -43,21 +43,22 @@ Status ChunkBwdWyDqkgProblem::validate(ChunkBwdWyDqkgDims* out) const {
                          std::string(dtype_name(q.dtype)));
   }
   d.x_dtype = q.dtype;
-  const std::string x_name(dtype_name(d.x_dtype));
-  const std::string same_as_q = x_name + " (the dtype of q)";
+  // The wording of the X rules, built only when a check fails.
+  const auto same_as_q = [&] { return std::string(dtype_name(d.x_dtype)) + " (the dtype of q)"; };
   for (auto [name, view] :
        {std::pair{"k", &k}, {"v", &v}, {"v_new", &v_new}, {"A", &A}, {"do", &do_}, {"dv", &dv}}) {
-    if (Status s = check_dtype(name, *view, {d.x_dtype}, same_as_q.c_str()); !s.ok()) return s;
+    if (Status s = check_dtype(name, *view, {d.x_dtype}, same_as_q); !s.ok()) return s;
   }
   if (Status s = check_dtype("g", g, {DType::f32}, "float32"); !s.ok()) return s;
   // beta, h and dh take X or float32: one choice, not "float32 or float32", when X is float32.
-  const std::string x_or_f32 =
-      d.x_dtype == DType::f32 ? same_as_q : x_name + " (the dtype of q) or float32";
-  if (Status s = check_dtype("beta", beta, {d.x_dtype, DType::f32}, x_or_f32.c_str()); !s.ok()) {
+  const auto x_or_f32 = [&] {
+    return d.x_dtype == DType::f32 ? same_as_q() : same_as_q() + " or float32";
+  };
+  if (Status s = check_dtype("beta", beta, {d.x_dtype, DType::f32}, x_or_f32); !s.ok()) {
     return s;
   }
   d.beta_dtype = beta.dtype;
-  if (Status s = check_dtype("h", h, {DType::f32, d.x_dtype}, x_or_f32.c_str()); !s.ok()) {
+  if (Status s = check_dtype("h", h, {DType::f32, d.x_dtype}, x_or_f32); !s.ok()) {
     return s;
   }
   if (dh.dtype != h.dtype) {
@@ -73,8 +74,7 @@ Status ChunkBwdWyDqkgProblem::validate(ChunkBwdWyDqkgDims* out) const {
                             {"out.dA", &dA}}) {
     if (Status s = check_dtype(name, *view, {DType::f32}, "float32"); !s.ok()) return s;
   }
-  if (Status s = check_dtype("out.dv_out", dv_out, {d.x_dtype}, same_as_q.c_str()); !s.ok())
-    return s;
+  if (Status s = check_dtype("out.dv_out", dv_out, {d.x_dtype}, same_as_q); !s.ok()) return s;
 
   // --- sizes ----------------------------------------------------------------------------
   d.B = q.shape[0];
@@ -98,14 +98,14 @@ Status ChunkBwdWyDqkgProblem::validate(ChunkBwdWyDqkgDims* out) const {
     return fail("v", "expected value heads HV (dim 2) to be a positive multiple of H = " +
                          std::to_string(d.H) + ", got HV = " + std::to_string(d.HV));
   }
-  const std::vector<int64_t> shape_v{d.B, d.T, d.HV, d.V};
+  const std::array<int64_t, 4> shape_v{d.B, d.T, d.HV, d.V};
   for (auto [name, view] :
        {std::pair{"v_new", &v_new}, {"do", &do_}, {"dv", &dv}, {"out.dv_out", &dv_out}}) {
     if (Status s = check_shape(name, *view, shape_v, "[B, T, HV, V] (from q and v)"); !s.ok()) {
       return s;
     }
   }
-  const std::vector<int64_t> shape_gk{d.B, d.T, d.HV, d.K};
+  const std::array<int64_t, 4> shape_gk{d.B, d.T, d.HV, d.K};
   for (auto [name, view] :
        {std::pair{"g", &g}, {"out.dq", &dq}, {"out.dk", &dk}, {"out.dg", &dg}}) {
     if (Status s = check_shape(name, *view, shape_gk, "[B, T, HV, K] (from q and v)"); !s.ok()) {
@@ -154,9 +154,9 @@ Status ChunkBwdWyDqkgProblem::validate(ChunkBwdWyDqkgDims* out) const {
   d.NT = chunks.NT;
   d.num_seqs = chunks.num_seqs;
   const int64_t hB = d.varlen ? 1 : d.B;
-  const std::vector<int64_t> shape_h = state_v_first
-                                           ? std::vector<int64_t>{hB, d.NT, d.HV, d.V, d.K}
-                                           : std::vector<int64_t>{hB, d.NT, d.HV, d.K, d.V};
+  const std::array<int64_t, 5> shape_h = state_v_first
+                                             ? std::array<int64_t, 5>{hB, d.NT, d.HV, d.V, d.K}
+                                             : std::array<int64_t, 5>{hB, d.NT, d.HV, d.K, d.V};
   const char* sym_h = state_v_first ? "[B, NT, HV, V, K] (state_v_first)" : "[B, NT, HV, K, V]";
   for (auto [name, view] : {std::pair{"h", &h}, {"dh", &dh}}) {
     if (Status s = check_shape(name, *view, shape_h, sym_h); !s.ok()) return s;
