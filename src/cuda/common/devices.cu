@@ -43,14 +43,17 @@ const std::vector<int>& device_capabilities() {
 constexpr int kBuiltCapability = 90;
 
 // The special handles (0, the legacy and per-thread default streams) mean the current device's
-// default stream, which run_on_device makes the tensors' device. While the stream captures a
-// graph, CUDA refuses cudaStreamGetDevice ("operation not permitted when stream is capturing",
-// seen on the H200 under torch.cuda.graph) and the refusal invalidates the capture, so the check
-// is skipped then: only cudaStreamIsCapturing is asked, which capture allows.
+// default stream, which run_on_device makes the tensors' device. With one visible device every
+// stream is that device's, which the tensors are on (run_on_device made it current): nothing to
+// ask per call. While the stream captures a graph, CUDA refuses cudaStreamGetDevice ("operation
+// not permitted when stream is capturing", seen on the H200 under torch.cuda.graph) and the
+// refusal invalidates the capture, so the check is skipped then: only cudaStreamIsCapturing is
+// asked, which capture allows.
 Status check_stream_device(cudaStream_t stream, int device) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
     return Status::Ok();
   }
+  if (device_capabilities().size() == 1) return Status::Ok();
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (Status s =
           cuda_status(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing (stream)");

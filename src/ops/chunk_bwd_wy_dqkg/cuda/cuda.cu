@@ -18,8 +18,10 @@ Status run_chunk_bwd_wy_dqkg_cuda(const ChunkBwdWyDqkgProblem& problem,
                                   const ChunkBwdWyDqkgDims& dims, Kernel requested, void* stream) {
   Kernel kernel = Kernel::auto_;
   if (Status s = effective_kernel(requested, &kernel); !s.ok()) return s;
+  // The reason sm80_mma refuses a problem is worded only when it was asked for by name.
   std::string why_not;
-  const bool mma_takes_it = sm80_mma_supports(problem, dims, &why_not);
+  const bool mma_takes_it =
+      sm80_mma_supports(problem, dims, kernel == Kernel::sm80_mma ? &why_not : nullptr);
   if (kernel == Kernel::sm80_mma && !mma_takes_it) {
     return {StatusCode::unsupported,
             "kernel: sm80_mma cannot take this problem: " + why_not + "; simt (or auto) can"};

@@ -30,8 +30,9 @@ constexpr const char* dtype_tag() {
 template <typename XT, typename HT, int kBT>
 Status launch_wy_dqkg(const WyDqkgParams& params, int device, cudaStream_t stream) {
   using Traits = WyDqkgTraits<kBT>;
-  const std::string name = std::string("wy_dqkg_kernel<X=") + dtype_tag<XT>() +
-                           ", h=" + dtype_tag<HT>() + ", BT=" + std::to_string(kBT) + ">";
+  // For messages only; a function of the template arguments, so built once, not per launch.
+  static const std::string name = std::string("wy_dqkg_kernel<X=") + dtype_tag<XT>() +
+                                  ", h=" + dtype_tag<HT>() + ", BT=" + std::to_string(kBT) + ">";
   const void* kernel = reinterpret_cast<const void*>(&wy_dqkg_kernel<XT, HT, kBT>);
   if (Status s = ensure_max_dynamic_smem(kernel, device, Traits::kSmemBytes, name.c_str());
       !s.ok()) {

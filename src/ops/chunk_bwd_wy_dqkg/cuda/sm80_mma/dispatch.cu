@@ -39,8 +39,10 @@ bool rows_of_chunks(const TensorView& t) {
   return true;
 }
 
-bool refuse(std::string* why_not, std::string reason) {
-  if (why_not != nullptr) *why_not = std::move(reason);
+// `reason` is a callable returning the wording, called only when a caller asked for it.
+template <typename Reason>
+bool refuse(std::string* why_not, const Reason& reason) {
+  if (why_not != nullptr) *why_not = reason();
   return false;
 }
 
@@ -49,17 +51,19 @@ bool refuse(std::string* why_not, std::string reason) {
 bool sm80_mma_supports(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d,
                        std::string* why_not) {
   if (d.x_dtype != DType::f16 && d.x_dtype != DType::bf16) {
-    return refuse(
-        why_not, "X is " + std::string(dtype_name(d.x_dtype)) + " (it takes float16 and bfloat16)");
+    return refuse(why_not, [&] {
+      return "X is " + std::string(dtype_name(d.x_dtype)) + " (it takes float16 and bfloat16)";
+    });
   }
   if (d.h_dtype != DType::f32 && d.h_dtype != d.x_dtype) {
-    return refuse(why_not, "h is " + std::string(dtype_name(d.h_dtype)) + " (float32 or X)");
+    return refuse(why_not,
+                  [&] { return "h is " + std::string(dtype_name(d.h_dtype)) + " (float32 or X)"; });
   }
   if (d.K != 64 && d.K != 128) {
-    return refuse(why_not, "K = " + std::to_string(d.K) + " (it takes 64 and 128)");
+    return refuse(why_not, [&] { return "K = " + std::to_string(d.K) + " (it takes 64 and 128)"; });
   }
   if (d.V != 64 && d.V != 128) {
-    return refuse(why_not, "V = " + std::to_string(d.V) + " (it takes 64 and 128)");
+    return refuse(why_not, [&] { return "V = " + std::to_string(d.V) + " (it takes 64 and 128)"; });
   }
   // The tensors copied as rows of 16-byte chunks (beta and the index tensors are read element by
   // element).
@@ -68,16 +72,18 @@ bool sm80_mma_supports(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims&
       {"dv", &p.dv}, {"g", &p.g}, {"A", &p.A}, {"h", &p.h},         {"dh", &p.dh}};
   for (auto [name, t] : rows) {
     if (!rows_of_chunks(*t)) {
-      return refuse(why_not, std::string(name) +
-                                 " is not in rows of 16-byte chunks (last dimension contiguous, "
-                                 "pointer and other strides 16-byte aligned)");
+      return refuse(why_not, [&] {
+        return std::string(name) +
+               " is not in rows of 16-byte chunks (last dimension contiguous, pointer and other "
+               "strides 16-byte aligned)";
+      });
     }
   }
   // Outputs are contiguous (validated) with rows of K, V or BT >= 16 elements: their rows are
   // 16-byte aligned when the data pointers are.
   for (const auto& a : ChunkBwdWyDqkgProblem::args()) {
     if (a.info.role == ArgRole::output && !aligned(a.of(p).data)) {
-      return refuse(why_not, std::string(a.info.name) + " is not 16-byte aligned");
+      return refuse(why_not, [&] { return std::string(a.info.name) + " is not 16-byte aligned"; });
     }
   }
   return true;

@@ -32,9 +32,11 @@ template <typename XT, typename HT, int kBT, int kV, bool kStateVFirst>
 Status launch_wy_dqkg_mma(const WyDqkgParams& params, int device, cudaStream_t stream) {
   using Traits = WyDqkgMmaTraits<XT, HT, kBT, kV, kStateVFirst>;
   const auto kernel_fn = &wy_dqkg_mma_kernel<Traits>;
-  const std::string name = std::string("wy_dqkg_mma_kernel<X=") + mma_dtype_name<XT>() +
-                           ", h=" + mma_dtype_name<HT>() + ", BT=" + std::to_string(kBT) +
-                           ", V=" + std::to_string(kV) + (kStateVFirst ? ", state_v_first>" : ">");
+  // For messages only; a function of the template arguments, so built once, not per launch.
+  static const std::string name = std::string("wy_dqkg_mma_kernel<X=") + mma_dtype_name<XT>() +
+                                  ", h=" + mma_dtype_name<HT>() + ", BT=" + std::to_string(kBT) +
+                                  ", V=" + std::to_string(kV) +
+                                  (kStateVFirst ? ", state_v_first>" : ">");
   const void* kernel = reinterpret_cast<const void*>(kernel_fn);
   if (Status s = ensure_max_dynamic_smem(kernel, device, Traits::kSmemBytes, name.c_str());
       !s.ok()) {
