@@ -116,6 +116,7 @@ class TorchOp:
         first = len(op.input_names)
         self._input_at = tuple(range(first))
         self._optional_at = tuple(first + params.index(n) for n in op.optional_names)
+        self._tensor_at = self._input_at + self._optional_at
         self._option_at = tuple(first + params.index(n) for n in op.option_names)
         self._option_plain = tuple(
             (i, _PLAIN[o.kind]) for i, o in zip(self._option_at, op.signature.options))
@@ -200,29 +201,56 @@ class TorchOp:
             raise invalid from None
 
     def fake(self, *args, **kwargs):
-        return tuple(self._empty_outputs(self._positional(args, kwargs)))
+        args = self._positional(args, kwargs)
+        self._refuse_meta_beside_real(args)
+        return tuple(self._empty_outputs(args))
+
+    def _refuse_meta_beside_real(self, args):
+        """The dispatcher sends every call with a meta tensor to the fake implementation, one
+        with meta tensors among real ones too, which would get uninitialized real outputs:
+        refused here (ValueError naming the first tensor on the other side of q), whichever way
+        the op was called. All-meta calls (shape inference) and fake tensors (torch.compile)
+        pass."""
+        on_meta = args[0].is_meta
+        for i in self._tensor_at:
+            value = args[i]
+            if isinstance(value, torch.Tensor) and value.is_meta != on_meta:
+                raise self._argument_error(args, i)
 
     def call(self, args):
         """The public function's torch path, ``args`` being the op's arguments in order (q a
-        torch.Tensor): checks what the dispatcher would report without naming the argument, or
-        not at all, then calls the op. Each required input must be a dense tensor (the optional
+        torch.Tensor): what the dispatcher would report without naming the argument, or not at
+        all, is reported naming it. Each required input must be a dense tensor (the optional
         ones may be None); the options must be of their kinds; `backend` and `kernel` must be
         names; and a tensor on the meta device must not be mixed with real ones (the dispatcher
-        would send the call to the fake implementation and hand back uninitialized outputs).
-        Values of the usual types pass with a few comparisons; the others are converted (an int
-        scale, a NumPy integer chunk_size) or refused with the argument's name."""
-        on_meta = args[0].is_meta
-        for i in self._input_at:
-            value = args[i]
-            if (not isinstance(value, torch.Tensor) or value.is_meta != on_meta
-                    or value.layout is not _STRIDED or value.is_nested):
-                self._refuse_argument(args, i)
-        for i in self._optional_at:
-            value = args[i]
-            if value is not None and (not isinstance(value, torch.Tensor)
-                                      or value.is_meta != on_meta
-                                      or value.layout is not _STRIDED or value.is_nested):
-                self._refuse_argument(args, i)
+        sends such a call to the fake implementation, which refuses it).
+
+        Paid on every call, so the common one costs a few comparisons: options of their usual
+        types and known names go straight to the op, and the tensors are looked at only when
+        the op fails (a non-tensor, a sparse or a nested tensor fails in the dispatcher or the
+        op): then the first bad tensor's named error replaces the op's, as if checked first.
+        Anything else (options to convert, like an int scale or a NumPy integer chunk_size, or
+        to refuse) takes the full sequence: tensors, options, backend, kernel, then the op."""
+        for i, plain in self._option_plain:
+            if not plain(args[i]):
+                return self._call_checked(args)
+        backend, kernel = args[-2], args[-1]
+        if ((backend is not None and (type(backend) is not str or backend not in _BACKEND_NAMES))
+                or type(kernel) is not str or kernel not in _KERNEL_NAMES):
+            return self._call_checked(args)
+        try:
+            return self.default(*args)
+        except Exception:
+            error = self._tensor_error(args)
+            if error is None:
+                raise
+        raise error
+
+    def _call_checked(self, args):
+        """``call`` with every check before the op, in the order of the arguments' kinds."""
+        error = self._tensor_error(args)
+        if error is not None:
+            raise error
         for i, plain in self._option_plain:
             if not plain(args[i]):
                 args = self._converted(args)
@@ -234,24 +262,40 @@ class TorchOp:
             self.op.kernel_code(kernel)
         return self.default(*args)
 
-    def _refuse_argument(self, args, i):
+    def _tensor_error(self, args):
+        """The error naming the first tensor argument that is not a dense tensor on q's side of
+        the meta device (None: the optional ones may be), or None."""
+        on_meta = args[0].is_meta
+        for i in self._input_at:
+            value = args[i]
+            if (not isinstance(value, torch.Tensor) or value.is_meta != on_meta
+                    or value.layout is not _STRIDED or value.is_nested):
+                return self._argument_error(args, i)
+        for i in self._optional_at:
+            value = args[i]
+            if value is not None and (not isinstance(value, torch.Tensor)
+                                      or value.is_meta != on_meta
+                                      or value.layout is not _STRIDED or value.is_nested):
+                return self._argument_error(args, i)
+        return None
+
+    def _argument_error(self, args, i):
         name = self._names[i]
         value = args[i]
         q = args[0]
         if not isinstance(value, torch.Tensor):
-            raise TypeError(
+            return TypeError(
                 f"{self.op.where(name)}: expected a torch.Tensor like q, got "
                 f"{type(value).__name__}"
             )
         if value.is_meta != q.is_meta:
-            raise ValueError(
+            return ValueError(
                 f"{self.op.where(name)}: is on {value.device} but q is on {q.device}; tensors "
                 f"on the meta device only go with other meta tensors"
             )
-        # Before the dispatcher, which has no kernel for some layouts (nested tensors; sparse
-        # ones with some torch versions) and would raise NotImplementedError without the
-        # argument's name.
-        raise ValueError(
+        # The dispatcher has no kernel for some layouts (nested tensors; sparse ones with some
+        # torch versions) and raises NotImplementedError without the argument's name.
+        return ValueError(
             f"{self.op.where(name)}: expected a dense (strided) tensor, got {_layout(value)}"
         )
 

@@ -162,16 +162,25 @@ def test_custom_op_takes_keywords_and_defaults():
 
 
 def test_torch_path_argument_kinds():
-    """What torch's dispatcher would report without naming the argument (or not at all)."""
+    """What torch's dispatcher would report without naming the argument (or not at all). The
+    public function looks at the tensors only when the op fails (issue 13's host budget): its
+    named error then stands alone, as if checked first, and a bad tensor still comes before a
+    bad option."""
     inputs, options = torch_problem(T=32, K=8, V=8, BT=16)
-    with pytest.raises(TypeError, match="argument 'k': expected a torch.Tensor"):
+    with pytest.raises(TypeError, match="argument 'k': expected a torch.Tensor") as raised:
         op({**inputs, "k": None}, options)
+    assert raised.value.__context__ is None and raised.value.__cause__ is None
     with pytest.raises(ValueError, match="argument 'backend'"):
         op(inputs, options, backend=1)
+    with pytest.raises(TypeError, match="argument 'k': expected a torch.Tensor"):
+        op({**inputs, "k": None}, options, backend=1)
+    with pytest.raises(TypeError, match="argument 'k': expected a torch.Tensor"):
+        op({**inputs, "k": None}, {**options, "scale": 1})  # an int scale: converted, after k
     # One meta tensor among real ones: the dispatcher would pick the fake implementation and
     # return uninitialized CPU outputs.
-    with pytest.raises(ValueError, match="argument 'k': is on meta"):
+    with pytest.raises(ValueError, match="argument 'k': is on meta") as raised:
         op({**inputs, "k": inputs["k"].to("meta")}, options)
+    assert raised.value.__context__ is None
     with pytest.raises(ValueError, match="argument 'k': is on cpu but q is on meta"):
         op({**inputs, "q": inputs["q"].to("meta")}, options)
     # All on meta is shape inference: outputs on meta with the SPEC shapes.
@@ -325,6 +334,25 @@ def test_intra_torch_path_argument_kinds():
     assert meta[0].shape == inputs["dq"].shape and meta[2].shape == inputs["db"].shape
 
 
+@pytest.mark.parametrize("name", ["chunk_kda_bwd_wy_dqkg_fused", "chunk_kda_bwd_intra"])
+def test_the_op_refuses_meta_tensors_among_real_ones(name):
+    """Called through torch.ops, a meta tensor among real ones sends the call to the fake
+    implementation, which refuses it naming the tensor (it would hand back uninitialized real
+    outputs); all-meta calls are shape inference."""
+    if name == "chunk_kda_bwd_wy_dqkg_fused":
+        inputs, options = torch_problem(T=32, K=8, V=8, BT=16)
+    else:
+        inputs, options = torch_intra_problem(T=32, K=8, BT=16)
+    packet = getattr(torch.ops.kda_kernels, name)
+    with pytest.raises(ValueError, match=f"{name}: argument 'k': is on meta but q is on cpu; "
+                       "tensors on the meta device only go with other meta tensors"):
+        packet(**{**inputs, "k": inputs["k"].to("meta")}, **options)
+    with pytest.raises(ValueError, match="argument 'k': is on cpu but q is on meta"):
+        packet(**{**inputs, "q": inputs["q"].to("meta")}, **options)
+    meta = packet(**{n: t.to("meta") for n, t in inputs.items()}, **options)
+    assert all(o.device.type == "meta" for o in meta)
+
+
 def test_intra_custom_op_takes_keywords_and_defaults():
     inputs, options = torch_intra_problem(T=32, K=8, BT=16)
     direct = torch.ops.kda_kernels.chunk_kda_bwd_intra(**inputs, chunk_size=16)
@@ -372,8 +400,8 @@ def test_non_strided_tensors_are_refused_naming_the_argument(which):
     """A sparse q reached the dispatcher, which raised NotImplementedError ("Could not run ...
     with arguments from the 'SparseCPU' backend") before our dense check could name it (so the
     issue saw it; torch 2.11 sends sparse CPU tensors on to our check). A nested tensor, strided
-    by its layout, still does that with torch 2.11 ('NestedTensorCPU' backend). Both are refused
-    before the dispatcher now."""
+    by its layout, still does that with torch 2.11 ('NestedTensorCPU' backend). The public
+    function replaces such an error with the named one."""
     if which == "wy":
         inputs, options = torch_problem(T=32, K=8, V=8, BT=16)
         call = op
