@@ -101,6 +101,10 @@ CUDA_SPIN_US_PER_CALL = 200.0
 SPIN_CYCLES_PER_US = 2000
 # Calls of the untimed batch whose host time sizes the spin for slower layers.
 CALIBRATION_CALLS = 20
+# Bound on the calibrated host time per call (a stalled batch must not size a spin of seconds).
+MAX_CALIBRATED_US = 2000.0
+# A child process (one implementation) that has not finished by then is reported as cut.
+CHILD_TIMEOUT_S = 100
 
 
 def round_plan(device, calls):
@@ -150,11 +154,12 @@ def cuda_spin(torch, fn, per_round, sync):
     of an untimed batch of `fn`, then an event recorded behind it; None without _sleep."""
     if not hasattr(torch.cuda, "_sleep"):
         return None
+    fn()  # a layer's first call may initialize things (kernel attributes, caches): not timed
     sync()
     start = time.perf_counter()
     for _ in range(CALIBRATION_CALLS):
         fn()
-    measured = (time.perf_counter() - start) / CALIBRATION_CALLS * 1e6
+    measured = min((time.perf_counter() - start) / CALIBRATION_CALLS * 1e6, MAX_CALIBRATED_US)
     sync()
     cycles = spin_cycles(per_round, measured)
 
@@ -229,8 +234,12 @@ def measure(args):
     plan = round_plan(args.device, args.calls)
     times, uncovered = {}, {}
     for name, fn in layers.items():
+        began = time.perf_counter()
         spin = cuda_spin(torch, fn, plan[1], sync) if args.device == "cuda" else None
         best, median, late = time_layer(fn, plan, sync, spin)
+        # Progress on stderr (the parent passes it through): a cut run still shows how far it got.
+        print(f"  [{os.environ.get('KDA_TORCH_OP', '?')}] {name}: best {best:.1f} us, median "
+              f"{median:.1f} us, {time.perf_counter() - began:.1f} s", file=sys.stderr, flush=True)
         times[name] = (best, median)
         if late:
             uncovered[name] = late
@@ -245,9 +254,13 @@ def run_child(args, implementation):
     env = dict(os.environ, KDA_TORCH_OP=implementation)
     command = [sys.executable, __file__, "--op", args.op, "--device", args.device, "--calls",
                str(args.calls), "--torch-op", implementation, "--json"]
-    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    try:
+        result = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=env,
+                                timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None, f"cut after {CHILD_TIMEOUT_S} s (its progress lines are above)"
     if result.returncode != 0:
-        return None, (result.stderr.strip().splitlines() or ["failed"])[-1]
+        return None, f"exit status {result.returncode} (its error is above)"
     return json.loads(result.stdout.strip().splitlines()[-1]), None
 
 
