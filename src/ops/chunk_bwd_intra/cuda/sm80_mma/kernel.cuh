@@ -113,6 +113,18 @@ __device__ __forceinline__ PassChannels pass_channels(const IntraParams& p, int 
   return {ch0, valid, (valid + 31) / 32 * 32};
 }
 
+// This thread's β bits (threads < L; 0 otherwise), loaded with an item's copies and converted
+// when they are stored (store_beta).
+template <typename Tr>
+__device__ __forceinline__ uint32_t beta_bits_of(const IntraParams& p, const IntraUnit& u,
+                                                 int tid) {
+  using XT = typename Tr::XT;
+  if (tid >= u.len) return 0;
+  const int64_t at = origin(p.beta, u) + tid * p.beta.stride_token;
+  return p.beta_is_f32 || sizeof(XT) == 4 ? static_cast<const uint32_t*>(p.beta.data)[at]
+                                          : static_cast<const uint16_t*>(p.beta.data)[at];
+}
+
 // Queues the copies of item (u, pass) into `stage`: Q, Kk (head hq), G, the lower part of dAqk and
 // dAkk (entries j > i never read), zeros everywhere else of the tiles. Returns this thread's β
 // bits as stored (threads < BT; 0 for rows >= L), which the caller hands to store_beta. Not
@@ -156,13 +168,7 @@ __device__ __noinline__ uint32_t issue_item_copies(const IntraParams& p, const I
         [&](int r) { return r < L ? r + 1 : 0; }, warp, Tr::kWarps, lane);
   }
 
-  uint32_t beta_bits = 0;
-  if (tid < L) {
-    const int64_t at = origin(p.beta, u) + tid * p.beta.stride_token;
-    beta_bits = p.beta_is_f32 || sizeof(XT) == 4 ? static_cast<const uint32_t*>(p.beta.data)[at]
-                                                 : static_cast<const uint16_t*>(p.beta.data)[at];
-  }
-  return beta_bits;
+  return beta_bits_of<Tr>(p, u, tid);
 }
 
 // 16-byte copies of a tile of kRows rows x kChunks pieces (compile-time shape), spread over the
@@ -242,13 +248,7 @@ __device__ __noinline__ uint32_t issue_item_copies_fast(const IntraParams& p, co
     sub_chunk.template operator()<2>();
     sub_chunk.template operator()<3>();
   }
-  uint32_t beta_bits = 0;
-  if (tid < L) {
-    const int64_t at = origin(p.beta, u) + tid * p.beta.stride_token;
-    beta_bits = p.beta_is_f32 || sizeof(XT) == 4 ? static_cast<const uint32_t*>(p.beta.data)[at]
-                                                 : static_cast<const uint16_t*>(p.beta.data)[at];
-  }
-  return beta_bits;
+  return beta_bits_of<Tr>(p, u, tid);
 }
 
 template <typename Tr>
