@@ -106,6 +106,13 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
+// Line m of a row of `row_bytes` bytes at `start`: the row's first byte for m = 0, else the m-th
+// 128-byte line after the one holding it; prefetched to L2 when it lies inside the row.
+__device__ __forceinline__ void prefetch_row_line(uintptr_t start, int row_bytes, int m) {
+  const uintptr_t at = m == 0 ? start : (start & ~uintptr_t{127}) + 128u * m;
+  if (at < start + row_bytes) prefetch_l2(reinterpret_cast<const void*>(at));
+}
+
 // One tile of a stage: `rows` rows, row r of row_elems(r) elements of `elem_bytes` each (a
 // multiple of copy_bytes / elem_bytes) at dst + dst_row_offset(r) bytes. Row r's first
 // valid_elems(r) elements come from src_row(r) (a byte pointer to the row's first element, read
@@ -158,8 +165,7 @@ __device__ __forceinline__ void prefetch_rows_l2(int rows, int row_bytes, SrcRow
   for (int r = warp; r < rows; r += warps) {
     const auto start = reinterpret_cast<uintptr_t>(src_row(r));
     for (int m = lane; m * 128 < row_bytes + 128; m += 32) {
-      const uintptr_t at = m == 0 ? start : (start & ~uintptr_t{127}) + 128u * m;
-      if (at < start + row_bytes) prefetch_l2(reinterpret_cast<const void*>(at));
+      prefetch_row_line(start, row_bytes, m);
     }
   }
 }

@@ -333,8 +333,7 @@ __device__ __noinline__ void prefetch_incoming_fast(const IntraParams& p, const 
     const IntraRows& t = which == 0 ? p.dq : which == 1 ? p.dk : p.dg;
     const auto start = reinterpret_cast<uintptr_t>(static_cast<const float*>(t.data) +
                                                    origin(t, u, u.hv, pc.ch0) + r * t.stride_token);
-    const uintptr_t at = m == 0 ? start : (start & ~uintptr_t{127}) + 128u * m;
-    if (at < start + row_bytes) prefetch_l2(reinterpret_cast<const void*>(at));
+    prefetch_row_line(start, row_bytes, m);
   }
 }
 
