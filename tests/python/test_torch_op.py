@@ -110,15 +110,21 @@ WY_CASES = {
 }
 
 
+def assert_compiled_equals_ctypes(op, make_args, inputs, options, backend):
+    """Both implementations agree on the problem, on a strided copy of its inputs, and (varlen)
+    with chunk_indices passed explicitly."""
+    assert_same_outputs(op, make_args(inputs, options, backend))
+    assert_same_outputs(op, make_args(strided(inputs), options, backend))
+    if "cu_seqlens" in options:
+        options["chunk_indices"] = kk.chunk_indices(options["cu_seqlens"], options["chunk_size"])
+        assert_same_outputs(op, make_args(inputs, options, backend))
+
+
 @pytest.mark.parametrize("backend", ["cpu", "cpu-ref"])
 @pytest.mark.parametrize("case", WY_CASES.values(), ids=WY_CASES.keys())
 def test_wy_compiled_equals_ctypes(case, backend):
     inputs, options = torch_problem(seed=7, **case)
-    assert_same_outputs(WY, wy_args(inputs, options, backend))
-    assert_same_outputs(WY, wy_args(strided(inputs), options, backend))
-    if "cu_seqlens" in options:
-        options["chunk_indices"] = kk.chunk_indices(options["cu_seqlens"], options["chunk_size"])
-        assert_same_outputs(WY, wy_args(inputs, options, backend))
+    assert_compiled_equals_ctypes(WY, wy_args, inputs, options, backend)
 
 
 INTRA_CASES = {
@@ -134,11 +140,7 @@ INTRA_CASES = {
 @pytest.mark.parametrize("case", INTRA_CASES.values(), ids=INTRA_CASES.keys())
 def test_intra_compiled_equals_ctypes(case, backend):
     inputs, options = torch_intra_problem(seed=7, **case)
-    assert_same_outputs(INTRA, intra_args(inputs, options, backend))
-    assert_same_outputs(INTRA, intra_args(strided(inputs), options, backend))
-    if "cu_seqlens" in options:
-        options["chunk_indices"] = kk.chunk_indices(options["cu_seqlens"], options["chunk_size"])
-        assert_same_outputs(INTRA, intra_args(inputs, options, backend))
+    assert_compiled_equals_ctypes(INTRA, intra_args, inputs, options, backend)
 
 
 def outcome(fn, args):
