@@ -22,6 +22,8 @@
 #   bench             chunk_bwd_wy_dqkg timings per kernel (kda run, CUDA events)
 #   bench-py-intra    bench/run.py --op chunk_bwd_intra: ours and fla's Triton kernel (autotuned)
 #                     in one process, floor, err_ratio against float64
+#   bench-py-wy       bench/run.py --op chunk_bwd_wy_dqkg on the model, fp32, varlen and long
+#                     cases, fla's WY kernel pinned to its tuned winners (no autotuning)
 #   layer             bench/layer.py: fla's chunk_kda forward + backward at B=1 and B=4, T=8192,
 #                     H=32 with fla's kernels, with our WY, with both of ours: GPU time per
 #                     kernel, eager wall time, CUDA graph time, gradients against fla's; its
@@ -29,6 +31,8 @@
 #   bench-intra       bench_intra_cuda (chunk_bwd_intra, its variants, both safe_gate values)
 #   ncu-intra         ncu (--set full, SASS-level stall samples) on one chunk_bwd_intra launch at
 #                     the model shape (T=8192 bf16); report, details and the SASS table in logs
+#   host-perf         `perf record` (when the machine has perf) over host_cost.py's compiled-op
+#                     layer of chunk_bwd_wy_dqkg: where the host time per call goes
 #   host-cost         bench/host_cost.py --device cuda for both operators: host time per call of
 #                     each layer, the compiled torch op and the python one (issue 13's targets)
 #   ab                the same chunk_bwd_wy_dqkg shapes with a build of another commit
@@ -357,6 +361,17 @@ if want bench-py-intra; then
   row "bench/run.py --op chunk_bwd_intra (with fla)" "$([ $brc -eq 0 ] && echo PASS || echo "FAIL (rc $brc)"): see bench-py-intra/"
 fi
 
+# --- chunk_bwd_wy_dqkg beside fla's Triton kernel pinned to its tuned configs -----------------
+if want bench-py-wy; then
+  bounded 240 env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$carry:python" python3 bench/run.py \
+    --op chunk_bwd_wy_dqkg --fla-configs "$carry/fla_best_configs_h200.json" \
+    --cases "${KDA_BENCH_WY_CASES:-model-bf16,model-bf16-hx,model-fp32,varlen-bf16,long-bf16}" \
+    --kernels auto --fresh --out "$logs/bench-py-wy" >"$logs/bench-py-wy.log" 2>&1
+  brc=$?
+  row "bench/run.py --op chunk_bwd_wy_dqkg (fla pinned)" "$([ $brc -eq 0 ] && echo PASS || echo "FAIL (rc $brc)"): see bench-py-wy/"
+  [ -f "$logs/bench-py-wy/bench.md" ] && cat "$logs/bench-py-wy/bench.md" >>"$summary"
+fi
+
 # --- a KDA layer through fla's chunk_kda, with and without our kernels (issues 13, 14) ---------
 if want layer; then
   bounded 240 env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$carry:python" python3 bench/layer.py \
@@ -389,6 +404,26 @@ if want ncu-intra; then
   ncu --import "$rep.ncu-rep" --page source --csv --print-source sass \
     >"$logs/ncu-intra-sass.csv" 2>&1
   row "ncu chunk_bwd_intra T=8192 bf16" "$([ $nrc -eq 0 ] && echo PASS || echo "FAIL (rc $nrc)"): $(grep -m1 -E '^ *Duration' "$logs/ncu-intra-details.txt" | tr -s ' ')"
+fi
+
+# --- where the compiled op's host time goes (issue 13): perf over host_cost.py ----------------
+if want host-perf; then
+  perf_bin=$(command -v perf || true)
+  {
+    echo "perf: ${perf_bin:-none}; perf_event_paranoid $(cat /proc/sys/kernel/perf_event_paranoid 2>/dev/null)"
+    uname -r
+  } >"$logs/host_perf.log" 2>&1
+  if [ -n "$perf_bin" ]; then
+    bounded 150 env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH=python perf record -g -F 4999 \
+      -o "$logs/host_perf.data" python3 bench/host_cost.py --device cuda --op chunk_bwd_wy_dqkg \
+      --torch-op compiled >>"$logs/host_perf.log" 2>&1
+    perf report -i "$logs/host_perf.data" --no-children --sort dso,sym --stdio 2>/dev/null |
+      head -150 >"$logs/host_perf_report.txt"
+    rm -f "$logs/host_perf.data"
+    row "perf over host_cost.py (chunk_bwd_wy_dqkg)" "see host_perf_report.txt"
+  else
+    row "perf over host_cost.py (chunk_bwd_wy_dqkg)" "NOT RUN (no perf on this machine)"
+  fi
 fi
 
 # --- host time per call, both torch op implementations (issue 13) ----------------------------

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <ostream>
 #include <random>
@@ -296,11 +297,14 @@ TEST(IntraCudaDeterminism, TenRunsBitwiseEqual) {
 
 // --- copy paths ----------------------------------------------------------------------------------
 
-// The kernel copies its inputs by a compile-time-shaped path when every row can be read in
-// 16-byte pieces, else by the general one; both must give the same bits (the copies change no
-// arithmetic). Shapes with short chunks (tails, a length-1 sequence), K below and past one pass,
-// every X dtype and chunk size; each first checked to be on the fast path's side of the line.
-TEST(IntraCudaCopyPaths, FastAndGeneralBitwiseEqual) {
+// The copy paths of the kernel: the general routine (any stride, element by element where
+// needed), the compile-time-shaped 16-byte cp.async routine, and the bulk tensor copies (TMA; with
+// and without the bulk L2 prefetch of the incoming rows). All must give the same bits (the copies
+// change no arithmetic; the bulk copies also bring in dA's unread entries, here NaN and Inf, and
+// rows of the next sequence that the threads then zero). Shapes with short chunks (tails, a
+// length-1 sequence), K below and past one pass, every X dtype and chunk size; each first checked
+// to be on the fast paths' side of the line.
+TEST(IntraCudaCopyPaths, AllCopyPathsBitwiseEqual) {
   SKIP_WITHOUT_GPU();
   struct PathCase {
     DType x;
@@ -310,7 +314,17 @@ TEST(IntraCudaCopyPaths, FastAndGeneralBitwiseEqual) {
   const std::vector<PathCase> cases = {{DType::bf16, 64, 128, 1000, {}},
                                        {DType::f16, 32, 64, 0, {300, 1, 77, 250}},
                                        {DType::f32, 16, 200, 333, {}},
-                                       {DType::bf16, 64, 256, 0, {129, 1, 64}}};
+                                       {DType::bf16, 64, 256, 0, {129, 1, 64}},
+                                       {DType::bf16, 64, 128, 0, {70, 200, 3, 100}}};
+  struct Path {
+    const char* name;
+    bool fast;
+    int tma;
+  };
+  const Path paths[] = {{"general", false, 0},
+                        {"cp.async 16-byte", true, 0},
+                        {"bulk copies", true, 2},
+                        {"bulk copies and bulk prefetch", true, 1}};
   for (const PathCase& k : cases) {
     Config c;
     c.B = 1;
@@ -325,22 +339,30 @@ TEST(IntraCudaCopyPaths, FastAndGeneralBitwiseEqual) {
     const HostIntra hp = make_random(c);
     SCOPED_TRACE("seed " + std::to_string(c.seed) + ": " + hp.describe());
     DeviceIntra dev(hp);
-    const auto params = kda::cuda::intra::make_intra_params(dev.problem(), hp.dims());
-    ASSERT_TRUE(params.fast_copies) << "the case should take the fast copy path";
-    std::map<std::string, HostTensor> results[2];
-    for (int fast = 0; fast < 2; ++fast) {
+    kda::cuda::intra::IntraVariant bulk;
+    bulk.tma = 1;
+    const auto params = kda::cuda::intra::make_intra_params(dev.problem(), hp.dims(), bulk);
+    ASSERT_TRUE(params.fast_copies) << "the case should take the 16-byte copy path";
+    ASSERT_TRUE(params.tma_copies && params.tma_prefetch) << "the case should take the bulk paths";
+    std::map<std::string, HostTensor> results[std::size(paths)];
+    for (size_t n = 0; n < std::size(paths); ++n) {
       kda::cuda::intra::IntraVariant variant;
-      variant.fast_paths = fast == 1;
+      variant.fast_paths = paths[n].fast;
+      variant.tma = paths[n].tma;
       dev.poison_outputs();
       const kda::Status s =
           kda::detail::run_chunk_bwd_intra_cuda_variant(dev.problem(), hp.dims(), nullptr, variant);
-      ASSERT_TRUE(s.ok()) << s.message;
-      results[fast] = dev.download_outputs();
+      ASSERT_TRUE(s.ok()) << paths[n].name << ": " << s.message;
+      results[n] = dev.download_outputs();
     }
-    for (const char* name : kOutputNames) {
-      EXPECT_TRUE(bitwise_equal(results[0].at(name), results[1].at(name)))
-          << name << " differs between the general and the fast copy paths";
-      EXPECT_EQ(count_non_finite(results[1].at(name)), 0) << name << ": poison left";
+    for (size_t n = 1; n < std::size(paths); ++n) {
+      for (const char* name : kOutputNames) {
+        EXPECT_TRUE(bitwise_equal(results[0].at(name), results[n].at(name)))
+            << name << " differs between the " << paths[0].name << " and the " << paths[n].name
+            << " path";
+        EXPECT_EQ(count_non_finite(results[n].at(name)), 0)
+            << name << ": poison left by the " << paths[n].name << " path";
+      }
     }
   }
 }

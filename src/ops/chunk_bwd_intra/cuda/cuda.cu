@@ -46,7 +46,8 @@ Status environment_variant(IntraVariant* out) {
   if (text == nullptr || *text == '\0') return Status::Ok();
   if (!IntraVariant::parse(text, out)) {
     return invalid_argument(std::string("environment variable KDA_INTRA_VARIANT: expected "
-                                        "split=1|3,stages=0|1|2,prefetch=0|1 (any subset), got '") +
+                                        "split=1|3,stages=0|1|2,prefetch=0|1,fast=0|1,tma=0|1|2 (any subset), "
+                                        "got '") +
                             text + "'");
   }
   return Status::Ok();
@@ -60,7 +61,7 @@ Status run_chunk_bwd_intra_cuda_variant(const ChunkBwdIntraProblem& problem,
   const int device = problem.q.device.index;
   return cuda::run_on_device(device, stream, [&] {
     if (dims.T == 0 || dims.B == 0 || dims.NT == 0 || dims.HV == 0) return Status::Ok();
-    const IntraParams params = cuda::intra::make_intra_params(problem, dims);
+    const IntraParams params = cuda::intra::make_intra_params(problem, dims, variant);
     return launch(params, variant, dims, device, static_cast<cudaStream_t>(stream));
   });
 }

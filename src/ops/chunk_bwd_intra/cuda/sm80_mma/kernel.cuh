@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "cuda/common/device_access.cuh"
+#include "cuda/common/tma.cuh"
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/device.cuh"
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/params.hpp"
 
@@ -50,12 +51,22 @@ struct IntraTraits {
   static constexpr int kLdG = kMap.ld_g;
   static constexpr int kLdX = kMap.ld_x;
 
-  // dA in shared memory: row i of sub-chunk s keeps columns 0 .. 16(s+1)-1 (the lower part and
-  // the diagonal block) with pitch a_ld(s); sub-chunk s starts at a_offset(s) floats. a_ld(s) is
-  // 4 (mod 16): the mma A-fragment reads of 8 rows x 4 columns hit 32 distinct banks.
-  __host__ __device__ static constexpr int a_ld(int s) { return 16 * (s + 1) + 4; }
-  __host__ __device__ static constexpr int a_offset(int s) { return 128 * s * (s + 1) + 64 * s; }
+  // dA's packed shared-memory layout (params.hpp).
+  __host__ __device__ static constexpr int a_ld(int s) { return intra_a_ld(s); }
+  __host__ __device__ static constexpr int a_offset(int s) { return intra_a_offset(s); }
   static constexpr int kAFloats = a_offset(kNC);
+  // Bytes one item's bulk tensor copies deliver (whole boxes, zero-filled parts included).
+  static constexpr uint32_t kTmaBytes = [] {
+    int bytes = kBT * (kLdG * 4 + 2 * kLdX * static_cast<int>(sizeof(XT)));
+    for (int s = 0; s < kNC; ++s) bytes += 2 * 16 * intra_a_ld(s) * 4;
+    return static_cast<uint32_t>(bytes);
+  }();
+  // The thread that issues the bulk copies: lane 0 of the last warp (whose task, the last
+  // sub-chunk, has no column part: the lightest phase 1).
+  static constexpr int kIssuer = kThreads - 32;
+  static_assert(kMap.g_off % 128 == 0 && kMap.q_off % 128 == 0 && kMap.k_off % 128 == 0 &&
+                    kMap.aq_off % 128 == 0 && kMap.ak_off % 128 == 0 && kMap.bytes % 128 == 0,
+                "bulk tensor copies need 128-byte aligned tiles");
 };
 
 // One stage's tiles (shared memory), as the compute reads them. Rows >= L and columns past the
@@ -258,6 +269,55 @@ __device__ __forceinline__ uint32_t issue_copies(const IntraParams& p, const Int
                        : issue_item_copies<Tr>(p, u, pass, stage, tid);
 }
 
+// The bulk tensor copies (TMA) of item (u, pass) into `stage`, completing on `bar`: one request
+// per tile (dA: one per sub-chunk), issued by one thread (Tr::kIssuer). Box elements outside the
+// tensors (channels >= K, tokens >= T) arrive as zeros; rows past a short chunk that lie inside
+// the tensor are zeroed by zero_rows_past once the copies have landed. Entries of dA above the
+// diagonal and the pitch padding arrive as whatever the tensor holds there: no task reads them.
+template <typename Tr>
+__device__ __noinline__ void issue_item_tma(const IntraParams& p, const IntraUnit& u, int pass,
+                                               unsigned char* stage, uint64_t* bar) {
+  const int ch0 = pass * IntraSmemLayout::kMaxPassChannels;
+  const int t0 = static_cast<int>(u.t0);
+  const int b = static_cast<int>(u.batch);
+  const int hv = static_cast<int>(u.hv);
+  const int hq = static_cast<int>(u.hv / p.heads_per_group);
+  tma::barrier_arrive_expect(bar, Tr::kTmaBytes);
+  tma::copy_tile_4d(stage + Tr::kMap.q_off, p.maps.q, bar, ch0, hq, t0, b);
+  tma::copy_tile_4d(stage + Tr::kMap.k_off, p.maps.k, bar, ch0, hq, t0, b);
+  tma::copy_tile_4d(stage + Tr::kMap.g_off, p.maps.g, bar, ch0, hv, t0, b);
+#pragma unroll
+  for (int s = 0; s < Tr::kNC; ++s) {
+    tma::copy_tile_4d(stage + Tr::kMap.aq_off + 4 * Tr::a_offset(s), p.maps.dAqk[s], bar, 0, hv,
+                      t0 + 16 * s, b);
+    tma::copy_tile_4d(stage + Tr::kMap.ak_off + 4 * Tr::a_offset(s), p.maps.dAkk[s], bar, 0, hv,
+                      t0 + 16 * s, b);
+  }
+}
+
+// After the bulk copies of a short chunk (L < BT) landed: zeros over rows L .. BT-1 of every tile
+// (they hold the next sequence's rows, or zeros past the tensor's end), as the compute expects.
+// The caller then syncs the CTA.
+template <typename Tr>
+__device__ __noinline__ void zero_rows_past(unsigned char* stage, int L, int tid) {
+  auto zero = [&](int offset, int row_bytes, int first_row, int end_row) {
+    auto* at = reinterpret_cast<uint4*>(stage + offset + first_row * row_bytes);
+    const int n = (end_row - first_row) * row_bytes / 16;
+    for (int i = tid; i < n; i += Tr::kThreads) at[i] = make_uint4(0, 0, 0, 0);
+  };
+  constexpr int kX = static_cast<int>(sizeof(typename Tr::XT));
+  zero(Tr::kMap.g_off, Tr::kLdG * 4, L, Tr::kBT);
+  zero(Tr::kMap.q_off, Tr::kLdX * kX, L, Tr::kBT);
+  zero(Tr::kMap.k_off, Tr::kLdX * kX, L, Tr::kBT);
+#pragma unroll
+  for (int s = 0; s < Tr::kNC; ++s) {
+    const int first = L > 16 * s ? L - 16 * s : 0;
+    if (first >= 16) continue;
+    zero(Tr::kMap.aq_off + 4 * Tr::a_offset(s), 4 * Tr::a_ld(s), first, 16);
+    zero(Tr::kMap.ak_off + 4 * Tr::a_offset(s), 4 * Tr::a_ld(s), first, 16);
+  }
+}
+
 // Stores β (as issue_item_copies returned it) into a stage: converted only now, so that a
 // deferred store does not wait for the load until here.
 template <typename Tr>
@@ -335,6 +395,20 @@ __device__ __noinline__ void prefetch_incoming_fast(const IntraParams& p, const 
                                                    origin(t, u, u.hv, pc.ch0) + r * t.stride_token);
     prefetch_row_line(start, row_bytes, m);
   }
+}
+
+// The incoming dq, dk, dg boxes of item (u, pass) prefetched to L2 (IntraParams::tma_prefetch): three
+// requests from one thread.
+template <typename Tr>
+__device__ __noinline__ void prefetch_incoming_tma(const IntraParams& p, const IntraUnit& u,
+                                                      int pass) {
+  const int ch0 = pass * IntraSmemLayout::kMaxPassChannels;
+  const int t0 = static_cast<int>(u.t0);
+  const int b = static_cast<int>(u.batch);
+  const int hv = static_cast<int>(u.hv);
+  tma::prefetch_tile_4d(p.maps.dq, ch0, hv, t0, b);
+  tma::prefetch_tile_4d(p.maps.dk, ch0, hv, t0, b);
+  tma::prefetch_tile_4d(p.maps.dg, ch0, hv, t0, b);
 }
 
 // --- one task: (sub-chunk t, 32-channel group) ------------------------------------------------
@@ -711,7 +785,7 @@ __device__ __forceinline__ void diagonal_phase(const IntraParams& p, unsigned ch
 template <typename Tr>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     chunk_bwd_intra_kernel(const __grid_constant__ IntraParams p) {
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem[];
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
   const int lane = tid % 32;
@@ -719,6 +793,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   auto* units = reinterpret_cast<IntraUnit*>(smem + lay.units_off);  // [2]: current, next
   auto* dbpart = reinterpret_cast<float*>(smem + lay.dbpart_off);
   float* scratch = reinterpret_cast<float*>(smem + lay.scratch_off) + warp * Tr::kScratchFloats;
+  auto* bars = reinterpret_cast<uint64_t*>(smem + lay.barriers_off);  // [stage]: bulk copies
+  const bool tma = p.tma_copies;
+  uint32_t phases = 0;  // bit s: the parity of stage s's next bulk-copy phase
 
   const int64_t first = blockIdx.x;
   const int64_t step = gridDim.x;
@@ -727,16 +804,30 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   const int stages = lay.stages;
   const int64_t items = ((p.num_units - 1 - first) / step + 1) * passes;
 
+  // Queues item (w, pass)'s copies into stage `stage_index` (cp.async by every thread, or bulk
+  // tensor copies by one); returns this thread's β bits for store_beta.
+  auto issue = [&](const IntraUnit& w, int pass, int stage_index) -> uint32_t {
+    unsigned char* stage = smem + stage_index * Tr::kMap.bytes;
+    if (!tma) return issue_copies<Tr>(p, w, pass, stage, tid);
+    if (tid == Tr::kIssuer) issue_item_tma<Tr>(p, w, pass, stage, bars + stage_index);
+    return beta_bits_of<Tr>(p, w, tid);
+  };
+
   // Prologue: the first item's copies into stage 0.
   if (warp == 0) {
     const IntraUnit w = resolve_unit(p, first, Tr::kBT, lane);
     if (lane == 0) units[0] = w;
   }
+  if (tma && tid == 0) {
+    tma::barrier_init(bars);
+    tma::barrier_init(bars + 1);
+    tma::barrier_init_fence();
+  }
   __syncthreads();
   {
     const IntraUnit u0 = units[0];
     if (u0.valid) {
-      const uint32_t beta = issue_copies<Tr>(p, u0, 0, smem, tid);
+      const uint32_t beta = issue(u0, 0, 0);
       if (tid < Tr::kBT) store_beta<Tr>(p, smem, beta, tid);
     }
     cp_async_commit();
@@ -755,8 +846,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       const IntraUnit w = resolve_unit(p, first + (unit_n + 1) * step, Tr::kBT, lane);
       if (lane == 0) units[next_slot] = w;
     }
-    cp_async_wait_all();
-    __syncthreads();  // (A): this item's stage landed; the next unit is resolved
+    if (!tma) cp_async_wait_all();
+    __syncthreads();  // (A): this item's stage landed (bulk copies: below); next unit resolved
 
     const IntraUnit u = units[slot];
     const int cur = stages == 2 ? static_cast<int>(n % 2) : 0;
@@ -767,16 +858,26 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       // The other stage was last read by item n - 1, before (A).
       const IntraUnit un = units[next_slot];
       if (un.valid) {
-        beta_next = issue_copies<Tr>(p, un, next_pass, smem + (cur ^ 1) * Tr::kMap.bytes, tid);
+        beta_next = issue(un, next_pass, cur ^ 1);
         beta_next_pending = true;
       }
       cp_async_commit();
+    }
+    if (tma && u.valid) {
+      tma::barrier_wait(bars + cur, (phases >> cur) & 1u);
+      phases ^= 1u << cur;
+      if (u.len < Tr::kBT) {
+        zero_rows_past<Tr>(stage, u.len, tid);
+        __syncthreads();
+      }
     }
     const bool last_pass = pass == passes - 1;
     float db_in = 0.0f;
     if (u.valid) {
       if (p.l2_prefetch) {
-        if (p.fast_prefetch) {
+        if (p.tma_prefetch) {
+          if (tid == Tr::kIssuer) prefetch_incoming_tma<Tr>(p, u, pass);
+        } else if (p.fast_prefetch) {
           prefetch_incoming_fast<Tr>(p, u, pass, tid);
         } else {
           prefetch_item<Tr>(p, u, pass, false, true, tid);
@@ -812,6 +913,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     if (beta_next_pending && tid < Tr::kBT) {
       store_beta<Tr>(p, smem + (cur ^ 1) * Tr::kMap.bytes, beta_next, tid);
     }
+    // This item's ordinary writes into its stage (dqa over G, zeros, β) before the bulk copies
+    // that will overwrite it.
+    if (tma) tma::fence_proxy_async_shared();
     __syncthreads();  // (B): every task of the item is done (db partials, stage reads)
 
     if (u.valid && last_pass && tid < u.len) {
@@ -823,7 +927,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     if (stages == 1 && has_next) {
       const IntraUnit un = units[next_slot];
       if (un.valid) {
-        const uint32_t beta = issue_copies<Tr>(p, un, next_pass, smem, tid);
+        const uint32_t beta = issue(un, next_pass, 0);
         if (tid < Tr::kBT) store_beta<Tr>(p, smem, beta, tid);
       }
       cp_async_commit();

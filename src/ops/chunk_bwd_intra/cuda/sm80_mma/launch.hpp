@@ -28,8 +28,12 @@ struct IntraVariant {
   // The compile-time-shaped copy and prefetch paths where the inputs allow them (16-byte rows,
   // unit column strides); false forces the general paths (for comparison and tests).
   bool fast_paths = true;
+  // Bulk tensor copies (TMA) of the tiles where every map encodes (fast_paths only): 0 = no
+  // (cp.async), 1 = the copies and the L2 prefetch of the incoming dq/dk/dg, 2 = the copies only.
+  int tma = 1;
 
-  // "split=3,stages=1,prefetch=0,fast=0" (any subset, any order); false on a malformed string.
+  // "split=3,stages=1,prefetch=0,fast=0,tma=0" (any subset, any order); false on a malformed
+  // string.
   static bool parse(const std::string& text, IntraVariant* out);
   std::string describe() const;
 };
@@ -40,8 +44,9 @@ template <typename XT, int kBT, int kSplit>
 Status launch_chunk_bwd_intra(IntraParams params, const IntraVariant& variant, int device,
                               cudaStream_t stream);
 
-// Fills every field but smem from a validated problem.
-IntraParams make_intra_params(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& dims);
+// Fills every field but smem from a validated problem (the variant decides the copy paths).
+IntraParams make_intra_params(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& dims,
+                              const IntraVariant& variant);
 
 }  // namespace kda::cuda::intra
 

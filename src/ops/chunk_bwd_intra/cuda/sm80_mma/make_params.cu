@@ -51,17 +51,60 @@ IntraSmemLayout make_intra_smem_layout(int chunk_size, int64_t K, int x_bytes, i
   l.stage = intra_stage_map(chunk_size, x_bytes);
   l.stage_bytes = l.stage.bytes;
   constexpr int kMaxGroups = 8;
-  constexpr int kUnitsBytes = 64;  // 2 IntraUnit (checked in intra_kernel.cuh)
-  const int fixed = warps * 16 * 32 * 4 + kMaxGroups * chunk_size * 4 + kUnitsBytes;
+  constexpr int kUnitsBytes = 64;     // 2 IntraUnit (checked in intra_kernel.cuh)
+  constexpr int kBarriersBytes = 16;  // 2 shared-memory barriers
+  const int fixed =
+      warps * 16 * 32 * 4 + kMaxGroups * chunk_size * 4 + kUnitsBytes + kBarriersBytes;
   l.stages = stages_request != 1 && 2 * l.stage_bytes + fixed <= max_bytes ? 2 : 1;
   l.scratch_off = l.stages * l.stage_bytes;
   l.dbpart_off = l.scratch_off + warps * 16 * 32 * 4;
   l.units_off = l.dbpart_off + kMaxGroups * chunk_size * 4;
-  l.total_bytes = l.units_off + kUnitsBytes;
+  l.barriers_off = l.units_off + kUnitsBytes;
+  l.total_bytes = l.barriers_off + kBarriersBytes;
   return l;
 }
 
-IntraParams make_intra_params(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& dims) {
+namespace {
+
+// A [B, T, heads, cols] tensor's tile map with boxes of `rows` tokens x `cols` columns of one
+// head (dims innermost first: columns, heads, tokens, batch).
+bool encode_rows_map(TensorMapBytes* map, const TensorView& t, int rows, int cols) {
+  if (t.strides[3] != 1) return false;
+  const auto elem = static_cast<uint64_t>(dtype_size(t.dtype));
+  const uint64_t dims[4] = {static_cast<uint64_t>(t.shape[3]), static_cast<uint64_t>(t.shape[2]),
+                            static_cast<uint64_t>(t.shape[1]), static_cast<uint64_t>(t.shape[0])};
+  const uint64_t strides[3] = {static_cast<uint64_t>(t.strides[2]) * elem,
+                               static_cast<uint64_t>(t.strides[1]) * elem,
+                               static_cast<uint64_t>(t.strides[0]) * elem};
+  const uint32_t box[4] = {static_cast<uint32_t>(cols), 1, static_cast<uint32_t>(rows), 1};
+  return encode_tile_map_4d(map, t.data, static_cast<int>(elem), t.dtype == DType::f16, dims,
+                            strides, box);
+}
+
+// The bulk-copy maps of IntraParams::maps. Sets tma_copies / tma_prefetch for the maps that
+// encoded (`prefetch`: also the incoming dq, dk, dg).
+void encode_maps(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& dims, bool prefetch,
+                 IntraParams* p) {
+  const int bt = static_cast<int>(dims.BT);
+  const IntraStageMap map = intra_stage_map(bt, static_cast<int>(dtype_size(problem.q.dtype)));
+  bool ok = encode_rows_map(&p->maps.q, problem.q, bt, map.ld_x) &&
+            encode_rows_map(&p->maps.k, problem.k, bt, map.ld_x) &&
+            encode_rows_map(&p->maps.g, problem.g, bt, map.ld_g);
+  for (int s = 0; ok && s < bt / 16; ++s) {
+    ok = encode_rows_map(&p->maps.dAqk[s], problem.dAqk, 16, intra_a_ld(s)) &&
+         encode_rows_map(&p->maps.dAkk[s], problem.dAkk, 16, intra_a_ld(s));
+  }
+  p->tma_copies = ok;
+  constexpr int kPass = IntraSmemLayout::kMaxPassChannels;
+  p->tma_prefetch = ok && prefetch && encode_rows_map(&p->maps.dq, problem.dq, bt, kPass) &&
+                    encode_rows_map(&p->maps.dk, problem.dk, bt, kPass) &&
+                    encode_rows_map(&p->maps.dg, problem.dg, bt, kPass);
+}
+
+}  // namespace
+
+IntraParams make_intra_params(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& dims,
+                              const IntraVariant& variant) {
   IntraParams p;
   p.q = rows_view(problem.q);
   p.k = rows_view(problem.k);
@@ -92,6 +135,7 @@ IntraParams make_intra_params(const ChunkBwdIntraProblem& problem, const ChunkBw
   p.K = dims.K;
   p.heads_per_group = dims.HV / dims.H;
   p.num_units = (dims.varlen ? dims.NT : dims.B * dims.NT) * dims.HV;
+  if (variant.tma != 0 && variant.fast_paths) encode_maps(problem, dims, variant.tma == 1, &p);
   return p;
 }
 
@@ -113,6 +157,8 @@ bool IntraVariant::parse(const std::string& text, IntraVariant* out) {
       v.l2_prefetch = value == "1";
     } else if (key == "fast" && (value == "0" || value == "1")) {
       v.fast_paths = value == "1";
+    } else if (key == "tma" && (value == "0" || value == "1" || value == "2")) {
+      v.tma = std::stoi(value);
     } else {
       return false;
     }
@@ -124,7 +170,7 @@ bool IntraVariant::parse(const std::string& text, IntraVariant* out) {
 std::string IntraVariant::describe() const {
   return "split=" + std::to_string(split) + ",stages=" + std::to_string(stages) +
          ",prefetch=" + std::to_string(l2_prefetch ? 1 : 0) +
-         ",fast=" + std::to_string(fast_paths ? 1 : 0);
+         ",fast=" + std::to_string(fast_paths ? 1 : 0) + ",tma=" + std::to_string(tma);
 }
 
 Status device_facts(int device, DeviceFacts* out) {

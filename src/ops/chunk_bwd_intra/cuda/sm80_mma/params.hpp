@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/tensor_map.hpp"
 #include "cuda/common/views.hpp"
 
 namespace kda::cuda::intra {
@@ -37,7 +38,8 @@ struct IntraColumn {
 // are compile-time offsets (a run-time pitch cost an integer multiply-add per access: ncu found
 // integer address arithmetic the largest part of the kernel's instructions). Pitches: G's 8 (mod
 // 32) floats and Q/Kk's 8 or 24 (mod 32) words make the mma operand reads (4 rows x 8 channels
-// per instruction) free of bank conflicts.
+// per instruction) free of bank conflicts. Every tile starts on a 128-byte boundary (and a stage's
+// size is a multiple of 128), as the bulk tensor copies require.
 struct IntraStageMap {
   int ld_g;      // row pitch of G, in floats
   int ld_x;      // row pitch of Q and Kk, in elements of X
@@ -52,21 +54,28 @@ struct IntraStageMap {
 
 constexpr int kIntraMaxPassChannels = 128;
 
+// dA in shared memory: row i of sub-chunk s keeps columns 0 .. 16(s+1)-1 (the lower part and the
+// diagonal block) with pitch intra_a_ld(s) floats; sub-chunk s starts at intra_a_offset(s) floats
+// (a multiple of 32: 128-byte aligned). The pitch is 4 (mod 16): the mma A-fragment reads of 8
+// rows x 4 columns hit 32 distinct banks.
+constexpr int intra_a_ld(int s) { return 16 * (s + 1) + 4; }
+constexpr int intra_a_offset(int s) { return 128 * s * (s + 1) + 64 * s; }
+
 constexpr IntraStageMap intra_stage_map(int chunk_size, int x_bytes) {
   const int channels = kIntraMaxPassChannels;
   const int nc = chunk_size / 16;
-  const int a_floats = 128 * nc * (nc + 1) + 64 * nc;  // IntraTraits::kAFloats
-  auto align16 = [](int bytes) { return (bytes + 15) / 16 * 16; };
+  const int a_floats = intra_a_offset(nc);
+  auto align128 = [](int bytes) { return (bytes + 127) / 128 * 128; };
   IntraStageMap m{};
   m.ld_g = channels + 8;
   m.ld_x = channels + (x_bytes == 2 ? 16 : 8);
   m.g_off = 0;
-  m.q_off = align16(m.g_off + chunk_size * m.ld_g * 4);
-  m.k_off = align16(m.q_off + chunk_size * m.ld_x * x_bytes);
-  m.aq_off = align16(m.k_off + chunk_size * m.ld_x * x_bytes);
-  m.ak_off = align16(m.aq_off + a_floats * 4);
-  m.beta_off = align16(m.ak_off + a_floats * 4);
-  m.bytes = align16(m.beta_off + chunk_size * 4);
+  m.q_off = align128(m.g_off + chunk_size * m.ld_g * 4);
+  m.k_off = align128(m.q_off + chunk_size * m.ld_x * x_bytes);
+  m.aq_off = align128(m.k_off + chunk_size * m.ld_x * x_bytes);
+  m.ak_off = align128(m.aq_off + a_floats * 4);
+  m.beta_off = align128(m.ak_off + a_floats * 4);
+  m.bytes = align128(m.beta_off + chunk_size * 4);
   return m;
 }
 
@@ -85,6 +94,7 @@ struct IntraSmemLayout {
   int scratch_off = 0;  // per warp [16][32] float: the mma -> per-channel exchange
   int dbpart_off = 0;   // [8 channel groups][BT] float: db partial sums
   int units_off = 0;    // 2 resolved work units
+  int barriers_off = 0;  // 2 shared-memory barriers (uint64), one per stage: its bulk copies
   int total_bytes = 0;
 };
 
@@ -110,6 +120,20 @@ struct IntraParams {
   bool fast_copies = false;
   // dq, dk, dg (incoming) have unit column strides: their L2 prefetch takes the short path.
   bool fast_prefetch = false;
+  // Bulk tensor copies (TMA): one elected thread copies each tile of an item with one request
+  // (q, k, g: one box of the stage's rows; dAqk, dAkk: one box per sub-chunk), completing on the
+  // stage's shared-memory barrier; rows past the chunk are zeroed by the threads when the chunk is
+  // short. Set when every map below encoded (16-byte aligned data and strides, unit column
+  // strides) and the variant asks for it.
+  bool tma_copies = false;
+  // The incoming dq, dk, dg boxes of an item prefetched to L2 by three bulk requests.
+  bool tma_prefetch = false;
+  // Coordinates (innermost first): (channel, head, token, batch).
+  struct Maps {
+    TensorMapBytes q, k, g;              // box [1][BT][1][ld_x | ld_g] at (ch0, head, t0, batch)
+    TensorMapBytes dAqk[4], dAkk[4];     // [s]: box [1][16][1][a_ld(s)] at (0, hv, t0 + 16 s, b)
+    TensorMapBytes dq, dk, dg;           // box [1][BT][1][128] at (ch0, hv, t0, batch)
+  } maps;
 
   // Outputs, contiguous row-major.
   float* dq_out = nullptr;  // [B, T, HV, K]

@@ -1,0 +1,69 @@
+// cuTensorMapEncodeTiled through the runtime's driver entry point, so that the library does not
+// link libcuda itself (the driver is loaded by the CUDA runtime already).
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "cuda/common/tensor_map.hpp"
+
+namespace kda::cuda {
+
+namespace {
+
+static_assert(sizeof(CUtensorMap) == sizeof(TensorMapBytes), "a CUtensorMap is 128 bytes");
+static_assert(alignof(TensorMapBytes) >= 64, "tensor maps are 64-byte aligned");
+
+// The driver's encoder, looked up once; nullptr when the driver does not have it.
+PFN_cuTensorMapEncodeTiled_v12000 encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();  // leave no sticky error for the caller's next check
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+bool encode_tile_map_4d(TensorMapBytes* map, const void* data, int elem_bytes, bool is_float16,
+                        const uint64_t (&dims)[4], const uint64_t (&strides)[3],
+                        const uint32_t (&box)[4]) {
+  if (elem_bytes != 2 && elem_bytes != 4) return false;
+  if (reinterpret_cast<uintptr_t>(data) % 16 != 0) return false;
+  for (uint64_t s : strides) {
+    if (s % 16 != 0 || s >= (uint64_t{1} << 40)) return false;
+  }
+  for (int d = 0; d < 4; ++d) {
+    if (dims[d] == 0 || dims[d] > (uint64_t{1} << 32) || box[d] == 0 || box[d] > 256) return false;
+  }
+  if (box[0] * elem_bytes % 16 != 0) return false;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
+  if (encode == nullptr) return false;
+  const CUtensorMapDataType type = elem_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : is_float16    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                   : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const cuuint64_t global_dims[4] = {dims[0], dims[1], dims[2], dims[3]};
+  const cuuint64_t global_strides[3] = {strides[0], strides[1], strides[2]};
+  const cuuint32_t box_dims[4] = {box[0], box[1], box[2], box[3]};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  CUtensorMap encoded;
+  const CUresult r = encode(&encoded, type, 4, const_cast<void*>(data), global_dims,
+                            global_strides, box_dims, element_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) return false;
+  std::memcpy(map->words, &encoded, sizeof(encoded));
+  return true;
+}
+
+}  // namespace kda::cuda
