@@ -55,8 +55,17 @@ struct Tf32Split {
   uint32_t hi;
   uint32_t lo;
   __device__ __forceinline__ explicit Tf32Split(float x) {
-    hi = tf32_rna(x);
-    lo = kSplit == 3 ? tf32_rna(x - __uint_as_float(hi)) : 0u;
+    if constexpr (kSplit == 1) {
+      // Round half away from zero in one integer add: the tensor cores read a TF32 operand's
+      // top 19 bits and ignore the 13 below, so adding half of the dropped range and letting
+      // them truncate rounds as cvt.rna does for every finite x (cvt.rna costs a compare and a
+      // predicated add; an infinite or NaN x, which no read input holds, may come out NaN).
+      hi = __float_as_uint(x) + 0x1000u;
+      lo = 0u;
+    } else {
+      hi = tf32_rna(x);
+      lo = tf32_rna(x - __uint_as_float(hi));
+    }
   }
 };
 
@@ -186,6 +195,7 @@ struct IntraUnit {
   int len;        // rows in the chunk, 1..BT
   int valid;
 };
+static_assert(sizeof(IntraUnit) == 32, "the shared-memory map keeps 128 bytes for 3 units");
 
 // Called by one whole warp; every lane returns the same unit. The chunk walk (and its bounds
 // checks of device-resident index tensors) is the shared one of cuda/common/chunk_units.cuh;

@@ -782,6 +782,28 @@ __device__ __forceinline__ void diagonal_phase(const IntraParams& p, unsigned ch
 
 // --- the kernel ----------------------------------------------------------------------------------
 
+// db of one unit, deferred: its per-row partials (one per channel group) sit in dbpart[buffer]
+// until the threads that own its rows sum them after the next item's first barrier, so that no
+// barrier of its own is needed at the end of every item.
+struct PendingDb {
+  bool pending = false;
+  int buffer = 0;     // dbpart buffer (the unit's number mod 2)
+  int64_t at = 0;     // element of db_out
+  float db_in = 0.0f; // incoming db of the row
+};
+
+template <typename Tr>
+__device__ __forceinline__ void finish_db(const IntraParams& p, const float* dbpart, int row,
+                                          PendingDb& d) {
+  if (!d.pending) return;
+  const int groups_total = static_cast<int>((p.K + 31) / 32);
+  const float* part = dbpart + d.buffer * Tr::kMaxGroups * Tr::kBT + row;
+  float sum = 0.0f;
+  for (int gi = 0; gi < groups_total; ++gi) sum += part[gi * Tr::kBT];
+  p.db_out[d.at] = d.db_in + sum;
+  d.pending = false;
+}
+
 template <typename Tr>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     chunk_bwd_intra_kernel(const __grid_constant__ IntraParams p) {
@@ -790,19 +812,28 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   const int warp = tid / 32;
   const int lane = tid % 32;
   const IntraSmemLayout& lay = p.smem;
-  auto* units = reinterpret_cast<IntraUnit*>(smem + lay.units_off);  // [2]: current, next
-  auto* dbpart = reinterpret_cast<float*>(smem + lay.dbpart_off);
+  // Resolved units, slot m % 3 for unit m (the current one, the next one, and the one after it,
+  // resolved two units ahead by the last warp so that no barrier waits on the resolution).
+  auto* units = reinterpret_cast<IntraUnit*>(smem + lay.units_off);
+  auto* dbpart = reinterpret_cast<float*>(smem + lay.dbpart_off);  // [2][kMaxGroups][BT]
   float* scratch = reinterpret_cast<float*>(smem + lay.scratch_off) + warp * Tr::kScratchFloats;
   auto* bars = reinterpret_cast<uint64_t*>(smem + lay.barriers_off);  // [stage]: bulk copies
   const bool tma = p.tma_copies;
   uint32_t phases = 0;  // bit s: the parity of stage s's next bulk-copy phase
+  // The threads that finish db: row tid - kDbFirst (the warps before the last one, whose tasks
+  // have the lightest first phase).
+  constexpr int kDbFirst = Tr::kThreads - 32 - Tr::kBT;
+  const int db_row = tid - kDbFirst;
+  const bool db_thread = db_row >= 0 && db_row < Tr::kBT;
+  PendingDb db;
 
   const int64_t first = blockIdx.x;
   const int64_t step = gridDim.x;
   if (first >= p.num_units) return;
   const int passes = lay.passes;
   const int stages = lay.stages;
-  const int64_t items = ((p.num_units - 1 - first) / step + 1) * passes;
+  const int64_t my_units = (p.num_units - 1 - first) / step + 1;
+  const int64_t items = my_units * passes;
 
   // Queues item (w, pass)'s copies into stage `stage_index` (cp.async by every thread, or bulk
   // tensor copies by one); returns this thread's β bits for store_beta.
@@ -813,10 +844,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     return beta_bits_of<Tr>(p, w, tid);
   };
 
-  // Prologue: the first item's copies into stage 0.
-  if (warp == 0) {
-    const IntraUnit w = resolve_unit(p, first, Tr::kBT, lane);
-    if (lane == 0) units[0] = w;
+  // Prologue: units 0 and 1 resolved (warps 0 and 1), the first item's copies into stage 0.
+  if (warp < 2 && warp < my_units) {
+    const IntraUnit w = resolve_unit(p, first + warp * step, Tr::kBT, lane);
+    if (lane == 0) units[warp] = w;
   }
   if (tma && tid == 0) {
     tma::barrier_init(bars);
@@ -836,18 +867,23 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   for (int64_t n = 0; n < items; ++n) {
     const int pass = static_cast<int>(n % passes);
     const int64_t unit_n = n / passes;
-    const int slot = static_cast<int>(unit_n % 2);
+    const int slot = static_cast<int>(unit_n % 3);
     const bool has_next = n + 1 < items;
     const bool next_is_new_unit = pass == passes - 1;
-    const int next_slot = next_is_new_unit ? slot ^ 1 : slot;
+    const int next_slot = next_is_new_unit ? (slot == 2 ? 0 : slot + 1) : slot;
     const int next_pass = next_is_new_unit ? 0 : pass + 1;
-    // The next unit's slot was last read before the previous barrier (B).
-    if (has_next && next_is_new_unit && warp == 0) {
-      const IntraUnit w = resolve_unit(p, first + (unit_n + 1) * step, Tr::kBT, lane);
-      if (lane == 0) units[next_slot] = w;
-    }
     if (!tma) cp_async_wait_all();
-    __syncthreads();  // (A): this item's stage landed (bulk copies: below); next unit resolved
+    // (A): the previous item is done everywhere (its stage, db partials and units may be
+    // reused); this item's cp.async copies landed (bulk copies: waited on below).
+    __syncthreads();
+
+    // The previous unit's db (its last item ended before (A)).
+    if (pass == 0 && db_thread) finish_db<Tr>(p, dbpart, db_row, db);
+    // Unit unit_n + 2, resolved while the others compute; first read after a later (A).
+    if (pass == 0 && warp == Tr::kWarps - 1 && unit_n + 2 < my_units) {
+      const IntraUnit w = resolve_unit(p, first + (unit_n + 2) * step, Tr::kBT, lane);
+      if (lane == 0) units[(unit_n + 2) % 3] = w;
+    }
 
     const IntraUnit u = units[slot];
     const int cur = stages == 2 ? static_cast<int>(n % 2) : 0;
@@ -872,7 +908,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       }
     }
     const bool last_pass = pass == passes - 1;
-    float db_in = 0.0f;
     if (u.valid) {
       if (p.l2_prefetch) {
         if (p.tma_prefetch) {
@@ -886,8 +921,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
           prefetch_item<Tr>(p, units[next_slot], next_pass, true, false, tid);
         }
       }
-      if (last_pass && tid < u.len) {
-        db_in = load_float<float>(p.db.data, origin(p.db, u) + tid * p.db.stride_token);
+      if (last_pass && db_thread && db_row < u.len) {
+        db.pending = true;
+        db.buffer = static_cast<int>(unit_n % 2);
+        db.at = (u.batch * p.T + u.t0 + db_row) * p.HV + u.hv;
+        db.db_in = load_float<float>(p.db.data, origin(p.db, u) + db_row * p.db.stride_token);
       }
       // At most one task per warp: (sub-chunk, channel group) pairs <= NC x 4 = warps.
       const Stage<Tr> st{stage};
@@ -901,12 +939,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       if (has_task) off_diagonal_phase(st, u.len, t, cg, lane, acc_q, acc_r, acc_c);
       __syncthreads();  // (C): the tiles of other tasks are read no more
       if (has_task) {
+        float* parts = dbpart + static_cast<int>(unit_n % 2) * Tr::kMaxGroups * Tr::kBT;
         if (u.len - 16 * t >= 16) {
           diagonal_phase<Tr, true>(p, stage, st, u, pass, t, cg, acc_q, acc_r, acc_c, scratch,
-                                   dbpart, lane);
+                                   parts, lane);
         } else {
           diagonal_phase<Tr, false>(p, stage, st, u, pass, t, cg, acc_q, acc_r, acc_c, scratch,
-                                    dbpart, lane);
+                                    parts, lane);
         }
       }
     }
@@ -914,17 +953,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       store_beta<Tr>(p, smem + (cur ^ 1) * Tr::kMap.bytes, beta_next, tid);
     }
     // This item's ordinary writes into its stage (dqa over G, zeros, β) before the bulk copies
-    // that will overwrite it.
+    // that will overwrite it, after the next (A) (or (B)).
     if (tma) tma::fence_proxy_async_shared();
-    __syncthreads();  // (B): every task of the item is done (db partials, stage reads)
 
-    if (u.valid && last_pass && tid < u.len) {
-      const int groups_total = static_cast<int>((p.K + 31) / 32);
-      float sum = 0.0f;
-      for (int gi = 0; gi < groups_total; ++gi) sum += dbpart[gi * Tr::kBT + tid];
-      p.db_out[(u.batch * p.T + u.t0 + tid) * p.HV + u.hv] = db_in + sum;
-    }
     if (stages == 1 && has_next) {
+      __syncthreads();  // (B): one stage: every task is done with it before it is refilled
       const IntraUnit un = units[next_slot];
       if (un.valid) {
         const uint32_t beta = issue(un, next_pass, 0);
@@ -933,6 +966,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       cp_async_commit();
     }
   }
+  // The last unit's db.
+  __syncthreads();
+  if (db_thread) finish_db<Tr>(p, dbpart, db_row, db);
 }
 
 }  // namespace kda::cuda::intra

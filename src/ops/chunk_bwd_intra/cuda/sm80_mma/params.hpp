@@ -92,8 +92,8 @@ struct IntraSmemLayout {
   int stages = 0;  // 1 or 2
   // Offsets from the start of dynamic shared memory.
   int scratch_off = 0;  // per warp [16][32] float: the mma -> per-channel exchange
-  int dbpart_off = 0;   // [8 channel groups][BT] float: db partial sums
-  int units_off = 0;    // 2 resolved work units
+  int dbpart_off = 0;   // [2 units][8 channel groups][BT] float: db partial sums
+  int units_off = 0;    // 3 resolved work units (128 bytes)
   int barriers_off = 0;  // 2 shared-memory barriers (uint64), one per stage: its bulk copies
   int total_bytes = 0;
 };
