@@ -17,8 +17,9 @@
 #   sanitizer         memcheck, racecheck, synccheck, initcheck on each operator's subset
 #   reliability       test_cuda_reliability with the simt kernel and the default dispatch;
 #                     memcheck on the garbage-index tests of both operators
-#   sanitizer-matrix  the four tools over the whole test_cuda matrix, then memcheck over
-#                     test_intra_cuda, as far as the deadline allows
+#   sanitizer-matrix  the four tools over the whole test_cuda matrix, then over the whole
+#                     test_intra_cuda, as far as the deadline allows (KDA_SANITIZER_MATRIX=wy|intra:
+#                     one of them)
 #   bench             chunk_bwd_wy_dqkg timings per kernel (kda run, CUDA events)
 #   bench-py-intra    bench/run.py --op chunk_bwd_intra: ours and fla's Triton kernel (autotuned)
 #                     in one process, floor, err_ratio against float64
@@ -256,8 +257,15 @@ fi
 
 # --- sanitizer over the whole matrix ---------------------------------------------------------
 if want sanitizer-matrix; then
-  for run in "memcheck $test_cuda" "racecheck $test_cuda" "synccheck $test_cuda" \
-    "initcheck $test_cuda" "memcheck $test_intra"; do
+  # KDA_SANITIZER_MATRIX: which binaries (wy, intra; default both) get the four tools.
+  matrix=()
+  for tool in memcheck racecheck synccheck initcheck; do
+    [[ ",${KDA_SANITIZER_MATRIX:-wy,intra}," == *",wy,"* ]] && matrix+=("$tool $test_cuda")
+  done
+  for tool in memcheck racecheck synccheck initcheck; do
+    [[ ",${KDA_SANITIZER_MATRIX:-wy,intra}," == *",intra,"* ]] && matrix+=("$tool $test_intra")
+  done
+  for run in "${matrix[@]}"; do
     set -- $run
     name=$(basename "$2")
     if [ "$(left 1000)" -lt 30 ]; then

@@ -87,8 +87,8 @@ bool encode_tile_map_4d(TensorMapBytes* map, const void* data, int elem_bytes, b
 namespace {
 
 bool encode_uncached(TensorMapBytes* map, const void* data, int elem_bytes, bool is_float16,
-                        const uint64_t (&dims)[4], const uint64_t (&strides)[3],
-                        const uint32_t (&box)[4]) {
+                     const uint64_t (&dims)[4], const uint64_t (&strides)[3],
+                     const uint32_t (&box)[4]) {
   if (elem_bytes != 2 && elem_bytes != 4) return false;
   if (reinterpret_cast<uintptr_t>(data) % 16 != 0) return false;
   for (uint64_t s : strides) {
@@ -108,10 +108,10 @@ bool encode_uncached(TensorMapBytes* map, const void* data, int elem_bytes, bool
   const cuuint32_t box_dims[4] = {box[0], box[1], box[2], box[3]};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   CUtensorMap encoded;
-  const CUresult r = encode(&encoded, type, 4, const_cast<void*>(data), global_dims,
-                            global_strides, box_dims, element_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      encode(&encoded, type, 4, const_cast<void*>(data), global_dims, global_strides, box_dims,
+             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) return false;
   std::memcpy(map->words, &encoded, sizeof(encoded));
   return true;

@@ -25,11 +25,10 @@ __device__ __forceinline__ void barrier_init_fence() {
 
 // The issuing thread's arrival, announcing the bytes the phase's copies will deliver.
 __device__ __forceinline__ void barrier_arrive_expect(uint64_t* bar, uint32_t bytes) {
-  asm volatile(
-      "mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-          smem_address(bar)),
-      "r"(bytes)
-      : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                   smem_address(bar)),
+               "r"(bytes)
+               : "memory");
 }
 
 // Waits until the barrier's phase of parity `parity` (0, 1, 0, ... per use) has completed; the
@@ -63,11 +62,10 @@ __device__ __forceinline__ void copy_tile_4d(void* dst, const TensorMapBytes& ma
 // Asks L2 to fetch the box at (c0, c1, c2, c3) of `map` (nothing reaches the SM).
 __device__ __forceinline__ void prefetch_tile_4d(const TensorMapBytes& map, int c0, int c1, int c2,
                                                  int c3) {
-  asm volatile(
-      "cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
-          reinterpret_cast<uint64_t>(&map)),
-      "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
+  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(&map)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
 }
 
 // Orders this thread's earlier ordinary shared-memory writes before later bulk copies (the async

@@ -45,10 +45,11 @@ Status environment_variant(IntraVariant* out) {
   const char* text = std::getenv("KDA_INTRA_VARIANT");
   if (text == nullptr || *text == '\0') return Status::Ok();
   if (!IntraVariant::parse(text, out)) {
-    return invalid_argument(std::string("environment variable KDA_INTRA_VARIANT: expected "
-                                        "split=1|3,stages=0|1|2,prefetch=0|1,fast=0|1,tma=0|1|2 (any subset), "
-                                        "got '") +
-                            text + "'");
+    return invalid_argument(
+        std::string("environment variable KDA_INTRA_VARIANT: expected "
+                    "split=1|3,stages=0|1|2,prefetch=0|1,fast=0|1,tma=0|1|2 (any subset), "
+                    "got '") +
+        text + "'");
   }
   return Status::Ok();
 }

@@ -15,7 +15,8 @@
 //   diagonal block (j <= i inside t): exact D = exp2(G[i] − G[j]) per pair and channel on the
 //   CUDA cores, each D used for dqa, r and dkc at once; rows are finished from the last to the
 //   first, so dkc[i] is complete when row i is stored: dq, dk, dg rows (incoming + intra) go to
-//   global memory, Σ_c r·Kk per row to a shared partial; db = db_in + Σ partials after a barrier.
+//   global memory, Σ_c r·Kk per row to a shared partial; db = db_in + Σ partials after the next
+//   item's first barrier (PendingDb).
 // Row i of dq and db reads only rows j <= i (mma rows are independent dot products; anchors f
 // <= i), so those outputs are causal bit for bit.
 // No atomics; every sum has a fixed order: results are bitwise reproducible.
@@ -276,7 +277,7 @@ __device__ __forceinline__ uint32_t issue_copies(const IntraParams& p, const Int
 // diagonal and the pitch padding arrive as whatever the tensor holds there: no task reads them.
 template <typename Tr>
 __device__ __noinline__ void issue_item_tma(const IntraParams& p, const IntraUnit& u, int pass,
-                                               unsigned char* stage, uint64_t* bar) {
+                                            unsigned char* stage, uint64_t* bar) {
   const int ch0 = pass * IntraSmemLayout::kMaxPassChannels;
   const int t0 = static_cast<int>(u.t0);
   const int b = static_cast<int>(u.batch);
@@ -397,11 +398,11 @@ __device__ __noinline__ void prefetch_incoming_fast(const IntraParams& p, const 
   }
 }
 
-// The incoming dq, dk, dg boxes of item (u, pass) prefetched to L2 (IntraParams::tma_prefetch): three
-// requests from one thread.
+// The incoming dq, dk, dg boxes of item (u, pass) prefetched to L2 (IntraParams::tma_prefetch):
+// three requests from one thread.
 template <typename Tr>
 __device__ __noinline__ void prefetch_incoming_tma(const IntraParams& p, const IntraUnit& u,
-                                                      int pass) {
+                                                   int pass) {
   const int ch0 = pass * IntraSmemLayout::kMaxPassChannels;
   const int t0 = static_cast<int>(u.t0);
   const int b = static_cast<int>(u.batch);
@@ -787,9 +788,9 @@ __device__ __forceinline__ void diagonal_phase(const IntraParams& p, unsigned ch
 // barrier of its own is needed at the end of every item.
 struct PendingDb {
   bool pending = false;
-  int buffer = 0;     // dbpart buffer (the unit's number mod 2)
-  int64_t at = 0;     // element of db_out
-  float db_in = 0.0f; // incoming db of the row
+  int buffer = 0;      // dbpart buffer (the unit's number mod 2)
+  int64_t at = 0;      // element of db_out
+  float db_in = 0.0f;  // incoming db of the row
 };
 
 template <typename Tr>

@@ -51,8 +51,8 @@ IntraSmemLayout make_intra_smem_layout(int chunk_size, int64_t K, int x_bytes, i
   l.stage = intra_stage_map(chunk_size, x_bytes);
   l.stage_bytes = l.stage.bytes;
   constexpr int kMaxGroups = 8;
-  constexpr int kUnitsBytes = 128;    // 3 IntraUnit (checked in kernel.cuh)
-  constexpr int kBarriersBytes = 16;  // 2 shared-memory barriers
+  constexpr int kUnitsBytes = 128;                           // 3 IntraUnit (checked in kernel.cuh)
+  constexpr int kBarriersBytes = 16;                         // 2 shared-memory barriers
   const int dbpart_bytes = 2 * kMaxGroups * chunk_size * 4;  // two units' partials
   const int fixed = warps * 16 * 32 * 4 + dbpart_bytes + kUnitsBytes + kBarriersBytes;
   l.stages = stages_request != 1 && 2 * l.stage_bytes + fixed <= max_bytes ? 2 : 1;

@@ -58,8 +58,12 @@ constexpr int kIntraMaxPassChannels = 128;
 // diagonal block) with pitch intra_a_ld(s) floats; sub-chunk s starts at intra_a_offset(s) floats
 // (a multiple of 32: 128-byte aligned). The pitch is 4 (mod 16): the mma A-fragment reads of 8
 // rows x 4 columns hit 32 distinct banks.
-constexpr int intra_a_ld(int s) { return 16 * (s + 1) + 4; }
-constexpr int intra_a_offset(int s) { return 128 * s * (s + 1) + 64 * s; }
+constexpr int intra_a_ld(int s) {
+  return 16 * (s + 1) + 4;
+}
+constexpr int intra_a_offset(int s) {
+  return 128 * s * (s + 1) + 64 * s;
+}
 
 constexpr IntraStageMap intra_stage_map(int chunk_size, int x_bytes) {
   const int channels = kIntraMaxPassChannels;
@@ -91,9 +95,9 @@ struct IntraSmemLayout {
   int stage_bytes = 0;
   int stages = 0;  // 1 or 2
   // Offsets from the start of dynamic shared memory.
-  int scratch_off = 0;  // per warp [16][32] float: the mma -> per-channel exchange
-  int dbpart_off = 0;   // [2 units][8 channel groups][BT] float: db partial sums
-  int units_off = 0;    // 3 resolved work units (128 bytes)
+  int scratch_off = 0;   // per warp [16][32] float: the mma -> per-channel exchange
+  int dbpart_off = 0;    // [2 units][8 channel groups][BT] float: db partial sums
+  int units_off = 0;     // 3 resolved work units (128 bytes)
   int barriers_off = 0;  // 2 shared-memory barriers (uint64), one per stage: its bulk copies
   int total_bytes = 0;
 };
@@ -130,9 +134,9 @@ struct IntraParams {
   bool tma_prefetch = false;
   // Coordinates (innermost first): (channel, head, token, batch).
   struct Maps {
-    TensorMapBytes q, k, g;              // box [1][BT][1][ld_x | ld_g] at (ch0, head, t0, batch)
-    TensorMapBytes dAqk[4], dAkk[4];     // [s]: box [1][16][1][a_ld(s)] at (0, hv, t0 + 16 s, b)
-    TensorMapBytes dq, dk, dg;           // box [1][BT][1][128] at (ch0, hv, t0, batch)
+    TensorMapBytes q, k, g;           // box [1][BT][1][ld_x | ld_g] at (ch0, head, t0, batch)
+    TensorMapBytes dAqk[4], dAkk[4];  // [s]: box [1][16][1][a_ld(s)] at (0, hv, t0 + 16 s, b)
+    TensorMapBytes dq, dk, dg;        // box [1][BT][1][128] at (ch0, hv, t0, batch)
   } maps;
 
   // Outputs, contiguous row-major.
