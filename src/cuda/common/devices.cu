@@ -89,7 +89,7 @@ bool device_supported() {
   return false;
 }
 
-Status run_on_device(int device, void* stream, const std::function<Status()>& launch) {
+Status run_on_device(int device, void* stream, LaunchRef launch) {
   const std::vector<int>& capability = device_capabilities();
   if (device >= 0 && device < static_cast<int>(capability.size()) &&
       capability[device] != kBuiltCapability) {
@@ -100,6 +100,9 @@ Status run_on_device(int device, void* stream, const std::function<Status()>& la
                 "; this build of libkda has kernels for sm_90a (compute capability 9.0, Hopper) "
                 "only"};
   }
+  // With one visible device the current device is that one, the tensors' (device 0): no device
+  // to ask for, switch or restore, and no stream of another device exists (check_stream_device).
+  if (capability.size() == 1 && device == 0) return launch();
   int caller_device = 0;
   if (Status s = cuda_status(cudaGetDevice(&caller_device), "cudaGetDevice"); !s.ok()) return s;
   if (caller_device != device) {

@@ -43,7 +43,10 @@ Status launch_wy_dqkg(const WyDqkgParams& params, int device, cudaStream_t strea
   const unsigned grid =
       static_cast<unsigned>(params.num_units < max_grid ? params.num_units : max_grid);
   wy_dqkg_kernel<XT, HT, kBT><<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
-  return cuda_status(cudaGetLastError(), "launch of " + name);
+  // The message is worded only when the launch failed (no string built per call).
+  const cudaError_t launched = cudaGetLastError();
+  if (launched == cudaSuccess) return Status::Ok();
+  return cuda_status(launched, "launch of " + name);
 }
 
 }  // namespace kda::cuda
