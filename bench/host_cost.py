@@ -41,7 +41,13 @@ kernel did is counted and printed as a note (its calls still had at most 200 lau
 its time is still the host's).
 
 Prints, per layer and implementation, the best and the median of the rounds, in microseconds per
-call.
+call. Then, for the compiled op, where the custom-op layer's time goes (op_breakdown): the op's
+body timed by its own probe (libkda_torch's kda_torch_probe: the options and input views, the
+output allocations, the stream lookup, kda::run), the layer again with each round's results kept
+(no release inside the timed calls), and the release of those results (the tuple and the
+outputs: the allocator's frees); what the layer takes beyond the body and the release is Python's
+argument parsing, torch's dispatcher and Autograd fallback and the results' wrapping. The H200
+machines have no perf, so this is the breakdown there.
 """
 
 import argparse
@@ -105,6 +111,10 @@ CALIBRATION_CALLS = 20
 MAX_CALIBRATED_US = 2000.0
 # A child process (one implementation) that has not finished by then is reported as cut.
 CHILD_TIMEOUT_S = 100
+# The compiled op's probe phases (src/torch_op/probe.hpp's Phase, in order), as printed.
+PROBE_PHASES = ("inputs", "outputs", "stream", "run")
+PROBE_WORDS = {"inputs": "options and input views", "outputs": "output allocations",
+               "stream": "stream lookup", "run": "kda::run (validation and backend)"}
 
 
 def round_plan(device, calls):
@@ -170,6 +180,65 @@ def cuda_spin(torch, fn, per_round, sync):
         return done
 
     return spin
+
+
+def time_release(fn, plan, sync, spin=None):
+    """Host time per call of `fn` with each round's results kept (none released inside the
+    timed calls), and of releasing them afterwards (clearing the list that holds them), in
+    microseconds: the medians of the rounds of `plan`, each prepared as time_layer's."""
+    rounds, per_round = plan
+    kept, released = [], []
+    for _ in range(rounds):
+        fn()
+        sync()
+        pending = spin() if spin is not None else None
+        results = []
+        start = time.perf_counter()
+        for _ in range(per_round):
+            results.append(fn())
+        mid = time.perf_counter()
+        results.clear()
+        end = time.perf_counter()
+        del pending
+        sync()
+        kept.append((mid - start) / per_round * 1e6)
+        released.append((end - mid) / per_round * 1e6)
+    return statistics.median(kept), statistics.median(released)
+
+
+def op_breakdown(torch, library_path, fn, plan, sync, device):
+    """Where the compiled op's custom-op layer `fn` spends its time: {"phases": {phase: mean µs
+    a call inside the op's body, PROBE_PHASES}, "layer": the layer's median with the probe on,
+    "kept"/"release": time_release's medians}."""
+    probe = ctypes.CDLL(str(library_path)).kda_torch_probe
+    probe.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
+    probe.restype = ctypes.c_int64
+    spin = cuda_spin(torch, fn, plan[1], sync) if device == "cuda" else None
+    probe(1, None, 0)
+    try:
+        _, median, _ = time_layer(fn, plan, sync, spin)
+    finally:
+        totals = (ctypes.c_int64 * len(PROBE_PHASES))()
+        calls = probe(0, totals, len(PROBE_PHASES))
+    phases = {name: totals[i] / max(calls, 1) / 1e3 for i, name in enumerate(PROBE_PHASES)}
+    kept, release = time_release(fn, plan, sync, spin)
+    return dict(phases=phases, calls=calls, layer=median, kept=kept, release=release)
+
+
+def breakdown_lines(implementation, b):
+    """op_breakdown's result as printed lines."""
+    body = sum(b["phases"].values())
+    parts = ", ".join(f"{PROBE_WORDS[n]} {b['phases'][n]:.1f}" for n in PROBE_PHASES)
+    outside = b["layer"] - body
+    return [
+        f"{implementation}: where custom-op's time goes (us a call; the op's probe, mean of "
+        f"{b['calls']} calls; layers as medians of rounds):",
+        f"  inside the op's body {body:.1f}: {parts}",
+        f"  custom-op with the probe on {b['layer']:.1f}: {outside:.1f} outside the body "
+        f"(Python's argument parsing, dispatcher, Autograd fallback, results, their release)",
+        f"  custom-op with each round's results kept {b['kept']:.1f}; releasing them "
+        f"afterwards (result tuple and outputs) {b['release']:.1f}",
+    ]
 
 
 def measure(args):
@@ -243,8 +312,15 @@ def measure(args):
         times[name] = (best, median)
         if late:
             uncovered[name] = late
+    breakdown = None
+    if _torch_op.CHOICE.backend == "compiled":
+        began = time.perf_counter()
+        breakdown = op_breakdown(torch, _torch_op.CHOICE.detail, layers["custom-op"], plan, sync,
+                                 args.device)
+        print(f"  [{os.environ.get('KDA_TORCH_OP', '?')}] custom-op breakdown: "
+              f"{time.perf_counter() - began:.1f} s", file=sys.stderr, flush=True)
     spun = args.device != "cuda" or hasattr(torch.cuda, "_sleep")
-    return dict(times=times, uncovered=uncovered, spun=spun, plan=plan,
+    return dict(times=times, uncovered=uncovered, spun=spun, plan=plan, breakdown=breakdown,
                 detail=kda_kernels.torch_op_backend(detail=True), torch=torch.__version__)
 
 
@@ -316,6 +392,10 @@ def main():
                          f"{rounds}; at most {per_round} launches queued, so host time still)")
     for note in notes:
         print(note)
+    for implementation in wanted:
+        result = results[implementation]
+        if result and result.get("breakdown"):
+            print("\n".join(breakdown_lines(implementation, result["breakdown"])))
     if not measured:
         sys.exit(1)
 

@@ -614,6 +614,17 @@ def test_host_cost_runs_every_layer(op):
     compiled_built = "not measured" not in lines[7]
     assert lines[7].startswith("compiled: ") and lines[8].startswith("python: ")
     assert compiled_built == all(row[1] != "-" for row in rows), result.stdout
+    # The compiled op's breakdown (its probe's phases, the results' release) comes last.
+    breakdown = lines[9:]
+    assert len(breakdown) == (4 if compiled_built else 0), result.stdout
+    if compiled_built:
+        assert breakdown[0].startswith("compiled: where custom-op's time goes")
+        phases = breakdown[1].split(": ", 1)[1].split(", ")
+        assert [p.rsplit(" ", 1)[0] for p in phases] == [
+            "options and input views", "output allocations", "stream lookup",
+            "kda::run (validation and backend)"]
+        assert all(float(p.rsplit(" ", 1)[1]) >= 0 for p in phases)
+        assert float(phases[1].rsplit(" ", 1)[1]) > 0 and float(phases[3].rsplit(" ", 1)[1]) > 0
 
 
 def test_host_cost_rounds_keep_gpu_time_out():

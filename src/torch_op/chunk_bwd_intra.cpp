@@ -11,6 +11,7 @@
 #include "kda/ops/chunk_bwd_intra.hpp"
 #include "torch_op/options.hpp"
 #include "torch_op/outputs.hpp"
+#include "torch_op/probe.hpp"
 #include "torch_op/status.hpp"
 #include "torch_op/stream.hpp"
 #include "torch_op/tensors.hpp"
@@ -33,6 +34,7 @@ Outputs chunk_kda_bwd_intra(const at::Tensor& q, const at::Tensor& k, const at::
                             const std::optional<at::Tensor>& chunk_indices, int64_t chunk_size,
                             bool safe_gate, std::optional<std::string_view> backend_name,
                             std::string_view kernel_name) {
+  probe::Laps laps;
   const Backend backend = backend_of(backend_name, q, kOp);
   const Kernel kernel = kernel_of(kernel_name, kOp);
   Problem p;
@@ -59,8 +61,13 @@ Outputs chunk_kda_bwd_intra(const at::Tensor& q, const at::Tensor& k, const at::
                                                   {{B, T, HV, K}, 4, f32, &Problem::dk_out},
                                                   {{B, T, HV}, 3, f32, &Problem::db_out},
                                                   {{B, T, HV, K}, 4, f32, &Problem::dg_out}}};
+  laps.lap(probe::inputs);
   const auto out = allocate_outputs(p, q, specs, kOp);
-  check(run(p, backend, stream_for(backend, q.device()), kernel), kOp);
+  laps.lap(probe::outputs);
+  void* const stream = stream_for(backend, q.device());
+  laps.lap(probe::stream);
+  check(run(p, backend, stream, kernel), kOp);
+  laps.lap(probe::run);
   return {out[0], out[1], out[2], out[3]};
 }
 

@@ -11,6 +11,7 @@
 #include "kda/ops/chunk_bwd_wy_dqkg.hpp"
 #include "torch_op/options.hpp"
 #include "torch_op/outputs.hpp"
+#include "torch_op/probe.hpp"
 #include "torch_op/status.hpp"
 #include "torch_op/stream.hpp"
 #include "torch_op/tensors.hpp"
@@ -32,6 +33,7 @@ Outputs chunk_kda_bwd_wy_dqkg_fused(
     const std::optional<at::Tensor>& cu_seqlens, int64_t chunk_size,
     const std::optional<at::Tensor>& chunk_indices, bool state_v_first,
     std::optional<std::string_view> backend_name, std::string_view kernel_name) {
+  probe::Laps laps;
   const Backend backend = backend_of(backend_name, q, kOp);
   const Kernel kernel = kernel_of(kernel_name, kOp);
   Problem p;
@@ -63,8 +65,13 @@ Outputs chunk_kda_bwd_wy_dqkg_fused(
                                                   {{B, T, HV}, 3, f32, &Problem::db},
                                                   {{B, T, HV, K}, 4, f32, &Problem::dg},
                                                   {{B, T, HV, BT}, 4, f32, &Problem::dA}}};
+  laps.lap(probe::inputs);
   const auto out = allocate_outputs(p, q, specs, kOp);
-  check(run(p, backend, stream_for(backend, q.device()), kernel), kOp);
+  laps.lap(probe::outputs);
+  void* const stream = stream_for(backend, q.device());
+  laps.lap(probe::stream);
+  check(run(p, backend, stream, kernel), kOp);
+  laps.lap(probe::run);
   return {out[0], out[1], out[2], out[3], out[4], out[5]};
 }
 
