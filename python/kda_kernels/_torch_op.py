@@ -106,8 +106,8 @@ _PLAIN = {"optional_float": _plain_float_or_none, "int": _plain_int, "bool": _pl
 class TorchOp:
     """One operator as a torch custom op: its ctypes implementation (``run_ctypes``), its fake
     implementation, the public function's torch path (``call``), and ``run``: what the fla
-    backend calls with every argument positional (the compiled op, or run_ctypes past torch's
-    dispatcher)."""
+    backend calls with every argument positional (the compiled op's dispatcher entry, or
+    run_ctypes past torch's dispatcher)."""
 
     def __init__(self, op, compiled):
         self.op = op
@@ -136,7 +136,11 @@ class TorchOp:
             custom_op.register_fake(self.fake)
         self.packet = getattr(torch.ops.kda_kernels, op.name)
         self.default = self.packet.default
-        self.run = self.default if compiled else self.run_ctypes
+        # The fla backend's calls are always eager (fla's dispatch is torch.compiler.disable'd):
+        # the compiled op's dispatcher entry itself, which OpOverload.__call__ only forwards to
+        # (a Python frame less per call). The public function keeps ``default``, which
+        # torch.compile traces.
+        self.run = getattr(self.default, "_op", self.default) if compiled else self.run_ctypes
 
     def _positional(self, args, kwargs):
         """All arguments positionally, defaults filled in: the dispatcher hands the

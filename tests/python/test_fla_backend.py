@@ -267,15 +267,17 @@ def _standins(tensors, cuda=True, index=0, changes=()):
     return out
 
 
+@pytest.mark.parametrize("single_device", (False, True), ids=("devices", "one-device"))
 @pytest.mark.parametrize("sig", _signatures.SIGNATURES, ids=lambda s: s.op_name)
-def test_fast_acceptance_agrees_with_the_reasons(monkeypatch, sig):
+def test_fast_acceptance_agrees_with_the_reasons(monkeypatch, sig, single_device):
     """The verifiers' fast path accepts only what _unsupported_reason accepts, and does accept
     the common calls (every X, beta and h dtype it takes), so that they never pay for the
-    slower path."""
+    slower path. With one visible device (single_device) it reads no device index: tensors on
+    another index cannot occur then, and are left out."""
     wy = sig.fla_name == "chunk_kda_bwd_wy_dqkg_fused"
     make = torch_problem if wy else torch_intra_problem
     monkeypatch.setattr(kfla, "CUDA_KERNELS", {sig.fla_name: True})
-    accept = kfla._accepting_check()
+    accept = kfla._accepting_check(single_device=single_device)
     names = [a.name for a in sig.inputs]
     variants, must_accept = [], []
     for x in ("float16", "bfloat16", "float32"):
@@ -288,8 +290,9 @@ def test_fast_acceptance_agrees_with_the_reasons(monkeypatch, sig):
     inputs, _ = make(x="bfloat16", T=64, BT=64)
     f16, f64 = torch.float16, torch.float64
     for name in names:
-        variants += [(inputs, ((name, (f16, None, None)),)), (inputs, ((name, (f64, None, None)),)),
-                     (inputs, ((name, (None, None, 1)),))]
+        variants += [(inputs, ((name, (f16, None, None)),)), (inputs, ((name, (f64, None, None)),))]
+        if not single_device:
+            variants += [(inputs, ((name, (None, None, 1)),))]
     variants += [(inputs, (("q", (None, 300, None)),))]
     if wy:
         variants += [(inputs, (("v", (None, 300, None)),))]
@@ -309,6 +312,24 @@ def test_fast_acceptance_agrees_with_the_reasons(monkeypatch, sig):
     assert accept(*args, None, None)
     assert not accept(*args, [0, 64], None)
     assert not accept(*args, None, torch.zeros(1, 2))  # a CPU tensor
+
+
+def test_fast_acceptance_reads_one_device_by_default(monkeypatch):
+    """The verifiers' default: the one-device path where torch sees exactly one CUDA device,
+    the index comparisons otherwise (and always the one-device path on CPU tensors, which
+    bench/host_cost.py times)."""
+    seen = []
+    monkeypatch.setattr(kfla, "CUDA_KERNELS", {"chunk_kda_bwd_intra": True})
+    inputs, _ = torch_intra_problem(x="bfloat16", T=64, BT=64)
+    names = [a.name for a in _signatures.BY_FLA_NAME["chunk_kda_bwd_intra"].inputs]
+    for count in (1, 2):
+        monkeypatch.setattr(torch.cuda, "device_count", lambda count=count: count)
+        accept = kfla._accepting_check()
+        # q on cuda:0, the others on cuda:1: only the index comparison refuses it.
+        standins = _standins(inputs, changes=[(n, (None, None, 1)) for n in names[1:]])
+        seen.append(accept("chunk_kda_bwd_intra", tuple(standins[n] for n in names), 64, None,
+                           None))
+    assert seen == [True, False]
 
 
 # --- enable(ops=...): a subset of the operators ------------------------------------------------
