@@ -15,7 +15,7 @@ from cases import ALL_OUTPUT_NAMES, CASES_BY_NAME, OP_OUTPUTS, OPS, WY, floor_us
 ERR_FIELDS = tuple(f"err_{name}" for name in ALL_OUTPUT_NAMES)
 RAW_FIELDS = (
     "case", "op", "impl", "kernel", "shape", "x", "h_dtype", "bytes_read", "bytes_written",
-    "bytes", "sets", "reps", "median_us", "min_us", "loop_us", "host_us",
+    "bytes", "sets", "reps", "median_us", "min_us", "loop_us", "host_us", "b2b_us",
     *ERR_FIELDS, "err_sample", "fla_config", "note", "gpu", "run_at",
 )
 DERIVED_FIELDS = (
@@ -26,8 +26,8 @@ FIELDS = RAW_FIELDS[:10] + DERIVED_FIELDS[:1] + RAW_FIELDS[10:] + DERIVED_FIELDS
 IMPL_ORDER = {"kda": 0, "fla": 1, "torch-eager": 2}
 KERNEL_ORDER = {"simt": 0, "sm80_mma": 1, "auto": 2}
 NUMERIC = {"bytes_read", "bytes_written", "bytes", "sets", "reps", "median_us", "min_us",
-           "loop_us", "host_us", *ERR_FIELDS, "floor_us", "share_of_floor", "speedup_vs_fla",
-           "err_max", "err_bar", "err_vs_fla"}
+           "loop_us", "host_us", "b2b_us", *ERR_FIELDS, "floor_us", "share_of_floor",
+           "speedup_vs_fla", "err_max", "err_bar", "err_vs_fla"}
 
 
 def number(value):
@@ -219,6 +219,19 @@ def markdown(rows, header_lines=()):
                 [row["case"], label]
                 + [_err(number(row.get(f))) for f in err_fields(op)]
                 + [row.get("err_sample", "")]) + " |")
+
+    b2b = [r for r in sort_rows(rows)
+           if r["impl"] in ("kda", "fla") and number(r.get("b2b_us")) is not None]
+    if b2b:
+        out += ["", "Back to back (`--back-to-back`: calls on one input set issued in a row, as a "
+                "training loop issues them; wall time per call, host cost included):", "",
+                "| case | implementation | µs per call | fla / this |", "|---|---|---|---|"]
+        for row in b2b:
+            f = fla.get(row["case"], {})
+            theirs, ours = number(f.get("b2b_us")), number(row.get("b2b_us"))
+            label = row["impl"] + (f" ({row['kernel']})" if row.get("kernel") else "")
+            ratio = _times(theirs / ours) if theirs and row["impl"] == "kda" else "—"
+            out.append(f"| {row['case']} | {label} | {_us(ours)} | {ratio} |")
 
     configs = [r for r in sort_rows(rows) if r["impl"] == "fla" and r.get("fla_config")]
     if configs:

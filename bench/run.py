@@ -103,6 +103,12 @@ def parse_args(argv=None):
     p.add_argument("--l2-mb", type=float, default=60.0,
                    help="L2 size in MB: input sets are rotated so one round moves >= 3x it")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--back-to-back", type=int, default=0, metavar="N",
+                   help="also time ours (each kernel choice) and fla's as a training loop issues "
+                        "them: N calls on one input set in a row, no spin kernel and no input "
+                        "rotation, wall time / N from a synchronize to a synchronize (the median "
+                        "of 5 such loops): column b2b_us, and a table in bench.md (default 0: "
+                        "off)")
     p.add_argument("--cpu-dry-run", action="store_true",
                    help="exercise the whole harness on the CPU with shrunken cases, the cpu "
                         "backend (which takes kernel auto only: the kernel choices are labels "
@@ -115,6 +121,8 @@ def parse_args(argv=None):
         args.warmup = 3 if args.quick else 10
     if args.reps < 1 or args.warmup < 0:
         p.error("--reps must be >= 1 and --warmup >= 0")
+    if args.back_to_back < 0:
+        p.error("--back-to-back must be >= 0")
     if args.bandwidth != "measured":
         try:
             args.bandwidth = float(args.bandwidth)
@@ -285,7 +293,7 @@ class Bench:
         if timing:
             row.update(sets=timing["sets"], reps=timing["reps"], median_us=timing["median_us"],
                        min_us=timing["min_us"], loop_us=timing["loop_us"],
-                       host_us=timing["host_us"])
+                       host_us=timing["host_us"], b2b_us=timing.get("b2b_us"))
             if timing.get("starved"):
                 row["note"] = (note + "; " if note else "") + (
                     f"{timing['starved']} timed calls may include host time")
@@ -297,9 +305,26 @@ class Bench:
         row["note"] = " ".join(row["note"].split())  # one line in the CSV and the Markdown
         return row
 
-    def time_calls(self, calls, n_sets, batch=None):
+    def time_calls(self, calls, n_sets, batch=None, back_to_back=False):
         timing = self.timer.measure(calls, self.args.reps, self.args.warmup, batch)
+        if back_to_back and self.args.back_to_back:
+            timing["b2b_us"] = self.back_to_back(calls[0], self.args.back_to_back)
         return dict(timing, sets=n_sets, reps=self.args.reps)
+
+    def back_to_back(self, call, n, loops=5):
+        """Wall time per call of `n` calls of `call` (one input set) issued in a row, as a
+        training loop issues them: from a synchronize to a synchronize, no spin kernel, so each
+        call costs the larger of its host time and its kernel's; the median of `loops` loops."""
+        call()
+        self.sync()
+        times = []
+        for _ in range(loops):
+            start = time.perf_counter()
+            for _ in range(n):
+                call()
+            self.sync()
+            times.append((time.perf_counter() - start) / n * 1e6)
+        return statistics.median(times)
 
     def options(self, case, scale):
         """The operator's options of `case`, as keywords of the public function."""
@@ -406,10 +431,11 @@ class Bench:
             log("  warning: " + note)
         errs, sample = self.checked(outputs, check)
         del outputs
-        timing = self.time_calls([lambda i=i: ours(i) for i, _ in sets], len(sets))
+        timing = self.time_calls([lambda i=i: ours(i) for i, _ in sets], len(sets),
+                                 back_to_back=True)
         log(f"  kda ({kernel}): {timing['median_us']:.1f} µs median "
             f"({cases_mod.floor_us(sum(nbytes)) / timing['median_us']:.0%} of floor), "
-            f"loop {timing['loop_us']:.1f} µs/call" + _err_text(case, errs))
+            f"loop {timing['loop_us']:.1f} µs/call" + _b2b_text(timing) + _err_text(case, errs))
         return self.row(case, "kda", actual, timing, errs, sample, note, kernel=kernel)
 
     def run_fla(self, case, sets, cu, scale, nbytes, check):
@@ -447,9 +473,10 @@ class Bench:
                                          how=tuning, case=case.name))
         errs, sample = self.checked(outputs, check)
         del outputs
-        timing = self.time_calls([lambda i=i: theirs(i) for i, _ in sets], len(sets))
+        timing = self.time_calls([lambda i=i: theirs(i) for i, _ in sets], len(sets),
+                                 back_to_back=True)
         log(f"  fla: {timing['median_us']:.1f} µs median, loop {timing['loop_us']:.1f} µs/call"
-            + _err_text(case, errs))
+            + _b2b_text(timing) + _err_text(case, errs))
         row = self.row(case, "fla", nbytes, timing, errs, sample, note)
         row["fla_config"] = f"{chosen} ({tuning})" if chosen is not None else ""
         return row
@@ -471,6 +498,10 @@ class Bench:
     def error_row(self, case, exc):
         return self.row(case, "kda", cases_mod.case_bytes(case), None, None, "",
                         f"error: {type(exc).__name__}: {exc}")
+
+
+def _b2b_text(timing):
+    return f", back-to-back {timing['b2b_us']:.1f} µs/call" if "b2b_us" in timing else ""
 
 
 def _err_text(case, errs):

@@ -347,11 +347,26 @@ def test_markdown_and_chart(tmp_path):
     assert notes == ["- model-bf16 fla, small-bf16 fla: untuned"]
     rows[2]["fla_config"] = "num_warps: 4, num_stages: 3 (autotuned)"
     assert "- model-bf16: num_warps: 4, num_stages: 3 (autotuned)" in report.markdown(rows)
+    assert "Back to back" not in md  # no --back-to-back: no table
     message = report.chart(tmp_path / "bench.png", rows)
     if importlib.util.find_spec("matplotlib") is None:
         assert "matplotlib" in message
     else:
         assert (tmp_path / "bench.png").stat().st_size > 1000
+
+
+def test_back_to_back_table():
+    """--back-to-back's rows: ours and fla's wall time per call, and fla's over ours."""
+    rows = fake_rows()
+    for row in rows:
+        if row["case"] == "small-bf16":
+            row["b2b_us"] = 20.0 if row["impl"] == "kda" else 50.0
+    rows = report.finalize(rows, cm.H200_COPY_BANDWIDTH, PASS_BARS)
+    md = report.markdown(rows)
+    table = md.split("Back to back")[1].splitlines()
+    assert "| small-bf16 | kda (simt) | 20.0 | 2.50x |" in table
+    assert "| small-bf16 | fla | 50.0 | — |" in table
+    assert not any(line.startswith("| model-bf16") for line in table)
 
 
 # --- options ------------------------------------------------------------------------------
@@ -372,10 +387,12 @@ def test_parse_args():
     for bad in (["--kernels", "fast"], ["--kernels", "env"], ["--kernels", "general,auto"],
                 ["--kernels", "auto,auto"], ["--kernels", ""], ["--bandwidth", "x"],
                 ["--cases", "nope"], ["--reps", "0"], ["--op", "chunk_fwd"],
-                ["--op", "chunk_bwd_intra", "--cases", "model-bf16"]):
+                ["--op", "chunk_bwd_intra", "--cases", "model-bf16"], ["--back-to-back", "-1"]):
         with pytest.raises(SystemExit):
             run.parse_args(bad)
     assert run.parse_args(["--cpu-dry-run"]).no_fla
+    assert run.parse_args([]).back_to_back == 0
+    assert run.parse_args(["--back-to-back", "1000"]).back_to_back == 1000
 
 
 def test_list_runs(capsys):
@@ -574,6 +591,12 @@ def test_cpu_dry_run_every_kernel_in_one_process_and_merges(tmp_path):
     assert all(r["err_sample"] == "3/4 chunks" and r["accuracy"] == "PASS" for r in long)
     dry_run(tmp_path, "--cases", "small-bf16", "--no-reference", "--fresh", "--kernels", "auto")
     assert len(report.read_csv(tmp_path / "bench.csv")) == 1
+    assert report.read_csv(tmp_path / "bench.csv")[0]["b2b_us"] is None
+    dry_run(tmp_path, "--cases", "small-bf16", "--no-reference", "--fresh", "--kernels", "auto",
+            "--back-to-back", "3")
+    [row] = report.read_csv(tmp_path / "bench.csv")
+    assert row["b2b_us"] > 0
+    assert "| small-bf16 | kda (auto) |" in (tmp_path / "bench.md").read_text()
 
 
 @needs_torch
