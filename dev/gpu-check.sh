@@ -19,7 +19,7 @@
 #                     memcheck on the garbage-index tests of both operators
 #   sanitizer-matrix  the four tools over the whole test_cuda matrix, then over the whole
 #                     test_intra_cuda, as far as the deadline allows (KDA_SANITIZER_MATRIX=wy|intra:
-#                     one of them)
+#                     one of them; KDA_SANITIZER_TOOLS: a comma list of the tools)
 #   bench             chunk_bwd_wy_dqkg timings per kernel (kda run, CUDA events)
 #   bench-py-intra    bench/run.py --op chunk_bwd_intra: ours and fla's Triton kernel (autotuned)
 #                     in one process, floor, err_ratio against float64
@@ -258,11 +258,13 @@ fi
 # --- sanitizer over the whole matrix ---------------------------------------------------------
 if want sanitizer-matrix; then
   # KDA_SANITIZER_MATRIX: which binaries (wy, intra; default both) get the four tools.
+  # KDA_SANITIZER_TOOLS: which tools (default all four).
+  tools=${KDA_SANITIZER_TOOLS:-memcheck,racecheck,synccheck,initcheck}
   matrix=()
-  for tool in memcheck racecheck synccheck initcheck; do
+  for tool in ${tools//,/ }; do
     [[ ",${KDA_SANITIZER_MATRIX:-wy,intra}," == *",wy,"* ]] && matrix+=("$tool $test_cuda")
   done
-  for tool in memcheck racecheck synccheck initcheck; do
+  for tool in ${tools//,/ }; do
     [[ ",${KDA_SANITIZER_MATRIX:-wy,intra}," == *",intra,"* ]] && matrix+=("$tool $test_intra")
   done
   for run in "${matrix[@]}"; do

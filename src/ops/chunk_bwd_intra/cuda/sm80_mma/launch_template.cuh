@@ -44,9 +44,10 @@ template <typename XT, int kBT, int kSplit>
 Status launch_chunk_bwd_intra(IntraParams params, const IntraVariant& variant, int device,
                               cudaStream_t stream) {
   using Tr = IntraTraits<XT, kBT, kSplit>;
-  const std::string name = std::string("chunk_bwd_intra_kernel<X=") + intra_dtype_tag<XT>() +
-                           ", BT=" + std::to_string(kBT) + ", split=" + std::to_string(kSplit) +
-                           ">";
+  // Worded once per instantiation (no string built per call).
+  static const std::string name = std::string("chunk_bwd_intra_kernel<X=") + intra_dtype_tag<XT>() +
+                                  ", BT=" + std::to_string(kBT) +
+                                  ", split=" + std::to_string(kSplit) + ">";
   DeviceFacts facts;
   if (Status s = device_facts(device, &facts); !s.ok()) return s;
   params.smem = make_intra_smem_layout(kBT, params.K, static_cast<int>(sizeof(XT)), Tr::kWarps,
@@ -73,7 +74,9 @@ Status launch_chunk_bwd_intra(IntraParams params, const IntraVariant& variant, i
   const int64_t slots = static_cast<int64_t>(std::max(per_sm, 1)) * facts.sms;
   const auto grid = static_cast<unsigned>(std::min(params.num_units, slots));
   chunk_bwd_intra_kernel<Tr><<<grid, Tr::kThreads, params.smem.total_bytes, stream>>>(params);
-  return cuda_status(cudaGetLastError(), "launch of " + name);
+  const cudaError_t launched = cudaGetLastError();
+  if (launched == cudaSuccess) return Status::Ok();
+  return cuda_status(launched, "launch of " + name);
 }
 
 }  // namespace kda::cuda::intra

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Kernel experiments that cannot be runtime variants, on the GPU machine: several builds of
+# libkda (each a directory holding libkda.so.0.2, or NAME.tar.xz of one), checked and timed in one
+# call against the carried build:
+#   dev/ab-intra.sh [--rounds N] [--variants LIST] NAME=DIR ...
+# For each build: test_intra_cuda (every test) and racecheck + synccheck on its sanitizer subset;
+# then bench_intra_cuda at T=8192 and 2048 bf16, the builds alternated N rounds (default 2) so
+# that drift shows. Logs under $OUT/ab-intra/, a table last. Needs .carry from
+# dev/stage-carry.sh (its test and bench binaries load libkda through the library path).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+rounds=2
+variants="split=1"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --variants) variants=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
+carry=$(cd .carry && pwd)
+build=$carry/build
+if [ ! -d "$build" ] && [ -f "$carry/build.tar.xz" ]; then
+  mkdir -p "$build" && tar -xJf "$carry/build.tar.xz" -C "$carry"
+fi
+out=${OUT:-ab-intra-out}/ab-intra
+mkdir -p "$out"
+names=(base)
+dirs=("$build/src")
+for spec in "$@"; do
+  name=${spec%%=*}
+  dir=${spec#*=}
+  if [ -f "$dir" ]; then
+    mkdir -p "$carry/ab/$name" && tar -xJf "$dir" -C "$carry/ab/$name"
+    dir=$carry/ab/$name
+  fi
+  names+=("$name")
+  dirs+=("$(cd "$dir" && pwd)")
+done
+test_intra=$build/tests/ops/chunk_bwd_intra/test_intra_cuda
+bench=$build/tests/ops/chunk_bwd_intra/bench_intra_cuda
+# gpu-check.sh's sanitizer subset of test_intra_cuda, and the copy-path test (short chunks).
+subset='*/fixed_bf16_bt64:*/fixed_fp32_bt16:*/k100_fp16:*/gva_h2_hv8_bf16'
+subset+=':*/varlen_bf16_bt16_derived_i32_nt_bound:*/layout_channel_strided_fp16:*CopyPaths*'
+summary=$out/summary.txt
+: >"$summary"
+for n in "${!names[@]}"; do
+  lib=${dirs[$n]}
+  name=${names[$n]}
+  LD_LIBRARY_PATH=$lib timeout 120 "$test_intra" --gtest_color=no >"$out/test.$name.log" 2>&1
+  echo "$name: test_intra_cuda rc $? $(grep -E '^\[  (PASSED|FAILED) ' "$out/test.$name.log" | tr '\n' ' ')" >>"$summary"
+  for tool in racecheck synccheck; do
+    LD_LIBRARY_PATH=$lib timeout 120 compute-sanitizer --tool $tool --error-exitcode 99 "$test_intra" \
+      --gtest_color=no "--gtest_filter=$subset" >"$out/$tool.$name.log" 2>&1
+    echo "$name: $tool rc $? $(grep -E 'SUMMARY' "$out/$tool.$name.log" | tail -1)" >>"$summary"
+  done
+done
+for ((r = 1; r <= rounds; r++)); do
+  for n in "${!names[@]}"; do
+    LD_LIBRARY_PATH=${dirs[$n]} timeout 120 "$bench" --T 8192,2048 --dtypes bf16 --runs 50 \
+      --variants "$variants" >"$out/bench.${names[$n]}.$r.log" 2>&1
+    grep -E 'safe_gate=0' "$out/bench.${names[$n]}.$r.log" | grep -v accuracy |
+      awk -v n="${names[$n]}" -v r="$r" '{print n, "round", r, $1, $2, "median", $12, $13}' >>"$summary"
+  done
+done
+cat "$summary"
