@@ -37,6 +37,8 @@ for spec in "$@"; do
   names+=("$name")
   dirs+=("$(cd "$dir" && pwd)")
 done
+# The golden files travel in .carry (../shared does not).
+export KDA_INTRA_GOLDEN_DIR=$carry/golden/golden-intra
 test_intra=$build/tests/ops/chunk_bwd_intra/test_intra_cuda
 bench=$build/tests/ops/chunk_bwd_intra/bench_intra_cuda
 # gpu-check.sh's sanitizer subset of test_intra_cuda, and the copy-path test (short chunks).
