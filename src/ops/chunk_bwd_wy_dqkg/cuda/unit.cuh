@@ -25,18 +25,25 @@ struct WorkUnit {
 
 // Called by one whole warp; lane 0's result is the one to use. Without chunk_indices the unit
 // count is h.shape[1] (times HV); chunks cu_seqlens describes past that are not computed.
+//
+// The span is copied whole, valid or not (an invalid ChunkSpan is all zero, so the unit is the
+// same as with an early return). An early `if (!c.valid) return w;` made nvcc merge the two
+// paths with a select of every field in warp 0's prologue, and that perturbed ptxas's register
+// allocation and scheduling of the whole kernel: after the layout refactor (issue 11) the
+// sm80_mma and simt kernels' SASS differed from 6478d54's in ~1/3 of the instructions (same
+// counts and memory operations). Copied whole, the SASS is 6478d54's again instruction for
+// instruction (docs/performance.md, "bf16 h-fp32 regression: what the SASS shows").
 __device__ inline WorkUnit resolve_unit(const WyDqkgParams& p, int64_t unit, int chunk_size,
                                         int lane) {
   WorkUnit w{};
   w.hv = unit % p.HV;
   const ChunkSpan c = resolve_chunk(p.chunks, unit / p.HV, chunk_size, lane);
-  if (!c.valid) return w;
   w.batch = c.batch;
   w.t0 = c.t0;
   w.len = c.len;
   w.h_batch = c.batch;  // h's chunk order: [B, NT] fixed length, [1, NT] varlen
   w.h_chunk = c.chunk_in_row;
-  w.valid = true;
+  w.valid = c.valid;
   return w;
 }
 
