@@ -89,15 +89,7 @@ namespace {
 bool encode_uncached(TensorMapBytes* map, const void* data, int elem_bytes, bool is_float16,
                      const uint64_t (&dims)[4], const uint64_t (&strides)[3],
                      const uint32_t (&box)[4]) {
-  if (elem_bytes != 2 && elem_bytes != 4) return false;
-  if (reinterpret_cast<uintptr_t>(data) % 16 != 0) return false;
-  for (uint64_t s : strides) {
-    if (s % 16 != 0 || s >= (uint64_t{1} << 40)) return false;
-  }
-  for (int d = 0; d < 4; ++d) {
-    if (dims[d] == 0 || dims[d] > (uint64_t{1} << 32) || box[d] == 0 || box[d] > 256) return false;
-  }
-  if (box[0] * elem_bytes % 16 != 0) return false;
+  if (!tile_map_supported(data, elem_bytes, dims, strides, box)) return false;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
   if (encode == nullptr) return false;
   const CUtensorMapDataType type = elem_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
@@ -118,5 +110,18 @@ bool encode_uncached(TensorMapBytes* map, const void* data, int elem_bytes, bool
 }
 
 }  // namespace
+
+bool tile_map_supported(const void* data, int elem_bytes, const uint64_t (&dims)[4],
+                        const uint64_t (&strides)[3], const uint32_t (&box)[4]) {
+  if (elem_bytes != 2 && elem_bytes != 4) return false;
+  if (reinterpret_cast<uintptr_t>(data) % 16 != 0) return false;
+  for (uint64_t s : strides) {
+    if (s % 16 != 0 || s >= (uint64_t{1} << 40)) return false;
+  }
+  for (int d = 0; d < 4; ++d) {
+    if (dims[d] == 0 || dims[d] > (uint64_t{1} << 32) || box[d] == 0 || box[d] > 256) return false;
+  }
+  return box[0] * elem_bytes % 16 == 0;
+}
 
 }  // namespace kda::cuda

@@ -23,4 +23,9 @@ bool encode_tile_map_4d(TensorMapBytes* map, const void* data, int elem_bytes, b
                         const uint64_t (&dims)[4], const uint64_t (&strides)[3],
                         const uint32_t (&box)[4]);
 
+// The hardware's rules that encode_tile_map_4d checks before it asks the driver: true when a
+// rank-4 tile map of these arguments can exist.
+bool tile_map_supported(const void* data, int elem_bytes, const uint64_t (&dims)[4],
+                        const uint64_t (&strides)[3], const uint32_t (&box)[4]);
+
 }  // namespace kda::cuda

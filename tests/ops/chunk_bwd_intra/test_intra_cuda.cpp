@@ -20,8 +20,11 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime.h>
 #include "intra_device.hpp"
 #include "intra_problem.hpp"
+
+#include "cuda/common/tensor_map.hpp"
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/launch.hpp"
 
 namespace {
@@ -478,6 +481,63 @@ TEST(IntraCudaDeviceIndexGarbage, NeverOutOfBounds) {
       }
     }
   }
+}
+
+// --- tensor maps ------------------------------------------------------------------------------
+
+// A float32 [1, 64, 2, 128] tensor's map with boxes of the stage's padded pitch x 64 rows.
+constexpr uint64_t kMapDims[4] = {128, 2, 64, 1};        // K, heads, tokens, batch
+constexpr uint64_t kMapStrides[3] = {512, 1024, 65536};  // bytes
+constexpr uint32_t kMapBox[4] = {136, 1, 64, 1};
+
+// The rules encode_tile_map_4d checks before it asks the driver (no GPU needed; a refused tensor
+// is copied another way by the kernel): a valid map is supported; unaligned data or strides, a
+// stride of 2^40 bytes or more, a box side over 256 or empty, a box row that is not a multiple of
+// 16 bytes, an element size the maps do not take, an empty dimension are not.
+TEST(IntraTensorMaps, SupportsWhatTheHardwareCanCopy) {
+  using kda::cuda::tile_map_supported;
+  alignas(16) static unsigned char host_bytes[64];  // never read
+  const void* aligned = host_bytes;
+  const auto& dims = kMapDims;
+  const auto& strides = kMapStrides;
+  const auto& box = kMapBox;
+  EXPECT_TRUE(tile_map_supported(aligned, 4, dims, strides, box));
+  EXPECT_TRUE(tile_map_supported(aligned, 2, dims, strides, {144, 1, 64, 1}))
+      << "a bf16 box of the padded pitch";
+  EXPECT_FALSE(tile_map_supported(host_bytes + 4, 4, dims, strides, box))
+      << "data not 16-byte aligned";
+  EXPECT_FALSE(tile_map_supported(aligned, 4, dims, {520, 1040, 66560}, box))
+      << "a stride not a multiple of 16";
+  EXPECT_FALSE(tile_map_supported(aligned, 4, dims, {512, 1024, uint64_t{1} << 40}, box))
+      << "a stride of 2^40";
+  EXPECT_FALSE(tile_map_supported(aligned, 4, dims, strides, {257, 1, 64, 1}))
+      << "a box side over 256";
+  EXPECT_FALSE(tile_map_supported(aligned, 4, dims, strides, {136, 0, 64, 1}))
+      << "an empty box side";
+  EXPECT_FALSE(tile_map_supported(aligned, 4, dims, strides, {3, 1, 64, 1}))
+      << "a box row of 12 bytes";
+  EXPECT_FALSE(tile_map_supported(aligned, 2, dims, strides, {4, 1, 64, 1}))
+      << "a box row of 8 bytes";
+  EXPECT_FALSE(tile_map_supported(aligned, 8, dims, strides, box)) << "8-byte elements";
+  EXPECT_FALSE(tile_map_supported(aligned, 4, {128, 0, 64, 1}, strides, box))
+      << "an empty dimension";
+}
+
+// On a GPU a valid map encodes, the second encoding (from the per-thread cache) has the same
+// bytes, and an unsupported one is refused.
+TEST(IntraTensorMaps, EncodesAValidMapOnce) {
+  SKIP_WITHOUT_GPU();
+  void* device = nullptr;
+  ASSERT_EQ(cudaMalloc(&device, 2 * 64 * 128 * sizeof(float)), cudaSuccess);
+  kda::cuda::TensorMapBytes first, again;
+  EXPECT_TRUE(
+      kda::cuda::encode_tile_map_4d(&first, device, 4, false, kMapDims, kMapStrides, kMapBox));
+  EXPECT_TRUE(
+      kda::cuda::encode_tile_map_4d(&again, device, 4, false, kMapDims, kMapStrides, kMapBox));
+  EXPECT_EQ(std::memcmp(first.words, again.words, sizeof(first.words)), 0);
+  EXPECT_FALSE(kda::cuda::encode_tile_map_4d(&again, static_cast<char*>(device) + 4, 4, false,
+                                             kMapDims, kMapStrides, kMapBox));
+  cudaFree(device);
 }
 
 }  // namespace
