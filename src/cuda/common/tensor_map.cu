@@ -51,41 +51,7 @@ struct MapKeyHash {
 // Bounded: cleared when it holds this many maps (a model's layers times the operators' maps).
 constexpr size_t kMaxCachedMaps = 4096;
 
-bool encode_uncached(TensorMapBytes* map, const void* data, int elem_bytes, bool is_float16,
-                     const uint64_t (&dims)[4], const uint64_t (&strides)[3],
-                     const uint32_t (&box)[4]);
-
-}  // namespace
-
-bool encode_tile_map_4d(TensorMapBytes* map, const void* data, int elem_bytes, bool is_float16,
-                        const uint64_t (&dims)[4], const uint64_t (&strides)[3],
-                        const uint32_t (&box)[4]) {
-  thread_local std::unordered_map<MapKey, TensorMapBytes, MapKeyHash> cache;
-  const MapKey key = {reinterpret_cast<uintptr_t>(data),
-                      static_cast<uint64_t>(elem_bytes) << 1 | (is_float16 ? 1u : 0u),
-                      dims[0],
-                      dims[1],
-                      dims[2],
-                      dims[3],
-                      strides[0],
-                      strides[1],
-                      strides[2],
-                      box[0],
-                      box[1],
-                      box[2],
-                      box[3]};
-  if (auto it = cache.find(key); it != cache.end()) {
-    *map = it->second;
-    return true;
-  }
-  if (!encode_uncached(map, data, elem_bytes, is_float16, dims, strides, box)) return false;
-  if (cache.size() >= kMaxCachedMaps) cache.clear();
-  cache.emplace(key, *map);
-  return true;
-}
-
-namespace {
-
+// One encoding by the driver; false when the rules or the driver refuse it.
 bool encode_uncached(TensorMapBytes* map, const void* data, int elem_bytes, bool is_float16,
                      const uint64_t (&dims)[4], const uint64_t (&strides)[3],
                      const uint32_t (&box)[4]) {
@@ -122,6 +88,33 @@ bool tile_map_supported(const void* data, int elem_bytes, const uint64_t (&dims)
     if (dims[d] == 0 || dims[d] > (uint64_t{1} << 32) || box[d] == 0 || box[d] > 256) return false;
   }
   return box[0] * elem_bytes % 16 == 0;
+}
+
+bool encode_tile_map_4d(TensorMapBytes* map, const void* data, int elem_bytes, bool is_float16,
+                        const uint64_t (&dims)[4], const uint64_t (&strides)[3],
+                        const uint32_t (&box)[4]) {
+  thread_local std::unordered_map<MapKey, TensorMapBytes, MapKeyHash> cache;
+  const MapKey key = {reinterpret_cast<uintptr_t>(data),
+                      static_cast<uint64_t>(elem_bytes) << 1 | (is_float16 ? 1u : 0u),
+                      dims[0],
+                      dims[1],
+                      dims[2],
+                      dims[3],
+                      strides[0],
+                      strides[1],
+                      strides[2],
+                      box[0],
+                      box[1],
+                      box[2],
+                      box[3]};
+  if (auto it = cache.find(key); it != cache.end()) {
+    *map = it->second;
+    return true;
+  }
+  if (!encode_uncached(map, data, elem_bytes, is_float16, dims, strides, box)) return false;
+  if (cache.size() >= kMaxCachedMaps) cache.clear();
+  cache.emplace(key, *map);
+  return true;
 }
 
 }  // namespace kda::cuda
