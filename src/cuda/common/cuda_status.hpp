@@ -19,4 +19,12 @@ inline Status cuda_status(cudaError_t error, const std::string& what) {
           "cuda: " + what + " failed: " + std::string(cudaGetErrorString(error))};
 }
 
+// The status of the launch just queued (cudaGetLastError), worded "launch of <kernel_name>" only
+// when it failed: no string is built per successful call.
+inline Status launch_status(const std::string& kernel_name) {
+  const cudaError_t launched = cudaGetLastError();
+  if (launched == cudaSuccess) return Status::Ok();
+  return cuda_status(launched, "launch of " + kernel_name);
+}
+
 }  // namespace kda::cuda

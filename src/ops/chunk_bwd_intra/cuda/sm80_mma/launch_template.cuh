@@ -74,9 +74,7 @@ Status launch_chunk_bwd_intra(IntraParams params, const IntraVariant& variant, i
   const int64_t slots = static_cast<int64_t>(std::max(per_sm, 1)) * facts.sms;
   const auto grid = static_cast<unsigned>(std::min(params.num_units, slots));
   chunk_bwd_intra_kernel<Tr><<<grid, Tr::kThreads, params.smem.total_bytes, stream>>>(params);
-  const cudaError_t launched = cudaGetLastError();
-  if (launched == cudaSuccess) return Status::Ok();
-  return cuda_status(launched, "launch of " + name);
+  return launch_status(name);
 }
 
 }  // namespace kda::cuda::intra

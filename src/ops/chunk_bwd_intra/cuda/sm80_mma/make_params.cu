@@ -41,31 +41,6 @@ IntraColumn column_view(const TensorView& t) {
   return {t.data, t.strides[0], t.strides[1], t.strides[2]};
 }
 
-}  // namespace
-
-IntraSmemLayout make_intra_smem_layout(int chunk_size, int64_t K, int x_bytes, int warps,
-                                       int stages_request, int max_bytes) {
-  IntraSmemLayout l;
-  l.pass_channels = IntraSmemLayout::kMaxPassChannels;
-  l.passes = static_cast<int>((K + l.pass_channels - 1) / l.pass_channels);
-  l.stage = intra_stage_map(chunk_size, x_bytes);
-  l.stage_bytes = l.stage.bytes;
-  constexpr int kMaxGroups = 8;
-  constexpr int kUnitsBytes = 128;                           // 3 IntraUnit (checked in kernel.cuh)
-  constexpr int kBarriersBytes = 16;                         // 2 shared-memory barriers
-  const int dbpart_bytes = 2 * kMaxGroups * chunk_size * 4;  // two units' partials
-  const int fixed = warps * 16 * 32 * 4 + dbpart_bytes + kUnitsBytes + kBarriersBytes;
-  l.stages = stages_request != 1 && 2 * l.stage_bytes + fixed <= max_bytes ? 2 : 1;
-  l.scratch_off = l.stages * l.stage_bytes;
-  l.dbpart_off = l.scratch_off + warps * 16 * 32 * 4;
-  l.units_off = l.dbpart_off + dbpart_bytes;
-  l.barriers_off = l.units_off + kUnitsBytes;
-  l.total_bytes = l.barriers_off + kBarriersBytes;
-  return l;
-}
-
-namespace {
-
 // A [B, T, heads, cols] tensor's tile map with boxes of `rows` tokens x `cols` columns of one
 // head (dims innermost first: columns, heads, tokens, batch).
 bool encode_rows_map(TensorMapBytes* map, const TensorView& t, int rows, int cols) {
@@ -102,6 +77,27 @@ void encode_maps(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& d
 }
 
 }  // namespace
+
+IntraSmemLayout make_intra_smem_layout(int chunk_size, int64_t K, int x_bytes, int warps,
+                                       int stages_request, int max_bytes) {
+  IntraSmemLayout l;
+  l.pass_channels = IntraSmemLayout::kMaxPassChannels;
+  l.passes = static_cast<int>((K + l.pass_channels - 1) / l.pass_channels);
+  l.stage = intra_stage_map(chunk_size, x_bytes);
+  l.stage_bytes = l.stage.bytes;
+  constexpr int kMaxGroups = 8;
+  constexpr int kUnitsBytes = 128;                           // 3 IntraUnit (checked in kernel.cuh)
+  constexpr int kBarriersBytes = 16;                         // 2 shared-memory barriers
+  const int dbpart_bytes = 2 * kMaxGroups * chunk_size * 4;  // two units' partials
+  const int fixed = warps * 16 * 32 * 4 + dbpart_bytes + kUnitsBytes + kBarriersBytes;
+  l.stages = stages_request != 1 && 2 * l.stage_bytes + fixed <= max_bytes ? 2 : 1;
+  l.scratch_off = l.stages * l.stage_bytes;
+  l.dbpart_off = l.scratch_off + warps * 16 * 32 * 4;
+  l.units_off = l.dbpart_off + dbpart_bytes;
+  l.barriers_off = l.units_off + kUnitsBytes;
+  l.total_bytes = l.barriers_off + kBarriersBytes;
+  return l;
+}
 
 IntraParams make_intra_params(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& dims,
                               const IntraVariant& variant) {

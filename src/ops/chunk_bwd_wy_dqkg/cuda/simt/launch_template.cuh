@@ -43,10 +43,7 @@ Status launch_wy_dqkg(const WyDqkgParams& params, int device, cudaStream_t strea
   const unsigned grid =
       static_cast<unsigned>(params.num_units < max_grid ? params.num_units : max_grid);
   wy_dqkg_kernel<XT, HT, kBT><<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
-  // The message is worded only when the launch failed (no string built per call).
-  const cudaError_t launched = cudaGetLastError();
-  if (launched == cudaSuccess) return Status::Ok();
-  return cuda_status(launched, "launch of " + name);
+  return launch_status(name);
 }
 
 }  // namespace kda::cuda

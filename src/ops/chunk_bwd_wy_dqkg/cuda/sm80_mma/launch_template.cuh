@@ -54,10 +54,7 @@ Status launch_wy_dqkg_mma(const WyDqkgParams& params, int device, cudaStream_t s
   }
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
   kernel_fn<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
-  // The message is worded only when the launch failed (no string built per call).
-  const cudaError_t launched = cudaGetLastError();
-  if (launched == cudaSuccess) return Status::Ok();
-  return cuda_status(launched, "launch of " + name);
+  return launch_status(name);
 }
 
 }  // namespace kda::cuda
