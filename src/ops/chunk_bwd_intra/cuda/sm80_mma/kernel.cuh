@@ -33,11 +33,15 @@
 
 namespace kda::cuda::intra {
 
-template <typename XT_, int kBT_, int kSplit_>
+template <typename XT_, int kBT_, int kSplit_, bool kBulk_>
 struct IntraTraits {
   using XT = XT_;
   static constexpr int kBT = kBT_;
   static constexpr int kSplit = kSplit_;  // 1: TF32 products, 3: 3xTF32 (float32-level)
+  // Tiles by bulk tensor copies (IntraParams::tma_copies) or cp.async: a compile-time choice, so
+  // that each kernel holds one copy path (a run-time flag kept both, and the registers the
+  // unused one needed were spilled and reloaded at every item: ncu, sixth session).
+  static constexpr bool kBulk = kBulk_;
   static_assert(kBT == 16 || kBT == 32 || kBT == 64, "chunk size must be 16, 32 or 64");
   static_assert(kSplit == 1 || kSplit == 3, "kSplit is 1 or 3");
   static constexpr int kNC = kBT / 16;                                           // sub-chunks
@@ -819,7 +823,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   auto* dbpart = reinterpret_cast<float*>(smem + lay.dbpart_off);  // [2][kMaxGroups][BT]
   float* scratch = reinterpret_cast<float*>(smem + lay.scratch_off) + warp * Tr::kScratchFloats;
   auto* bars = reinterpret_cast<uint64_t*>(smem + lay.barriers_off);  // [stage]: bulk copies
-  const bool tma = p.tma_copies;
+  constexpr bool tma = Tr::kBulk;
   uint32_t phases = 0;  // bit s: the parity of stage s's next bulk-copy phase
   // The threads that finish db: row tid - kDbFirst (the warps before the last one, whose tasks
   // have the lightest first phase).

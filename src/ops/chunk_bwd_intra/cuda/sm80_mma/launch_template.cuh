@@ -40,26 +40,21 @@ struct DeviceFacts {
 Status device_facts(int device, DeviceFacts* out);
 Status resident_ctas(const void* kernel, int device, int threads, int smem_bytes, int* out);
 
-template <typename XT, int kBT, int kSplit>
-Status launch_chunk_bwd_intra(IntraParams params, const IntraVariant& variant, int device,
-                              cudaStream_t stream) {
-  using Tr = IntraTraits<XT, kBT, kSplit>;
+// Launches the kernel of traits Tr (params.smem filled): a persistent grid of as many CTAs as
+// fit at once, each looping over units.
+template <typename Tr>
+Status launch_intra_kernel(const IntraParams& params, const DeviceFacts& facts, int device,
+                           cudaStream_t stream) {
   // Worded once per instantiation (no string built per call).
-  static const std::string name = std::string("chunk_bwd_intra_kernel<X=") + intra_dtype_tag<XT>() +
-                                  ", BT=" + std::to_string(kBT) +
-                                  ", split=" + std::to_string(kSplit) + ">";
-  DeviceFacts facts;
-  if (Status s = device_facts(device, &facts); !s.ok()) return s;
-  params.smem = make_intra_smem_layout(kBT, params.K, static_cast<int>(sizeof(XT)), Tr::kWarps,
-                                       variant.stages, facts.max_smem);
+  static const std::string name =
+      std::string("chunk_bwd_intra_kernel<X=") + intra_dtype_tag<typename Tr::XT>() +
+      ", BT=" + std::to_string(Tr::kBT) + ", split=" + std::to_string(Tr::kSplit) +
+      (Tr::kBulk ? ", bulk copies>" : ", cp.async>");
   if (params.smem.total_bytes > facts.max_smem) {
     return {StatusCode::unsupported, name + ": needs " + std::to_string(params.smem.total_bytes) +
                                          " bytes of shared memory, the device allows " +
                                          std::to_string(facts.max_smem)};
   }
-  params.l2_prefetch = variant.l2_prefetch;
-  params.fast_copies = params.fast_copies && variant.fast_paths;
-  params.fast_prefetch = params.fast_prefetch && variant.fast_paths;
   const void* kernel = reinterpret_cast<const void*>(&chunk_bwd_intra_kernel<Tr>);
   if (Status s = ensure_max_dynamic_smem(kernel, device, params.smem.total_bytes, name.c_str());
       !s.ok()) {
@@ -70,11 +65,28 @@ Status launch_chunk_bwd_intra(IntraParams params, const IntraVariant& variant, i
       !s.ok()) {
     return s;
   }
-  // Persistent: as many CTAs as fit at once, each looping over units.
   const int64_t slots = static_cast<int64_t>(std::max(per_sm, 1)) * facts.sms;
   const auto grid = static_cast<unsigned>(std::min(params.num_units, slots));
   chunk_bwd_intra_kernel<Tr><<<grid, Tr::kThreads, params.smem.total_bytes, stream>>>(params);
   return launch_status(name);
+}
+
+template <typename XT, int kBT, int kSplit>
+Status launch_chunk_bwd_intra(IntraParams params, const IntraVariant& variant, int device,
+                              cudaStream_t stream) {
+  // The two copy paths have the same warps (the shared-memory map depends on them only).
+  using Bulk = IntraTraits<XT, kBT, kSplit, true>;
+  using Async = IntraTraits<XT, kBT, kSplit, false>;
+  static_assert(Bulk::kWarps == Async::kWarps, "one shared-memory map for both copy paths");
+  DeviceFacts facts;
+  if (Status s = device_facts(device, &facts); !s.ok()) return s;
+  params.smem = make_intra_smem_layout(kBT, params.K, static_cast<int>(sizeof(XT)), Bulk::kWarps,
+                                       variant.stages, facts.max_smem);
+  params.l2_prefetch = variant.l2_prefetch;
+  params.fast_copies = params.fast_copies && variant.fast_paths;
+  params.fast_prefetch = params.fast_prefetch && variant.fast_paths;
+  return params.tma_copies ? launch_intra_kernel<Bulk>(params, facts, device, stream)
+                           : launch_intra_kernel<Async>(params, facts, device, stream);
 }
 
 }  // namespace kda::cuda::intra
