@@ -32,6 +32,8 @@
 #   bench-intra       bench_intra_cuda (chunk_bwd_intra, its variants, both safe_gate values)
 #   ncu-intra         ncu (--set full, SASS-level stall samples) on one chunk_bwd_intra launch at
 #                     the model shape (T=8192 bf16); report, details and the SASS table in logs
+#   ncu-wy            the same on one chunk_bwd_wy_dqkg launch at its model shape (B=1 T=2048
+#                     H=32 K=V=128 bf16, h float32): the data for issue 12's v3 design
 #   host-perf         `perf record` (when the machine has perf) over host_cost.py's compiled-op
 #                     layer of chunk_bwd_wy_dqkg: where the host time per call goes
 #   host-cost         bench/host_cost.py --device cuda for both operators: host time per call of
@@ -416,6 +418,19 @@ if want ncu-intra; then
   row "ncu chunk_bwd_intra T=8192 bf16" "$([ $nrc -eq 0 ] && echo PASS || echo "FAIL (rc $nrc)"): $(grep -m1 -E '^ *Duration' "$logs/ncu-intra-details.txt" | tr -s ' ')"
 fi
 
+# --- ncu of chunk_bwd_wy_dqkg's default kernel at the model shape (bf16, h float32) -----------
+if want ncu-wy; then
+  rep=$logs/ncu-wy
+  bounded 200 ncu --clock-control none --set full --import-source yes -k regex:wy_dqkg \
+    --launch-skip 3 --launch-count 1 -f -o "$rep" \
+    "$kda" run chunk_bwd_wy_dqkg --shape 1,2048,32,128,128 --backend cuda --repeat 10 \
+    >"$logs/ncu-wy.log" 2>&1
+  nrc=$?
+  ncu --import "$rep.ncu-rep" --page details >"$logs/ncu-wy-details.txt" 2>&1
+  ncu --import "$rep.ncu-rep" --page source --csv --print-source sass >"$logs/ncu-wy-sass.csv" 2>&1
+  row "ncu chunk_bwd_wy_dqkg model bf16" "$([ $nrc -eq 0 ] && echo PASS || echo "FAIL (rc $nrc)"): $(grep -m1 -E '^ *Duration' "$logs/ncu-wy-details.txt" | tr -s ' ')"
+fi
+
 # --- where the compiled op's host time goes (issue 13): perf over host_cost.py ----------------
 if want host-perf; then
   perf_bin=$(command -v perf || true)
@@ -437,13 +452,17 @@ if want host-perf; then
 fi
 
 # --- host time per call, both torch op implementations (issue 13) ----------------------------
+# KDA_HOST_COST_ROUNDS=N runs it N times (the lent hosts' speed drifts by tens of percent within
+# a call: one round is not a verdict).
 if want host-cost; then
-  for op in chunk_bwd_wy_dqkg chunk_bwd_intra; do
-    bounded 120 env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH=python python3 \
-      bench/host_cost.py --device cuda --op "$op" >"$logs/host_cost_$op.log" 2>&1
-    hrc=$?
-    row "host_cost.py --device cuda --op $op" "$([ $hrc -eq 0 ] && echo PASS || echo "FAIL (rc $hrc)"): see host_cost_$op.log"
-    cat "$logs/host_cost_$op.log" >>"$summary"
+  for ((hround = 1; hround <= ${KDA_HOST_COST_ROUNDS:-1}; hround++)); do
+    for op in chunk_bwd_wy_dqkg chunk_bwd_intra; do
+      bounded 120 env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH=python python3 \
+        bench/host_cost.py --device cuda --op "$op" >"$logs/host_cost_$op.$hround.log" 2>&1
+      hrc=$?
+      row "host_cost.py --device cuda --op $op (#$hround)" "$([ $hrc -eq 0 ] && echo PASS || echo "FAIL (rc $hrc)"): see host_cost_$op.$hround.log"
+      cat "$logs/host_cost_$op.$hround.log" >>"$summary"
+    done
   done
 fi
 
