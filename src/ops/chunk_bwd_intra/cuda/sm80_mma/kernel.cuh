@@ -33,15 +33,19 @@
 
 namespace kda::cuda::intra {
 
-template <typename XT_, int kBT_, int kSplit_, bool kBulk_>
+template <typename XT_, int kBT_, int kSplit_, int kBulkStages_>
 struct IntraTraits {
   using XT = XT_;
   static constexpr int kBT = kBT_;
   static constexpr int kSplit = kSplit_;  // 1: TF32 products, 3: 3xTF32 (float32-level)
-  // Tiles by bulk tensor copies (IntraParams::tma_copies) or cp.async: a compile-time choice, so
-  // that each kernel holds one copy path (a run-time flag kept both, and the registers the
-  // unused one needed were spilled and reloaded at every item: ncu, sixth session).
-  static constexpr bool kBulk = kBulk_;
+  // 0: tiles by cp.async, the stage count at run time; 1 or 2: tiles by bulk tensor copies
+  // (IntraParams::tma_copies) into that many stages, the incoming dq/dk/dg prefetched to L2 by
+  // bulk requests. Compile-time choices, so that each kernel holds one copy path: run-time flags
+  // kept every path's registers live, and ncu (sixth session) showed ~7% of the stall samples on
+  // reloads of the values spilled for them at every item.
+  static constexpr int kBulkStages = kBulkStages_;
+  static constexpr bool kBulk = kBulkStages > 0;
+  static_assert(kBulkStages >= 0 && kBulkStages <= 2, "0 (cp.async), 1 or 2 bulk-copy stages");
   static_assert(kBT == 16 || kBT == 32 || kBT == 64, "chunk size must be 16, 32 or 64");
   static_assert(kSplit == 1 || kSplit == 3, "kSplit is 1 or 3");
   static constexpr int kNC = kBT / 16;                                           // sub-chunks
@@ -402,7 +406,7 @@ __device__ __noinline__ void prefetch_incoming_fast(const IntraParams& p, const 
   }
 }
 
-// The incoming dq, dk, dg boxes of item (u, pass) prefetched to L2 (IntraParams::tma_prefetch):
+// The incoming dq, dk, dg boxes of item (u, pass) prefetched to L2 (bulk-copy kernels):
 // three requests from one thread.
 template <typename Tr>
 __device__ __noinline__ void prefetch_incoming_tma(const IntraParams& p, const IntraUnit& u,
@@ -836,7 +840,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   const int64_t step = gridDim.x;
   if (first >= p.num_units) return;
   const int passes = lay.passes;
-  const int stages = lay.stages;
+  const int stages = Tr::kBulk ? Tr::kBulkStages : lay.stages;
   const int64_t my_units = (p.num_units - 1 - first) / step + 1;
   const int64_t items = my_units * passes;
 
@@ -915,7 +919,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     const bool last_pass = pass == passes - 1;
     if (u.valid) {
       if (p.l2_prefetch) {
-        if (p.tma_prefetch) {
+        if constexpr (Tr::kBulk) {
           if (tid == Tr::kIssuer) prefetch_incoming_tma<Tr>(p, u, pass);
         } else if (p.fast_prefetch) {
           prefetch_incoming_fast<Tr>(p, u, pass, tid);

@@ -28,8 +28,8 @@ struct IntraVariant {
   // The compile-time-shaped copy and prefetch paths where the inputs allow them (16-byte rows,
   // unit column strides); false forces the general paths (for comparison and tests).
   bool fast_paths = true;
-  // Bulk tensor copies (TMA) of the tiles where every map encodes (fast_paths only): 0 = no
-  // (cp.async), 1 = the copies and the L2 prefetch of the incoming dq/dk/dg, 2 = the copies only.
+  // Bulk tensor copies (TMA) of the tiles, and bulk L2 prefetches of the incoming dq/dk/dg,
+  // where every map encodes (fast_paths only): 1 = yes, 0 = no (cp.async).
   int tma = 1;
 
   // "split=3,stages=1,prefetch=0,fast=0,tma=0" (any subset, any order); false on a malformed

@@ -49,7 +49,8 @@ Status launch_intra_kernel(const IntraParams& params, const DeviceFacts& facts, 
   static const std::string name =
       std::string("chunk_bwd_intra_kernel<X=") + intra_dtype_tag<typename Tr::XT>() +
       ", BT=" + std::to_string(Tr::kBT) + ", split=" + std::to_string(Tr::kSplit) +
-      (Tr::kBulk ? ", bulk copies>" : ", cp.async>");
+      (Tr::kBulk ? ", bulk copies, stages=" + std::to_string(Tr::kBulkStages) + ">"
+                 : std::string(", cp.async>"));
   if (params.smem.total_bytes > facts.max_smem) {
     return {StatusCode::unsupported, name + ": needs " + std::to_string(params.smem.total_bytes) +
                                          " bytes of shared memory, the device allows " +
@@ -74,19 +75,22 @@ Status launch_intra_kernel(const IntraParams& params, const DeviceFacts& facts, 
 template <typename XT, int kBT, int kSplit>
 Status launch_chunk_bwd_intra(IntraParams params, const IntraVariant& variant, int device,
                               cudaStream_t stream) {
-  // The two copy paths have the same warps (the shared-memory map depends on them only).
-  using Bulk = IntraTraits<XT, kBT, kSplit, true>;
-  using Async = IntraTraits<XT, kBT, kSplit, false>;
-  static_assert(Bulk::kWarps == Async::kWarps, "one shared-memory map for both copy paths");
+  // The copy paths have the same warps (the shared-memory map depends on them only).
+  using Async = IntraTraits<XT, kBT, kSplit, 0>;
+  using Bulk1 = IntraTraits<XT, kBT, kSplit, 1>;
+  using Bulk2 = IntraTraits<XT, kBT, kSplit, 2>;
+  static_assert(Bulk1::kWarps == Async::kWarps && Bulk2::kWarps == Async::kWarps,
+                "one shared-memory map for every copy path");
   DeviceFacts facts;
   if (Status s = device_facts(device, &facts); !s.ok()) return s;
-  params.smem = make_intra_smem_layout(kBT, params.K, static_cast<int>(sizeof(XT)), Bulk::kWarps,
+  params.smem = make_intra_smem_layout(kBT, params.K, static_cast<int>(sizeof(XT)), Async::kWarps,
                                        variant.stages, facts.max_smem);
   params.l2_prefetch = variant.l2_prefetch;
   params.fast_copies = params.fast_copies && variant.fast_paths;
   params.fast_prefetch = params.fast_prefetch && variant.fast_paths;
-  return params.tma_copies ? launch_intra_kernel<Bulk>(params, facts, device, stream)
-                           : launch_intra_kernel<Async>(params, facts, device, stream);
+  if (!params.tma_copies) return launch_intra_kernel<Async>(params, facts, device, stream);
+  return params.smem.stages == 2 ? launch_intra_kernel<Bulk2>(params, facts, device, stream)
+                                 : launch_intra_kernel<Bulk1>(params, facts, device, stream);
 }
 
 }  // namespace kda::cuda::intra

@@ -56,24 +56,24 @@ bool encode_rows_map(TensorMapBytes* map, const TensorView& t, int rows, int col
                             strides, box);
 }
 
-// The bulk-copy maps of IntraParams::maps. Sets tma_copies / tma_prefetch for the maps that
-// encoded (`prefetch`: also the incoming dq, dk, dg).
-void encode_maps(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& dims, bool prefetch,
+// The bulk-copy maps of IntraParams::maps (the tiles, and the incoming dq, dk, dg for their L2
+// prefetch). Sets tma_copies when every one encoded.
+void encode_maps(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& dims,
                  IntraParams* p) {
   const int bt = static_cast<int>(dims.BT);
   const IntraStageMap map = intra_stage_map(bt, static_cast<int>(dtype_size(problem.q.dtype)));
+  constexpr int kPass = IntraSmemLayout::kMaxPassChannels;
   bool ok = encode_rows_map(&p->maps.q, problem.q, bt, map.ld_x) &&
             encode_rows_map(&p->maps.k, problem.k, bt, map.ld_x) &&
-            encode_rows_map(&p->maps.g, problem.g, bt, map.ld_g);
+            encode_rows_map(&p->maps.g, problem.g, bt, map.ld_g) &&
+            encode_rows_map(&p->maps.dq, problem.dq, bt, kPass) &&
+            encode_rows_map(&p->maps.dk, problem.dk, bt, kPass) &&
+            encode_rows_map(&p->maps.dg, problem.dg, bt, kPass);
   for (int s = 0; ok && s < bt / 16; ++s) {
     ok = encode_rows_map(&p->maps.dAqk[s], problem.dAqk, 16, intra_a_ld(s)) &&
          encode_rows_map(&p->maps.dAkk[s], problem.dAkk, 16, intra_a_ld(s));
   }
   p->tma_copies = ok;
-  constexpr int kPass = IntraSmemLayout::kMaxPassChannels;
-  p->tma_prefetch = ok && prefetch && encode_rows_map(&p->maps.dq, problem.dq, bt, kPass) &&
-                    encode_rows_map(&p->maps.dk, problem.dk, bt, kPass) &&
-                    encode_rows_map(&p->maps.dg, problem.dg, bt, kPass);
 }
 
 }  // namespace
@@ -131,7 +131,7 @@ IntraParams make_intra_params(const ChunkBwdIntraProblem& problem, const ChunkBw
   p.K = dims.K;
   p.heads_per_group = dims.HV / dims.H;
   p.num_units = (dims.varlen ? dims.NT : dims.B * dims.NT) * dims.HV;
-  if (variant.tma != 0 && variant.fast_paths) encode_maps(problem, dims, variant.tma == 1, &p);
+  if (variant.tma != 0 && variant.fast_paths) encode_maps(problem, dims, &p);
   return p;
 }
 
@@ -153,7 +153,7 @@ bool IntraVariant::parse(const std::string& text, IntraVariant* out) {
       v.l2_prefetch = value == "1";
     } else if (key == "fast" && (value == "0" || value == "1")) {
       v.fast_paths = value == "1";
-    } else if (key == "tma" && (value == "0" || value == "1" || value == "2")) {
+    } else if (key == "tma" && (value == "0" || value == "1")) {
       v.tma = std::stoi(value);
     } else {
       return false;

@@ -127,11 +127,10 @@ struct IntraParams {
   // Bulk tensor copies (TMA): one elected thread copies each tile of an item with one request
   // (q, k, g: one box of the stage's rows; dAqk, dAkk: one box per sub-chunk), completing on the
   // stage's shared-memory barrier; rows past the chunk are zeroed by the threads when the chunk is
-  // short. Set when every map below encoded (16-byte aligned data and strides, unit column
-  // strides) and the variant asks for it.
+  // short; the incoming dq, dk, dg boxes of an item are prefetched to L2 by three bulk requests.
+  // Set when every map below encoded (16-byte aligned data and strides, unit column strides) and
+  // the variant asks for it; the launcher then picks a bulk-copy kernel.
   bool tma_copies = false;
-  // The incoming dq, dk, dg boxes of an item prefetched to L2 by three bulk requests.
-  bool tma_prefetch = false;
   // Coordinates (innermost first): (channel, head, token, batch).
   struct Maps {
     TensorMapBytes q, k, g;           // box [1][BT][1][ld_x | ld_g] at (ch0, head, t0, batch)
