@@ -547,3 +547,32 @@ TEST(IntraTensorMaps, EncodesAValidMapOnce) {
 }
 
 }  // namespace
+
+// --- kernel variants (the benchmark's switches and KDA_INTRA_VARIANT)
+// ------------------------------
+
+// The variant strings: every switch parses in any order and subset, describe() writes what
+// parse() reads back, and anything else (an unknown key or value, a missing '=', the bulk-copy
+// variant `tma=2` dropped in v3.2) is refused without touching the output. Needs no GPU.
+TEST(IntraVariants, ParseAcceptsTheSwitchesAndRefusesTheRest) {
+  using kda::cuda::intra::IntraVariant;
+  IntraVariant v;
+  ASSERT_TRUE(IntraVariant::parse("", &v));
+  EXPECT_EQ(v.describe(), IntraVariant{}.describe());
+  ASSERT_TRUE(IntraVariant::parse("tma=0,split=3,stages=1,prefetch=0,fast=0", &v));
+  EXPECT_EQ(v.split, 3);
+  EXPECT_EQ(v.stages, 1);
+  EXPECT_FALSE(v.l2_prefetch);
+  EXPECT_FALSE(v.fast_paths);
+  EXPECT_EQ(v.tma, 0);
+  IntraVariant back;
+  ASSERT_TRUE(IntraVariant::parse(v.describe(), &back));
+  EXPECT_EQ(back.describe(), v.describe());
+  for (const char* bad :
+       {"tma=2", "split=2", "stages=3", "prefetch=yes", "fast", "warps=8", "split=1,,tma=9"}) {
+    IntraVariant out;
+    out.split = 7;  // a refused string leaves the output as it was
+    EXPECT_FALSE(IntraVariant::parse(bad, &out)) << bad;
+    EXPECT_EQ(out.split, 7) << bad;
+  }
+}
