@@ -194,6 +194,8 @@ if want tests; then
   gtest_row "test_intra_cuda (intra: sm80_mma)" "$logs/test_intra_cuda.log" $?
   bounded 120 "$build/tests/test_cuda_fast_units" --gtest_color=no >"$logs/fast_units.log" 2>&1
   gtest_row "sm80_mma unit tests (wy_dqkg)" "$logs/fast_units.log" $?
+  bounded 60 "$build/tests/test_cuda_wgmma_units" --gtest_color=no >"$logs/wgmma_units.log" 2>&1
+  gtest_row "wgmma unit tests (issue 12's first piece)" "$logs/wgmma_units.log" $?
 fi
 
 # --- golden ----------------------------------------------------------------------------------

@@ -1,0 +1,83 @@
+#pragma once
+// Hopper's warpgroup matrix multiply (wgmma, sm_90a), the first building block of the WY
+// operator's v3 (issue 12; docs/design.md "Toward v3"): a warpgroup (4 consecutive warps, 128
+// threads) multiplies a 64 x 16 tile of A by a 16 x N tile of B, both read by the tensor cores
+// straight from shared memory through 64-bit matrix descriptors, into float32 accumulators held
+// in registers. v2's mma.sync needs every operand loaded into registers first (ldmatrix), and
+// ncu shows v2 waiting on exactly that shared-memory traffic.
+//
+// Layout used here: both operands K-major (a row of A or of Bᵀ holds consecutive k) in 16-bit
+// types, tiles of 64 k (128 bytes) per row with the 128-byte swizzle, the layout a bulk tensor
+// copy writes with CU_TENSOR_MAP_SWIZZLE_128B: 16-byte chunk c of row r lies at chunk position
+// c ^ (r % 8) of that row, rows 128 bytes apart, a tile 1024-byte aligned.
+//
+// tests/test_cuda_wgmma_units.cu checks the layout on the host and the product on the GPU.
+
+#include <cstdint>
+
+namespace kda::cuda::wgmma {
+
+// Byte offset of the 16-byte chunk holding byte `k_byte` (0..127) of row `row` in a 128-byte
+// swizzled K-major tile.
+__host__ __device__ constexpr int swizzle128_offset(int row, int k_byte) {
+  return row * 128 + ((((k_byte >> 4) ^ (row & 7)) << 4) | (k_byte & 15));
+}
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// The matrix descriptor of a K-major tile with the 128-byte swizzle starting at `tile`
+// (1024-byte aligned, so the descriptor's base offset is 0), advanced by `k_bytes` along k
+// inside the 128-byte row (a multiple of 32: one k16 step of a 16-bit type is 32 bytes).
+// Fields: start address >> 4 (bits 0-13), leading byte offset >> 4 (bits 16-29: unused by
+// swizzled K-major layouts, 1 by convention), stride byte offset >> 4 (bits 32-45: 1024 bytes
+// between groups of 8 rows), swizzle mode (bits 62-63: 1 = 128 bytes).
+__device__ __forceinline__ uint64_t k_major_sw128_desc(const void* tile, int k_bytes) {
+  const uint64_t start = (shared_address(tile) + static_cast<uint32_t>(k_bytes)) & 0x3ffffu;
+  uint64_t desc = start >> 4;
+  desc |= uint64_t{1} << 16;
+  desc |= uint64_t{1024 >> 4} << 32;
+  desc |= uint64_t{1} << 62;
+  return desc;
+}
+
+// Orders this warpgroup's earlier register and shared-memory accesses before the wgmma that
+// follow (before the first wgmma of a sequence, and after the accumulators were touched).
+__device__ __forceinline__ void fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+// Closes the group of wgmma issued since the last commit.
+__device__ __forceinline__ void commit_group() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+// Waits until at most kPending committed groups are still running.
+template <int kPending>
+__device__ __forceinline__ void wait_group() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// D (64 x 64, float32) = A (64 x 16) · B (16 x 64) [+ D when `accumulate`], A and B bf16 in
+// shared memory, both K-major (descriptors above). Accumulator layout, thread t of the
+// warpgroup (warp w = t / 32, lane l): d[4 j + 2 h + e] is row 16 w + l / 4 + 8 h, column
+// 8 j + 2 (l % 4) + e (the mma.sync C fragment of 16 x 8, once per n8 tile j).
+__device__ __forceinline__ void mma_m64n64k16_bf16(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                                   bool accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0)
+      : "memory");
+}
+
+}  // namespace kda::cuda::wgmma

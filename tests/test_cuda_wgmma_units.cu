@@ -1,0 +1,180 @@
+// Unit tests of the wgmma building block (src/cuda/common/wgmma.cuh), the first piece of the WY
+// operator's v3 (issue 12), each small enough that a failure names the piece:
+//   1. the 128-byte swizzle's byte map (host, runs without a GPU): a bijection of every 8-row
+//      group of a tile onto itself that keeps bytes inside their 16-byte chunk;
+//   2. one warpgroup's 64 x 64 x 64 bf16 product from swizzled K-major shared-memory tiles
+//      through matrix descriptors (four k16 steps, the descriptor advanced along k), against a
+//      float64 host product, on a poisoned output; and the accumulate flag (a second pass adds).
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "cuda/common/wgmma.cuh"
+
+namespace {
+
+namespace wg = kda::cuda::wgmma;
+
+constexpr int kRows = 64;  // M of A, N of B (rows of Bᵀ)
+constexpr int kK = 64;     // one 128-byte swizzle atom of bf16 per row
+constexpr int kTileBytes = kRows * kK * 2;
+
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+#define SKIP_WITHOUT_GPU()                                                         \
+  if (device_count() == 0) {                                                       \
+    GTEST_SKIP() << "no CUDA device visible: GPU test skipped (runs on the H200)"; \
+  }
+
+#define ASSERT_CUDA(expr)                                                          \
+  do {                                                                             \
+    const cudaError_t error_ = (expr);                                             \
+    ASSERT_EQ(error_, cudaSuccess) << #expr << ": " << cudaGetErrorString(error_); \
+  } while (0)
+
+TEST(WgmmaSwizzle, MapsEachEightRowGroupOntoItselfChunkByChunk) {
+  for (int group = 0; group < kRows / 8; ++group) {
+    std::set<int> seen;
+    for (int r = 8 * group; r < 8 * group + 8; ++r) {
+      for (int k_byte = 0; k_byte < 128; ++k_byte) {
+        const int at = wg::swizzle128_offset(r, k_byte);
+        EXPECT_EQ(at / 128, r) << "a byte leaves its row";
+        EXPECT_EQ(at % 16, k_byte % 16) << "a byte leaves its place in its 16-byte chunk";
+        seen.insert(at);
+      }
+    }
+    EXPECT_EQ(seen.size(), 1024u) << "group " << group << " is not a bijection";
+    EXPECT_EQ(*seen.begin(), 1024 * group);
+    EXPECT_EQ(*seen.rbegin(), 1024 * group + 1023);
+  }
+  // Row 0 keeps its order; row 1's first chunk sits in chunk slot 1 (the swizzle is not a no-op).
+  EXPECT_EQ(wg::swizzle128_offset(0, 32), 32);
+  EXPECT_EQ(wg::swizzle128_offset(1, 0), 128 + 16);
+  EXPECT_EQ(wg::swizzle128_offset(9, 0), 9 * 128 + 16);
+}
+
+// D = passes · A · Bᵀ: a [64][64] and bt [64][64] bf16 row-major (k contiguous) in global
+// memory, d [64][64] float32. One warpgroup.
+__global__ void wgmma_product_kernel(const __nv_bfloat16* a, const __nv_bfloat16* bt, float* d,
+                                     int passes) {
+  extern __shared__ unsigned char smem_raw[];
+  // Tiles 1024-byte aligned (the descriptors' base offset is 0): dynamic shared memory is only
+  // guaranteed 16-byte alignment.
+  const uint32_t raw = wg::shared_address(smem_raw);
+  unsigned char* smem = smem_raw + ((1024 - raw % 1024) % 1024);
+  unsigned char* tile_a = smem;
+  unsigned char* tile_b = smem + kTileBytes;
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int i = tid; i < kRows * kK; i += blockDim.x) {
+    const int r = i / kK;
+    const int k = i % kK;
+    *reinterpret_cast<__nv_bfloat16*>(tile_a + wg::swizzle128_offset(r, 2 * k)) = a[i];
+    *reinterpret_cast<__nv_bfloat16*>(tile_b + wg::swizzle128_offset(r, 2 * k)) = bt[i];
+  }
+  // The tiles are written by ordinary stores and read by the tensor cores' async proxy.
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  __syncthreads();
+
+  float acc[32];
+  for (float& x : acc) x = 0.0f;
+  wg::fence();
+  for (int pass = 0; pass < passes; ++pass) {
+#pragma unroll
+    for (int s = 0; s < kK / 16; ++s) {
+      wg::mma_m64n64k16_bf16(acc, wg::k_major_sw128_desc(tile_a, 32 * s),
+                             wg::k_major_sw128_desc(tile_b, 32 * s), pass > 0 || s > 0);
+    }
+  }
+  wg::commit_group();
+  wg::wait_group<0>();
+
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int row = 16 * warp + lane / 4 + 8 * h;
+        const int col = 8 * j + 2 * (lane % 4) + e;
+        d[row * kRows + col] = acc[4 * j + 2 * h + e];
+      }
+    }
+  }
+}
+
+void check_product(int passes) {
+  std::mt19937 rng(20261201u + static_cast<unsigned>(passes));
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<__nv_bfloat16> a(kRows * kK), bt(kRows * kK);
+  for (auto& x : a) x = __float2bfloat16(uniform(rng));
+  for (auto& x : bt) x = __float2bfloat16(uniform(rng));
+
+  __nv_bfloat16* a_dev = nullptr;
+  __nv_bfloat16* b_dev = nullptr;
+  float* d_dev = nullptr;
+  ASSERT_CUDA(cudaMalloc(&a_dev, kTileBytes));
+  ASSERT_CUDA(cudaMalloc(&b_dev, kTileBytes));
+  ASSERT_CUDA(cudaMalloc(&d_dev, kRows * kRows * sizeof(float)));
+  ASSERT_CUDA(cudaMemcpy(a_dev, a.data(), kTileBytes, cudaMemcpyHostToDevice));
+  ASSERT_CUDA(cudaMemcpy(b_dev, bt.data(), kTileBytes, cudaMemcpyHostToDevice));
+  ASSERT_CUDA(
+      cudaMemset(d_dev, 0xff, kRows * kRows * sizeof(float)));  // NaN: every element written
+  const int smem = 2 * kTileBytes + 1024;
+  wgmma_product_kernel<<<1, 128, smem>>>(a_dev, b_dev, d_dev, passes);
+  ASSERT_CUDA(cudaGetLastError());
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  std::vector<float> d(kRows * kRows);
+  ASSERT_CUDA(cudaMemcpy(d.data(), d_dev, d.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  cudaFree(a_dev);
+  cudaFree(b_dev);
+  cudaFree(d_dev);
+
+  int bad = 0;
+  for (int m = 0; m < kRows; ++m) {
+    for (int n = 0; n < kRows; ++n) {
+      double ref = 0.0, mag = 0.0;
+      for (int k = 0; k < kK; ++k) {
+        const double x = __bfloat162float(a[m * kK + k]);
+        const double y = __bfloat162float(bt[n * kK + k]);
+        ref += x * y;
+        mag += std::fabs(x * y);
+      }
+      ref *= passes;
+      mag *= passes;
+      const double got = d[m * kRows + n];
+      // bf16 products are exact in float32; only the float32 sums round.
+      if (!(std::fabs(got - ref) <= 1e-5 * mag + 1e-6) && bad++ < 8) {
+        ADD_FAILURE() << "d[" << m << "][" << n << "] = " << got << ", expected " << ref;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "elements off (passes = " << passes << ")";
+}
+
+TEST(WgmmaProduct, SwizzledKMajorTilesMatchTheHostProduct) {
+  SKIP_WITHOUT_GPU();
+  check_product(1);
+}
+
+TEST(WgmmaProduct, AccumulateFlagAddsASecondPass) {
+  SKIP_WITHOUT_GPU();
+  check_product(2);
+}
+
+}  // namespace
