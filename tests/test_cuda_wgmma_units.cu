@@ -4,7 +4,10 @@
 //      group of a tile onto itself that keeps bytes inside their 16-byte chunk;
 //   2. one warpgroup's 64 x 64 x 64 bf16 product from swizzled K-major shared-memory tiles
 //      through matrix descriptors (four k16 steps, the descriptor advanced along k), against a
-//      float64 host product, on a poisoned output; and the accumulate flag (a second pass adds).
+//      float64 host product, on a poisoned output; and the accumulate flag (a second pass adds);
+//   3. the same product with the tiles written by bulk tensor copies with the 128-byte swizzle
+//      (tensor_map.hpp's TileSwizzle::bytes128): the copy engine's layout is the one the
+//      descriptors read (the first risk of docs/design.md's v3 plan), and the map rules.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -16,6 +19,8 @@
 #include <set>
 #include <vector>
 
+#include "cuda/common/tensor_map.hpp"
+#include "cuda/common/tma.cuh"
 #include "cuda/common/wgmma.cuh"
 
 namespace {
@@ -67,6 +72,24 @@ TEST(WgmmaSwizzle, MapsEachEightRowGroupOntoItselfChunkByChunk) {
   EXPECT_EQ(wg::swizzle128_offset(9, 0), 9 * 128 + 16);
 }
 
+// The product's epilogue: the accumulators to d [64][64] row-major (wgmma.cuh's layout).
+__device__ void store_accumulators(const float (&acc)[32], float* d) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        d[(16 * warp + lane / 4 + 8 * h) * kRows + 8 * j + 2 * (lane % 4) + e] =
+            acc[4 * j + 2 * h + e];
+      }
+    }
+  }
+}
+
 // D = passes · A · Bᵀ: a [64][64] and bt [64][64] bf16 row-major (k contiguous) in global
 // memory, d [64][64] float32. One warpgroup.
 __global__ void wgmma_product_kernel(const __nv_bfloat16* a, const __nv_bfloat16* bt, float* d,
@@ -102,23 +125,57 @@ __global__ void wgmma_product_kernel(const __nv_bfloat16* a, const __nv_bfloat16
   wg::commit_group();
   wg::wait_group<0>();
 
-  const int warp = tid / 32;
-  const int lane = tid % 32;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int row = 16 * warp + lane / 4 + 8 * h;
-        const int col = 8 * j + 2 * (lane % 4) + e;
-        d[row * kRows + col] = acc[4 * j + 2 * h + e];
-      }
-    }
-  }
+  store_accumulators(acc, d);
 }
 
-void check_product(int passes) {
+struct TileMaps {
+  kda::cuda::TensorMapBytes a, bt;
+};
+
+// D = A · Bᵀ with both tiles brought in by one bulk tensor copy each, swizzled by the copy.
+__global__ void wgmma_tma_product_kernel(const __grid_constant__ TileMaps maps, float* d) {
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ uint64_t bar;
+  const uint32_t raw = wg::shared_address(smem_raw);
+  unsigned char* tile_a = smem_raw + ((1024 - raw % 1024) % 1024);
+  unsigned char* tile_b = tile_a + kTileBytes;
+  namespace tma = kda::cuda::tma;
+  if (threadIdx.x == 0) {
+    tma::barrier_init(&bar);
+    tma::barrier_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    tma::barrier_arrive_expect(&bar, 2 * kTileBytes);
+    tma::copy_tile_4d(tile_a, maps.a, &bar, 0, 0, 0, 0);
+    tma::copy_tile_4d(tile_b, maps.bt, &bar, 0, 0, 0, 0);
+  }
+  tma::barrier_wait(&bar, 0);
+  float acc[32];
+  for (float& x : acc) x = 0.0f;
+  wg::fence();
+#pragma unroll
+  for (int s = 0; s < kK / 16; ++s) {
+    wg::mma_m64n64k16_bf16(acc, wg::k_major_sw128_desc(tile_a, 32 * s),
+                           wg::k_major_sw128_desc(tile_b, 32 * s), s > 0);
+  }
+  wg::commit_group();
+  wg::wait_group<0>();
+  store_accumulators(acc, d);
+}
+
+// A [64][64] bf16 tile as one swizzled box: dims (k, 1, rows, 1), innermost first.
+bool encode_tile(kda::cuda::TensorMapBytes* map, const void* data) {
+  const uint64_t dims[4] = {kK, 1, kRows, 1};
+  const uint64_t strides[3] = {kK * 2, kK * 2, kTileBytes};
+  const uint32_t box[4] = {kK, 1, kRows, 1};
+  return kda::cuda::encode_tile_map_4d(map, data, 2, false, dims, strides, box,
+                                       kda::cuda::TileSwizzle::bytes128);
+}
+
+// Runs `launch(a_dev, bt_dev, d_dev)` on fresh random tiles and checks d = passes · A · Bᵀ.
+template <typename Launch>
+void check_product(int passes, Launch launch) {
   std::mt19937 rng(20261201u + static_cast<unsigned>(passes));
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<__nv_bfloat16> a(kRows * kK), bt(kRows * kK);
@@ -135,8 +192,7 @@ void check_product(int passes) {
   ASSERT_CUDA(cudaMemcpy(b_dev, bt.data(), kTileBytes, cudaMemcpyHostToDevice));
   ASSERT_CUDA(
       cudaMemset(d_dev, 0xff, kRows * kRows * sizeof(float)));  // NaN: every element written
-  const int smem = 2 * kTileBytes + 1024;
-  wgmma_product_kernel<<<1, 128, smem>>>(a_dev, b_dev, d_dev, passes);
+  launch(a_dev, b_dev, d_dev);
   ASSERT_CUDA(cudaGetLastError());
   ASSERT_CUDA(cudaDeviceSynchronize());
   std::vector<float> d(kRows * kRows);
@@ -167,14 +223,50 @@ void check_product(int passes) {
   EXPECT_EQ(bad, 0) << "elements off (passes = " << passes << ")";
 }
 
+constexpr int kProductSmem = 2 * kTileBytes + 1024;
+
+void run_threads_swizzled(int passes) {
+  check_product(passes, [&](const __nv_bfloat16* a, const __nv_bfloat16* bt, float* d) {
+    wgmma_product_kernel<<<1, 128, kProductSmem>>>(a, bt, d, passes);
+  });
+}
+
 TEST(WgmmaProduct, SwizzledKMajorTilesMatchTheHostProduct) {
   SKIP_WITHOUT_GPU();
-  check_product(1);
+  run_threads_swizzled(1);
 }
 
 TEST(WgmmaProduct, AccumulateFlagAddsASecondPass) {
   SKIP_WITHOUT_GPU();
-  check_product(2);
+  run_threads_swizzled(2);
+}
+
+TEST(WgmmaProduct, BulkCopiesWithThe128ByteSwizzleFeedTheDescriptors) {
+  SKIP_WITHOUT_GPU();
+  bool encoded = true;
+  check_product(1, [&](const __nv_bfloat16* a, const __nv_bfloat16* bt, float* d) {
+    TileMaps maps;
+    encoded = encode_tile(&maps.a, a) && encode_tile(&maps.bt, bt);
+    if (encoded) wgmma_tma_product_kernel<<<1, 128, kProductSmem>>>(maps, d);
+  });
+  EXPECT_TRUE(encoded) << "the driver refused a swizzled tile map";
+}
+
+TEST(WgmmaTileMaps, The128ByteSwizzleTakesBoxRowsOfAtMost128Bytes) {
+  alignas(16) static unsigned char host_bytes[64];  // never read
+  const uint64_t dims[4] = {256, 1, 64, 1};
+  const uint64_t strides[3] = {512, 512, 32768};
+  using kda::cuda::tile_map_supported;
+  using kda::cuda::TileSwizzle;
+  EXPECT_TRUE(
+      tile_map_supported(host_bytes, 2, dims, strides, {64, 1, 64, 1}, TileSwizzle::bytes128));
+  EXPECT_TRUE(
+      tile_map_supported(host_bytes, 4, dims, strides, {32, 1, 64, 1}, TileSwizzle::bytes128));
+  EXPECT_FALSE(
+      tile_map_supported(host_bytes, 2, dims, strides, {72, 1, 64, 1}, TileSwizzle::bytes128))
+      << "144-byte rows cannot take the 128-byte swizzle";
+  EXPECT_TRUE(tile_map_supported(host_bytes, 2, dims, strides, {72, 1, 64, 1}))
+      << "without a swizzle they can";
 }
 
 }  // namespace

@@ -54,8 +54,8 @@ constexpr size_t kMaxCachedMaps = 4096;
 // One encoding by the driver; false when the rules or the driver refuse it.
 bool encode_uncached(TensorMapBytes* map, const void* data, int elem_bytes, bool is_float16,
                      const uint64_t (&dims)[4], const uint64_t (&strides)[3],
-                     const uint32_t (&box)[4]) {
-  if (!tile_map_supported(data, elem_bytes, dims, strides, box)) return false;
+                     const uint32_t (&box)[4], TileSwizzle swizzle) {
+  if (!tile_map_supported(data, elem_bytes, dims, strides, box, swizzle)) return false;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
   if (encode == nullptr) return false;
   const CUtensorMapDataType type = elem_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
@@ -66,10 +66,11 @@ bool encode_uncached(TensorMapBytes* map, const void* data, int elem_bytes, bool
   const cuuint32_t box_dims[4] = {box[0], box[1], box[2], box[3]};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   CUtensorMap encoded;
-  const CUresult r =
-      encode(&encoded, type, 4, const_cast<void*>(data), global_dims, global_strides, box_dims,
-             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode(
+      &encoded, type, 4, const_cast<void*>(data), global_dims, global_strides, box_dims,
+      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      swizzle == TileSwizzle::bytes128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) return false;
   std::memcpy(map->words, &encoded, sizeof(encoded));
   return true;
@@ -78,7 +79,8 @@ bool encode_uncached(TensorMapBytes* map, const void* data, int elem_bytes, bool
 }  // namespace
 
 bool tile_map_supported(const void* data, int elem_bytes, const uint64_t (&dims)[4],
-                        const uint64_t (&strides)[3], const uint32_t (&box)[4]) {
+                        const uint64_t (&strides)[3], const uint32_t (&box)[4],
+                        TileSwizzle swizzle) {
   if (elem_bytes != 2 && elem_bytes != 4) return false;
   if (reinterpret_cast<uintptr_t>(data) % 16 != 0) return false;
   for (uint64_t s : strides) {
@@ -87,15 +89,18 @@ bool tile_map_supported(const void* data, int elem_bytes, const uint64_t (&dims)
   for (int d = 0; d < 4; ++d) {
     if (dims[d] == 0 || dims[d] > (uint64_t{1} << 32) || box[d] == 0 || box[d] > 256) return false;
   }
+  // With the 128-byte swizzle a box row must fit the swizzle's 128-byte span.
+  if (swizzle == TileSwizzle::bytes128 && box[0] * elem_bytes > 128) return false;
   return box[0] * elem_bytes % 16 == 0;
 }
 
 bool encode_tile_map_4d(TensorMapBytes* map, const void* data, int elem_bytes, bool is_float16,
                         const uint64_t (&dims)[4], const uint64_t (&strides)[3],
-                        const uint32_t (&box)[4]) {
+                        const uint32_t (&box)[4], TileSwizzle swizzle) {
   thread_local std::unordered_map<MapKey, TensorMapBytes, MapKeyHash> cache;
   const MapKey key = {reinterpret_cast<uintptr_t>(data),
-                      static_cast<uint64_t>(elem_bytes) << 1 | (is_float16 ? 1u : 0u),
+                      static_cast<uint64_t>(elem_bytes) << 2 | (is_float16 ? 2u : 0u) |
+                          (swizzle == TileSwizzle::bytes128 ? 1u : 0u),
                       dims[0],
                       dims[1],
                       dims[2],
@@ -111,7 +116,9 @@ bool encode_tile_map_4d(TensorMapBytes* map, const void* data, int elem_bytes, b
     *map = it->second;
     return true;
   }
-  if (!encode_uncached(map, data, elem_bytes, is_float16, dims, strides, box)) return false;
+  if (!encode_uncached(map, data, elem_bytes, is_float16, dims, strides, box, swizzle)) {
+    return false;
+  }
   if (cache.size() >= kMaxCachedMaps) cache.clear();
   cache.emplace(key, *map);
   return true;
