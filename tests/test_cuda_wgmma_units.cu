@@ -5,7 +5,9 @@
 //   2. one warpgroup's 64 x 64 x 64 bf16 product from swizzled K-major shared-memory tiles
 //      through matrix descriptors (four k16 steps, the descriptor advanced along k), against a
 //      float64 host product, on a poisoned output; and the accumulate flag (a second pass adds);
-//   3. the same product with the tiles written by bulk tensor copies with the 128-byte swizzle
+//   3. the shape of one WY slab product (64 x 16 over k = 128: two swizzled tiles along k, the
+//      m64n16k16 form);
+//   4. the 64 x 64 product with the tiles written by bulk tensor copies with the 128-byte swizzle
 //      (tensor_map.hpp's TileSwizzle::bytes128): the copy engine's layout is the one the
 //      descriptors read (the first risk of docs/design.md's v3 plan), and the map rules.
 
@@ -173,60 +175,111 @@ bool encode_tile(kda::cuda::TensorMapBytes* map, const void* data) {
                                        kda::cuda::TileSwizzle::bytes128);
 }
 
-// Runs `launch(a_dev, bt_dev, d_dev)` on fresh random tiles and checks d = passes · A · Bᵀ.
+// Runs `launch(a_dev, bt_dev, d_dev)` on fresh random A [64][k] and Bᵀ [n][k] (bf16, k
+// contiguous) and checks d [64][n] = passes · A · Bᵀ against float64, on a poisoned d.
 template <typename Launch>
-void check_product(int passes, Launch launch) {
-  std::mt19937 rng(20261201u + static_cast<unsigned>(passes));
+void check_product(int n_cols, int k_len, int passes, Launch launch) {
+  std::mt19937 rng(20261201u + static_cast<unsigned>(passes * 1000 + n_cols + k_len));
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<__nv_bfloat16> a(kRows * kK), bt(kRows * kK);
+  std::vector<__nv_bfloat16> a(kRows * k_len), bt(n_cols * k_len);
   for (auto& x : a) x = __float2bfloat16(uniform(rng));
   for (auto& x : bt) x = __float2bfloat16(uniform(rng));
+  const size_t a_bytes = a.size() * 2, b_bytes = bt.size() * 2;
+  const size_t d_bytes = static_cast<size_t>(kRows) * n_cols * sizeof(float);
 
   __nv_bfloat16* a_dev = nullptr;
   __nv_bfloat16* b_dev = nullptr;
   float* d_dev = nullptr;
-  ASSERT_CUDA(cudaMalloc(&a_dev, kTileBytes));
-  ASSERT_CUDA(cudaMalloc(&b_dev, kTileBytes));
-  ASSERT_CUDA(cudaMalloc(&d_dev, kRows * kRows * sizeof(float)));
-  ASSERT_CUDA(cudaMemcpy(a_dev, a.data(), kTileBytes, cudaMemcpyHostToDevice));
-  ASSERT_CUDA(cudaMemcpy(b_dev, bt.data(), kTileBytes, cudaMemcpyHostToDevice));
-  ASSERT_CUDA(
-      cudaMemset(d_dev, 0xff, kRows * kRows * sizeof(float)));  // NaN: every element written
+  ASSERT_CUDA(cudaMalloc(&a_dev, a_bytes));
+  ASSERT_CUDA(cudaMalloc(&b_dev, b_bytes));
+  ASSERT_CUDA(cudaMalloc(&d_dev, d_bytes));
+  ASSERT_CUDA(cudaMemcpy(a_dev, a.data(), a_bytes, cudaMemcpyHostToDevice));
+  ASSERT_CUDA(cudaMemcpy(b_dev, bt.data(), b_bytes, cudaMemcpyHostToDevice));
+  ASSERT_CUDA(cudaMemset(d_dev, 0xff, d_bytes));  // NaN: every element must be written
   launch(a_dev, b_dev, d_dev);
   ASSERT_CUDA(cudaGetLastError());
   ASSERT_CUDA(cudaDeviceSynchronize());
-  std::vector<float> d(kRows * kRows);
-  ASSERT_CUDA(cudaMemcpy(d.data(), d_dev, d.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  std::vector<float> d(static_cast<size_t>(kRows) * n_cols);
+  ASSERT_CUDA(cudaMemcpy(d.data(), d_dev, d_bytes, cudaMemcpyDeviceToHost));
   cudaFree(a_dev);
   cudaFree(b_dev);
   cudaFree(d_dev);
 
   int bad = 0;
   for (int m = 0; m < kRows; ++m) {
-    for (int n = 0; n < kRows; ++n) {
+    for (int n = 0; n < n_cols; ++n) {
       double ref = 0.0, mag = 0.0;
-      for (int k = 0; k < kK; ++k) {
-        const double x = __bfloat162float(a[m * kK + k]);
-        const double y = __bfloat162float(bt[n * kK + k]);
+      for (int k = 0; k < k_len; ++k) {
+        const double x = __bfloat162float(a[m * k_len + k]);
+        const double y = __bfloat162float(bt[n * k_len + k]);
         ref += x * y;
         mag += std::fabs(x * y);
       }
       ref *= passes;
       mag *= passes;
-      const double got = d[m * kRows + n];
+      const double got = d[m * n_cols + n];
       // bf16 products are exact in float32; only the float32 sums round.
       if (!(std::fabs(got - ref) <= 1e-5 * mag + 1e-6) && bad++ < 8) {
         ADD_FAILURE() << "d[" << m << "][" << n << "] = " << got << ", expected " << ref;
       }
     }
   }
-  EXPECT_EQ(bad, 0) << "elements off (passes = " << passes << ")";
+  EXPECT_EQ(bad, 0) << "elements off (n " << n_cols << ", k " << k_len << ", passes " << passes
+                    << ")";
+}
+
+// The shape of one h slab's product in the WY kernel: D [64][16] = A [64][128] · Bᵀ, Bᵀ [16][128]
+// (e.g. dO · Sᵀ over V = 128): each operand two swizzled 64-k tiles (8 KB and 2 KB), eight k16
+// steps crossing from the first tile to the second.
+__global__ void wgmma_slab_product_kernel(const __nv_bfloat16* a, const __nv_bfloat16* bt,
+                                          float* d) {
+  constexpr int kSlabN = 16, kLongK = 128;
+  constexpr int kAtomA = kRows * 128, kAtomB = kSlabN * 128;
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = wg::shared_address(smem_raw);
+  unsigned char* tiles_a = smem_raw + ((1024 - raw % 1024) % 1024);
+  unsigned char* tiles_b = tiles_a + 2 * kAtomA;
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int i = tid; i < kRows * kLongK; i += blockDim.x) {
+    const int r = i / kLongK, k = i % kLongK;
+    *reinterpret_cast<__nv_bfloat16*>(tiles_a + (k / 64) * kAtomA +
+                                      wg::swizzle128_offset(r, 2 * (k % 64))) = a[i];
+  }
+  for (int i = tid; i < kSlabN * kLongK; i += blockDim.x) {
+    const int r = i / kLongK, k = i % kLongK;
+    *reinterpret_cast<__nv_bfloat16*>(tiles_b + (k / 64) * kAtomB +
+                                      wg::swizzle128_offset(r, 2 * (k % 64))) = bt[i];
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  __syncthreads();
+  float acc[8];
+  for (float& x : acc) x = 0.0f;
+  wg::fence();
+#pragma unroll
+  for (int s = 0; s < kLongK / 16; ++s) {
+    wg::mma_m64n16k16_bf16(acc, wg::k_major_sw128_desc_step(tiles_a, kAtomA, s),
+                           wg::k_major_sw128_desc_step(tiles_b, kAtomB, s), s > 0);
+  }
+  wg::commit_group();
+  wg::wait_group<0>();
+  const int warp = tid / 32, lane = tid % 32;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        d[(16 * warp + lane / 4 + 8 * h) * kSlabN + 8 * j + 2 * (lane % 4) + e] =
+            acc[4 * j + 2 * h + e];
+      }
+    }
+  }
 }
 
 constexpr int kProductSmem = 2 * kTileBytes + 1024;
 
 void run_threads_swizzled(int passes) {
-  check_product(passes, [&](const __nv_bfloat16* a, const __nv_bfloat16* bt, float* d) {
+  check_product(kRows, kK, passes, [&](const __nv_bfloat16* a, const __nv_bfloat16* bt, float* d) {
     wgmma_product_kernel<<<1, 128, kProductSmem>>>(a, bt, d, passes);
   });
 }
@@ -244,12 +297,19 @@ TEST(WgmmaProduct, AccumulateFlagAddsASecondPass) {
 TEST(WgmmaProduct, BulkCopiesWithThe128ByteSwizzleFeedTheDescriptors) {
   SKIP_WITHOUT_GPU();
   bool encoded = true;
-  check_product(1, [&](const __nv_bfloat16* a, const __nv_bfloat16* bt, float* d) {
+  check_product(kRows, kK, 1, [&](const __nv_bfloat16* a, const __nv_bfloat16* bt, float* d) {
     TileMaps maps;
     encoded = encode_tile(&maps.a, a) && encode_tile(&maps.bt, bt);
     if (encoded) wgmma_tma_product_kernel<<<1, 128, kProductSmem>>>(maps, d);
   });
   EXPECT_TRUE(encoded) << "the driver refused a swizzled tile map";
+}
+
+TEST(WgmmaProduct, SlabShapeAcrossTwoSwizzledTilesAlongK) {
+  SKIP_WITHOUT_GPU();
+  check_product(16, 128, 1, [](const __nv_bfloat16* a, const __nv_bfloat16* bt, float* d) {
+    wgmma_slab_product_kernel<<<1, 128, 2 * (kRows + 16) * 128 + 1024>>>(a, bt, d);
+  });
 }
 
 TEST(WgmmaTileMaps, The128ByteSwizzleTakesBoxRowsOfAtMost128Bytes) {

@@ -80,4 +80,27 @@ __device__ __forceinline__ void mma_m64n64k16_bf16(float (&d)[32], uint64_t desc
       : "memory");
 }
 
+// The same for a 64 x 16 tile of D (d[4 j + 2 h + e], j = 0, 1): the shape of one h slab's
+// products in the WY kernel (16 k columns per slab).
+__device__ __forceinline__ void mma_m64n16k16_bf16(float (&d)[8], uint64_t desc_a, uint64_t desc_b,
+                                                   bool accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0)
+      : "memory");
+}
+
+// Products over k beyond one 128-byte row: a K-major operand of 16-bit type with K = 64 a
+// stored as `a` swizzled tiles of [rows][64], each `atom_bytes` = rows * 128 apart (a multiple of
+// 1024). The descriptor of k16 step s: tile s / 4, 32 (s % 4) bytes into its rows.
+__device__ __forceinline__ uint64_t k_major_sw128_desc_step(const void* tiles, int atom_bytes,
+                                                            int step) {
+  return k_major_sw128_desc(static_cast<const unsigned char*>(tiles) + (step / 4) * atom_bytes,
+                            32 * (step % 4));
+}
+
 }  // namespace kda::cuda::wgmma
