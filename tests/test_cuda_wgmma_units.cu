@@ -74,18 +74,20 @@ TEST(WgmmaSwizzle, MapsEachEightRowGroupOntoItselfChunkByChunk) {
   EXPECT_EQ(wg::swizzle128_offset(9, 0), 9 * 128 + 16);
 }
 
-// The product's epilogue: the accumulators to d [64][64] row-major (wgmma.cuh's layout).
-__device__ void store_accumulators(const float (&acc)[32], float* d) {
+// The product's epilogue: the accumulators of a 64 x kN tile to d [64][kN] row-major
+// (wgmma.cuh's layout).
+template <int kN>
+__device__ void store_accumulators(const float (&acc)[kN / 2], float* d) {
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
   const int lane = tid % 32;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < kN / 8; ++j) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        d[(16 * warp + lane / 4 + 8 * h) * kRows + 8 * j + 2 * (lane % 4) + e] =
+        d[(16 * warp + lane / 4 + 8 * h) * kN + 8 * j + 2 * (lane % 4) + e] =
             acc[4 * j + 2 * h + e];
       }
     }
@@ -127,7 +129,7 @@ __global__ void wgmma_product_kernel(const __nv_bfloat16* a, const __nv_bfloat16
   wg::commit_group();
   wg::wait_group<0>();
 
-  store_accumulators(acc, d);
+  store_accumulators<kRows>(acc, d);
 }
 
 struct TileMaps {
@@ -163,7 +165,7 @@ __global__ void wgmma_tma_product_kernel(const __grid_constant__ TileMaps maps, 
   }
   wg::commit_group();
   wg::wait_group<0>();
-  store_accumulators(acc, d);
+  store_accumulators<kRows>(acc, d);
 }
 
 // A [64][64] bf16 tile as one swizzled box: dims (k, 1, rows, 1), innermost first.
@@ -262,18 +264,7 @@ __global__ void wgmma_slab_product_kernel(const __nv_bfloat16* a, const __nv_bfl
   }
   wg::commit_group();
   wg::wait_group<0>();
-  const int warp = tid / 32, lane = tid % 32;
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        d[(16 * warp + lane / 4 + 8 * h) * kSlabN + 8 * j + 2 * (lane % 4) + e] =
-            acc[4 * j + 2 * h + e];
-      }
-    }
-  }
+  store_accumulators<kSlabN>(acc, d);
 }
 
 constexpr int kProductSmem = 2 * kTileBytes + 1024;
