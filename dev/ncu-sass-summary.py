@@ -59,7 +59,8 @@ def main():
     total_r = sum(per_reason.values()) or 1
     print("stall reasons:")
     for reason, v in per_reason.most_common(12):
-        top = ", ".join(f"{o} {100 * c / v:.0f}%" for o, c in reason_ops[reason].most_common(4)) if v else ""
+        waiting = reason_ops[reason].most_common(4) if v else []
+        top = ", ".join(f"{o} {100 * c / v:.0f}%" for o, c in waiting)
         print(f"  {reason:<24} {100 * v / total_r:5.1f}%   on: {top}")
 
 
