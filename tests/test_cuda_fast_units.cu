@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "cuda/common/mma_fragments.cuh"
+#include "cuda_unit_test.hpp"
 #include "io/host_problem.hpp"
 #include "kda/kda.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/dispatch.hpp"
@@ -45,26 +46,6 @@ using kda::cuda::mma::BLayout;
 using kda::io::HostProblem;
 using kda::io::HostTensor;
 using kda::io::WyDqkgConfig;
-
-int device_count() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
-
-#define SKIP_WITHOUT_GPU()                                                         \
-  if (device_count() == 0) {                                                       \
-    GTEST_SKIP() << "no CUDA device visible: GPU test skipped (runs on the H200)"; \
-  }
-
-#define ASSERT_CUDA(expr)                                                          \
-  do {                                                                             \
-    const cudaError_t error_ = (expr);                                             \
-    ASSERT_EQ(error_, cudaSuccess) << #expr << ": " << cudaGetErrorString(error_); \
-  } while (0)
 
 // Device memory freed on scope exit.
 class DeviceBuffer {

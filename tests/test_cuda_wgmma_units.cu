@@ -24,6 +24,7 @@
 #include "cuda/common/tensor_map.hpp"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/wgmma.cuh"
+#include "cuda_unit_test.hpp"
 
 namespace {
 
@@ -32,26 +33,6 @@ namespace wg = kda::cuda::wgmma;
 constexpr int kRows = 64;  // M of A, N of B (rows of Bᵀ)
 constexpr int kK = 64;     // one 128-byte swizzle atom of bf16 per row
 constexpr int kTileBytes = kRows * kK * 2;
-
-int device_count() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
-
-#define SKIP_WITHOUT_GPU()                                                         \
-  if (device_count() == 0) {                                                       \
-    GTEST_SKIP() << "no CUDA device visible: GPU test skipped (runs on the H200)"; \
-  }
-
-#define ASSERT_CUDA(expr)                                                          \
-  do {                                                                             \
-    const cudaError_t error_ = (expr);                                             \
-    ASSERT_EQ(error_, cudaSuccess) << #expr << ": " << cudaGetErrorString(error_); \
-  } while (0)
 
 TEST(WgmmaSwizzle, MapsEachEightRowGroupOntoItselfChunkByChunk) {
   for (int group = 0; group < kRows / 8; ++group) {
