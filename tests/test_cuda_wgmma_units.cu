@@ -55,6 +55,13 @@ TEST(WgmmaSwizzle, MapsEachEightRowGroupOntoItselfChunkByChunk) {
   EXPECT_EQ(wg::swizzle128_offset(9, 0), 9 * 128 + 16);
 }
 
+// The first 1024-byte boundary in dynamic shared memory (which is only guaranteed 16-byte
+// alignment): swizzled tiles start there, so the descriptors' base offset is 0.
+__device__ unsigned char* aligned_1024(unsigned char* raw) {
+  const uint32_t at = kda::cuda::tma::smem_address(raw);
+  return raw + (1024 - at % 1024) % 1024;
+}
+
 // The product's epilogue: the accumulators of a 64 x kN tile to d [64][kN] row-major
 // (wgmma.cuh's layout).
 template <int kN>
@@ -80,10 +87,7 @@ __device__ void store_accumulators(const float (&acc)[kN / 2], float* d) {
 __global__ void wgmma_product_kernel(const __nv_bfloat16* a, const __nv_bfloat16* bt, float* d,
                                      int passes) {
   extern __shared__ unsigned char smem_raw[];
-  // Tiles 1024-byte aligned (the descriptors' base offset is 0): dynamic shared memory is only
-  // guaranteed 16-byte alignment.
-  const uint32_t raw = wg::shared_address(smem_raw);
-  unsigned char* smem = smem_raw + ((1024 - raw % 1024) % 1024);
+  unsigned char* smem = aligned_1024(smem_raw);
   unsigned char* tile_a = smem;
   unsigned char* tile_b = smem + kTileBytes;
   const int tid = static_cast<int>(threadIdx.x);
@@ -121,8 +125,7 @@ struct TileMaps {
 __global__ void wgmma_tma_product_kernel(const __grid_constant__ TileMaps maps, float* d) {
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t bar;
-  const uint32_t raw = wg::shared_address(smem_raw);
-  unsigned char* tile_a = smem_raw + ((1024 - raw % 1024) % 1024);
+  unsigned char* tile_a = aligned_1024(smem_raw);
   unsigned char* tile_b = tile_a + kTileBytes;
   namespace tma = kda::cuda::tma;
   if (threadIdx.x == 0) {
@@ -219,8 +222,7 @@ __global__ void wgmma_slab_product_kernel(const __nv_bfloat16* a, const __nv_bfl
   constexpr int kSlabN = 16, kLongK = 128;
   constexpr int kAtomA = kRows * 128, kAtomB = kSlabN * 128;
   extern __shared__ unsigned char smem_raw[];
-  const uint32_t raw = wg::shared_address(smem_raw);
-  unsigned char* tiles_a = smem_raw + ((1024 - raw % 1024) % 1024);
+  unsigned char* tiles_a = aligned_1024(smem_raw);
   unsigned char* tiles_b = tiles_a + 2 * kAtomA;
   const int tid = static_cast<int>(threadIdx.x);
   for (int i = tid; i < kRows * kLongK; i += blockDim.x) {

@@ -15,16 +15,14 @@
 
 #include <cstdint>
 
+#include "cuda/common/tma.cuh"
+
 namespace kda::cuda::wgmma {
 
 // Byte offset of the 16-byte chunk holding byte `k_byte` (0..127) of row `row` in a 128-byte
 // swizzled K-major tile.
 __host__ __device__ constexpr int swizzle128_offset(int row, int k_byte) {
   return row * 128 + ((((k_byte >> 4) ^ (row & 7)) << 4) | (k_byte & 15));
-}
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
 // The matrix descriptor of a K-major tile with the 128-byte swizzle starting at `tile`
@@ -34,7 +32,7 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
 // swizzled K-major layouts, 1 by convention), stride byte offset >> 4 (bits 32-45: 1024 bytes
 // between groups of 8 rows), swizzle mode (bits 62-63: 1 = 128 bytes).
 __device__ __forceinline__ uint64_t k_major_sw128_desc(const void* tile, int k_bytes) {
-  const uint64_t start = (shared_address(tile) + static_cast<uint32_t>(k_bytes)) & 0x3ffffu;
+  const uint64_t start = (tma::smem_address(tile) + static_cast<uint32_t>(k_bytes)) & 0x3ffffu;
   uint64_t desc = start >> 4;
   desc |= uint64_t{1} << 16;
   desc |= uint64_t{1024 >> 4} << 32;
