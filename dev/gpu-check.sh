@@ -406,31 +406,30 @@ if want bench-intra; then
   row "bench_intra_cuda" "$([ $brc -eq 0 ] && echo PASS || echo "FAIL (rc $brc)"): see bench_intra.log"
 fi
 
-# --- ncu on chunk_bwd_intra at the model shape (issue 14's profile) ----------------------------
+# --- ncu profiles: chunk_bwd_intra (issue 14) and chunk_bwd_wy_dqkg (issue 12) at their model shapes
+# ncu_profile NAME KERNEL_REGEX LABEL COMMAND...: one launch of the kernel (the fourth), profiled
+# with --set full and SASS-level stall samples; the report, its details page and its SASS table
+# (dev/ncu-sass-summary.py reads it) in the logs, the duration in the summary.
+ncu_profile() {
+  local name=$1 regex=$2 label=$3
+  shift 3
+  local rep=$logs/$name
+  bounded 200 ncu --clock-control none --set full --import-source yes -k "regex:$regex" \
+    --launch-skip 3 --launch-count 1 -f -o "$rep" "$@" >"$logs/$name.log" 2>&1
+  local nrc=$?
+  ncu --import "$rep.ncu-rep" --page details >"$logs/$name-details.txt" 2>&1
+  ncu --import "$rep.ncu-rep" --page source --csv --print-source sass >"$logs/$name-sass.csv" 2>&1
+  row "$label" "$([ $nrc -eq 0 ] && echo PASS || echo "FAIL (rc $nrc)"): $(grep -m1 -E '^ *Duration' "$logs/$name-details.txt" | tr -s ' ')"
+}
 if want ncu-intra; then
-  rep=$logs/ncu-intra
-  bounded 200 ncu --clock-control none --set full --import-source yes -k regex:chunk_bwd_intra \
-    --launch-skip 3 --launch-count 1 -f -o "$rep" \
+  ncu_profile ncu-intra chunk_bwd_intra "ncu chunk_bwd_intra T=8192 bf16" \
     "$build/tests/ops/chunk_bwd_intra/bench_intra_cuda" --T 8192 --dtypes bf16 --runs 50 \
-    --variants "${KDA_NCU_INTRA_VARIANT:-split=1}" >"$logs/ncu-intra.log" 2>&1
-  nrc=$?
-  ncu --import "$rep.ncu-rep" --page details >"$logs/ncu-intra-details.txt" 2>&1
-  ncu --import "$rep.ncu-rep" --page source --csv --print-source sass \
-    >"$logs/ncu-intra-sass.csv" 2>&1
-  row "ncu chunk_bwd_intra T=8192 bf16" "$([ $nrc -eq 0 ] && echo PASS || echo "FAIL (rc $nrc)"): $(grep -m1 -E '^ *Duration' "$logs/ncu-intra-details.txt" | tr -s ' ')"
+    --variants "${KDA_NCU_INTRA_VARIANT:-split=1}"
 fi
-
-# --- ncu of chunk_bwd_wy_dqkg's default kernel at the model shape (bf16, h float32) -----------
+# chunk_bwd_wy_dqkg's default kernel at the model shape (bf16, h float32).
 if want ncu-wy; then
-  rep=$logs/ncu-wy
-  bounded 200 ncu --clock-control none --set full --import-source yes -k regex:wy_dqkg \
-    --launch-skip 3 --launch-count 1 -f -o "$rep" \
-    "$kda" run chunk_bwd_wy_dqkg --shape 1,2048,32,128,128 --backend cuda --repeat 10 \
-    >"$logs/ncu-wy.log" 2>&1
-  nrc=$?
-  ncu --import "$rep.ncu-rep" --page details >"$logs/ncu-wy-details.txt" 2>&1
-  ncu --import "$rep.ncu-rep" --page source --csv --print-source sass >"$logs/ncu-wy-sass.csv" 2>&1
-  row "ncu chunk_bwd_wy_dqkg model bf16" "$([ $nrc -eq 0 ] && echo PASS || echo "FAIL (rc $nrc)"): $(grep -m1 -E '^ *Duration' "$logs/ncu-wy-details.txt" | tr -s ' ')"
+  ncu_profile ncu-wy wy_dqkg "ncu chunk_bwd_wy_dqkg model bf16" \
+    "$kda" run chunk_bwd_wy_dqkg --shape 1,2048,32,128,128 --backend cuda --repeat 10
 fi
 
 # --- where the compiled op's host time goes (issue 13): perf over host_cost.py ----------------
