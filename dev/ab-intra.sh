@@ -61,8 +61,8 @@ for ((r = 1; r <= rounds; r++)); do
   for n in "${!names[@]}"; do
     LD_LIBRARY_PATH=${dirs[$n]} timeout 120 "$bench" --T 8192,2048 --dtypes bf16 --runs 50 \
       --variants "$variants" >"$out/bench.${names[$n]}.$r.log" 2>&1
-    grep -E 'safe_gate=0' "$out/bench.${names[$n]}.$r.log" | grep -v accuracy |
-      awk -v n="${names[$n]}" -v r="$r" '{print n, "round", r, $1, $2, "median", $12, $13}' >>"$summary"
+    grep -E '^T=' "$out/bench.${names[$n]}.$r.log" |
+      awk -v n="${names[$n]}" -v r="$r" '{print n, "round", r, $1, $2, $3, "median", $12, $13}' >>"$summary"
   done
 done
 cat "$summary"

@@ -204,6 +204,40 @@ std::vector<Case> cases() {
       c.x_dtype = x;
       out.push_back({std::string("model_slice_") + tag(x), c});
     }
+    // safe_gate: 16-bit X takes the tensor-core diagonal blocks (anchored factors with exponents
+    // of both signs); at the promise's edge (every channel strong), with short sub-chunks whose
+    // anchors move (varlen), and at the model's K.
+    {
+      Config c;
+      c.T = 256;
+      c.H = 2;
+      c.K = 128;
+      c.BT = 64;
+      c.x_dtype = x;
+      c.all_strong = true;
+      c.safe_gate = true;
+      out.push_back({std::string("strong_decay_safe_") + tag(x), c});
+    }
+    for (int64_t bt : {16, 32, 64}) {
+      Config c;
+      c.H = 2;
+      c.K = 128;
+      c.BT = bt;
+      c.seqlens = {1, bt - 3, 5, bt + 9, 2 * bt, 3 * bt + 12, 1, 8};
+      c.x_dtype = x;
+      c.safe_gate = true;
+      out.push_back({std::string("varlen_safe_") + tag(x) + "_bt" + std::to_string(bt), c});
+    }
+    {
+      Config c;
+      c.T = 1024;
+      c.H = 8;
+      c.K = 128;
+      c.BT = 64;
+      c.x_dtype = x;
+      c.safe_gate = true;
+      out.push_back({std::string("model_slice_safe_") + tag(x), c});
+    }
   }
   return out;
 }
@@ -383,7 +417,11 @@ TEST(IntraCudaCopyPaths, AllCopyPathsBitwiseEqual) {
 // of that chunk (dqa[i] and r[i] read only rows j <= i: the kernel's anchors for them are rows
 // <= i and each mma output row is its own dot product) and every output of every other chunk.
 // dk, dg at rows < P legitimately change (dkc[i] sums over rows j >= i) and are not asserted.
-TEST(IntraCudaCausality, RowsBeforeThePerturbationKeepTheirBits) {
+// With safe_gate (the tensor-core diagonal blocks) the row part's anchors are the first rows of
+// each 8-row half, <= i as well.
+class IntraCudaCausality : public ::testing::TestWithParam<bool> {};
+
+TEST_P(IntraCudaCausality, RowsBeforeThePerturbationKeepTheirBits) {
   SKIP_WITHOUT_GPU();
   Config c;
   c.T = 200;
@@ -391,12 +429,15 @@ TEST(IntraCudaCausality, RowsBeforeThePerturbationKeepTheirBits) {
   c.K = 72;
   c.BT = 64;
   c.x_dtype = DType::bf16;
+  c.safe_gate = GetParam();
   c.seed = fresh_seed();
   const HostIntra hp = make_random(c);
   const ChunkRange chunk = chunk_ranges(hp)[1];  // rows 64 .. 127
   const kda::ChunkBwdIntraDims d = hp.dims();
-  for (int64_t P : {int64_t{1}, int64_t{8}, int64_t{9}, int64_t{16}, int64_t{33}, int64_t{63}}) {
-    SCOPED_TRACE("seed " + std::to_string(c.seed) + " P=" + std::to_string(P));
+  for (int64_t P : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{9}, int64_t{13}, int64_t{16},
+                    int64_t{33}, int64_t{63}}) {
+    SCOPED_TRACE("seed " + std::to_string(c.seed) + " safe_gate " + std::to_string(c.safe_gate) +
+                 " P=" + std::to_string(P));
     HostIntra perturbed = hp;
     for (int64_t t = chunk.t0 + P; t < chunk.t1; ++t) {
       for (int64_t hv = 0; hv < d.HV; ++hv) {
@@ -434,6 +475,55 @@ TEST(IntraCudaCausality, RowsBeforeThePerturbationKeepTheirBits) {
       }
       EXPECT_EQ(bad, 0) << output << ": " << bad << " elements changed that must not";
     }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SafeGate, IntraCudaCausality, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& param_info) {
+                           return param_info.param ? std::string("safe_gate") : std::string("exact");
+                         });
+
+// --- the diagonal blocks: tensor cores (safe_gate) against the exact path --------------------
+
+// safe_gate True at the model's K: the default variant takes the tensor-core diagonal kernel and
+// `diag=1` the exact one. Both meet the bar against the float64 reference, and their results
+// differ (TF32 on the diagonal blocks): the dispatch did pick two kernels.
+TEST(IntraCudaDiagonal, TensorCoreAndExactPathsBothMeetTheBar) {
+  SKIP_WITHOUT_GPU();
+  for (DType x : {DType::bf16, DType::f16}) {
+    Config c;
+    c.T = 300;
+    c.H = 2;
+    c.HV = 4;
+    c.K = 128;
+    c.BT = 64;
+    c.x_dtype = x;
+    c.safe_gate = true;
+    c.seed = fresh_seed();
+    const HostIntra hp = make_random(c);
+    SCOPED_TRACE("seed " + std::to_string(c.seed) + ": " + hp.describe());
+    const auto reference = reference_outputs(hp);
+    DeviceIntra dev(hp);
+    std::map<std::string, HostTensor> results[2];
+    for (int diag : {0, 1}) {
+      kda::cuda::intra::IntraVariant variant;
+      variant.diag = diag;
+      const auto params = kda::cuda::intra::make_intra_params(dev.problem(), hp.dims(), variant);
+      ASSERT_TRUE(params.tma_copies) << "the case should take the bulk-copy kernels";
+      EXPECT_EQ(params.diag_tc, diag == 0);
+      dev.poison_outputs();
+      const kda::Status s =
+          kda::detail::run_chunk_bwd_intra_cuda_variant(dev.problem(), hp.dims(), nullptr, variant);
+      ASSERT_TRUE(s.ok()) << s.message;
+      results[diag] = dev.download_outputs();
+      expect_outputs(results[diag], reference, pass_bar(x),
+                     std::string(diag == 0 ? "tensor-core" : "exact") + " diagonal");
+    }
+    bool any_differs = false;
+    for (const char* name : kOutputNames) {
+      any_differs = any_differs || !bitwise_equal(results[0].at(name), results[1].at(name));
+    }
+    EXPECT_TRUE(any_differs) << "diag=0 and diag=1 gave identical bits: one kernel ran twice";
   }
 }
 
@@ -559,8 +649,9 @@ TEST(IntraVariants, ParseAcceptsTheSwitchesAndRefusesTheRest) {
   IntraVariant v;
   ASSERT_TRUE(IntraVariant::parse("", &v));
   EXPECT_EQ(v.describe(), IntraVariant{}.describe());
-  ASSERT_TRUE(IntraVariant::parse("tma=0,split=3,stages=1,prefetch=0,fast=0", &v));
+  ASSERT_TRUE(IntraVariant::parse("tma=0,split=3,diag=1,stages=1,prefetch=0,fast=0", &v));
   EXPECT_EQ(v.split, 3);
+  EXPECT_EQ(v.diag, 1);
   EXPECT_EQ(v.stages, 1);
   EXPECT_FALSE(v.l2_prefetch);
   EXPECT_FALSE(v.fast_paths);
@@ -569,7 +660,8 @@ TEST(IntraVariants, ParseAcceptsTheSwitchesAndRefusesTheRest) {
   ASSERT_TRUE(IntraVariant::parse(v.describe(), &back));
   EXPECT_EQ(back.describe(), v.describe());
   for (const char* bad :
-       {"tma=2", "split=2", "stages=3", "prefetch=yes", "fast", "warps=8", "split=1,,tma=9"}) {
+       {"tma=2", "split=2", "stages=3", "prefetch=yes", "fast", "warps=8", "split=1,,tma=9",
+        "diag=2"}) {
     IntraVariant out;
     out.split = 7;  // a refused string leaves the output as it was
     EXPECT_FALSE(IntraVariant::parse(bad, &out)) << bad;

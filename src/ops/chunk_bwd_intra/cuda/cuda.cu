@@ -47,7 +47,7 @@ Status environment_variant(IntraVariant* out) {
   if (!IntraVariant::parse(text, out)) {
     return invalid_argument(
         std::string("environment variable KDA_INTRA_VARIANT: expected "
-                    "split=1|3,stages=0|1|2,prefetch=0|1,fast=0|1,tma=0|1 (any subset), "
+                    "split=1|3,stages=0|1|2,prefetch=0|1,fast=0|1,tma=0|1,diag=0|1 (any subset), "
                     "got '") +
         text + "'");
   }

@@ -33,7 +33,7 @@
 
 namespace kda::cuda::intra {
 
-template <typename XT_, int kBT_, int kSplit_, int kBulkStages_>
+template <typename XT_, int kBT_, int kSplit_, int kBulkStages_, bool kDiagTc_ = false>
 struct IntraTraits {
   using XT = XT_;
   static constexpr int kBT = kBT_;
@@ -45,6 +45,11 @@ struct IntraTraits {
   // reloads of the values spilled for them at every item.
   static constexpr int kBulkStages = kBulkStages_;
   static constexpr bool kBulk = kBulkStages > 0;
+  // The diagonal 16 x 16 blocks on the tensor cores too (diag_block_tc), factored through anchor
+  // rows with exponents of both signs: only for gates bounded as safe_gate promises
+  // (IntraParams::diag_tc). Otherwise the 8 x 8 triangles are exact on the CUDA cores.
+  static constexpr bool kDiagTc = kDiagTc_;
+  static_assert(!kDiagTc || (kSplit == 1 && kBulk), "tensor-core diagonal: TF32, bulk copies");
   static_assert(kBulkStages >= 0 && kBulkStages <= 2, "0 (cp.async), 1 or 2 bulk-copy stages");
   static_assert(kBT == 16 || kBT == 32 || kBT == 64, "chunk size must be 16, 32 or 64");
   static_assert(kSplit == 1 || kSplit == 3, "kSplit is 1 or 3");
@@ -626,6 +631,134 @@ __device__ __forceinline__ void inner_block(const Stage<Tr>& st, int t, int cl0,
   }
 }
 
+// The whole diagonal 16 x 16 block of sub-chunk t on the tensor cores (Tr::kDiagTc; replaces
+// inner_block and the exact triangles of phase 2), for gates bounded as safe_gate promises
+// (per-token log2 decays >= -7.21, so 8 rows move G by at most ~58 and the factors below stay
+// far inside float32's range). Added into the accumulators after their own factors were applied.
+//   row part (dqa, r of row i, pairs j <= i): through the first row of i's half, f = 0 or 8 (f
+//   <= i, so dq and db stay causal bit for bit): k-step 0 (j = 0..7) holds the upper half's
+//   triangle and, in rows 8..15, the 8 x 8 corner, both with B = Kk[j]·2^(G[0] − G[j]); k-step 1
+//   (j = 8..15) the lower half's triangle with B = Kk[j]·2^(G[8] − G[j]); then ⊙ 2^(G[i] − G[f]).
+//   column part (dkc of row i, pairs j >= i): through row a = min(8, Ls − 1) (a valid row):
+//   B = (Q | β⊙Kk)[j]·2^(G[j] − G[a]), then ⊙ 2^(G[a] − G[i]).
+// dA entries above the diagonal (never read as data) are replaced by zeros, not multiplied.
+template <typename Tr>
+__device__ __forceinline__ void diag_block_tc(const Stage<Tr>& st, int t, int cl0, int L, int lane,
+                                              float (&acc_q)[4][4], float (&acc_r)[4][4],
+                                              float (&acc_c)[4][4]) {
+  using S = Tf32Split<Tr::kSplit>;
+  const int g = lane / 4;
+  const int q = lane % 4;
+  const int r0 = 16 * t;
+  const int ld = Tr::a_ld(t);
+  const float* pq = st.Aq() + Tr::a_offset(t) + r0;  // P[r0 + i][r0 + j] at pq[i * ld + j]
+  const float* pk = st.Ak() + Tr::a_offset(t) + r0;
+  const S zero(0.0f);
+  auto lower = [&](const float* P, int i, int j) { return j <= i ? S(P[i * ld + j]) : zero; };
+  // Row part, one k-step at a time (fewer fragments live). A: rows g (i = g) and g + 8 (i = 8 +
+  // g), k slots q and q + 4.
+  auto b_row = [&](int j, int c, float g_anchor) {  // rows j >= L hold zeros: mask the factor
+    return r0 + j < L ? S(st.k(r0 + j, c) * ex2(g_anchor - st.g(r0 + j, c))) : zero;
+  };
+  {
+    // k-step 0, j = 0..7 through row 0: the upper triangle (rows g) and the corner (rows 8 + g).
+    const S aq[4] = {lower(pq, g, q), S(pq[(8 + g) * ld + q]), lower(pq, g, q + 4),
+                     S(pq[(8 + g) * ld + q + 4])};
+    const S ak[4] = {lower(pk, g, q), S(pk[(8 + g) * ld + q]), lower(pk, g, q + 4),
+                     S(pk[(8 + g) * ld + q + 4])};
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const int c = cl0 + 8 * nt + g;
+      const float g0 = st.g(r0, c);
+      const S b0 = b_row(q, c, g0), b1 = b_row(q + 4, c, g0);
+      float dq[4] = {}, dr[4] = {};
+      mma_split(dq, aq, b0, b1);
+      mma_split(dr, ak, b0, b1);
+      const int cc = cl0 + 8 * nt + 2 * q;
+      const float2 f0 = st.g2(r0, cc);
+      const float2 gu = st.g2(r0 + g, cc);      // row g
+      const float2 gl = st.g2(r0 + 8 + g, cc);  // row 8 + g
+      const bool ok_u = r0 + g < L;
+      const bool ok_l = r0 + 8 + g < L;
+      const float s[4] = {ok_u ? ex2(gu.x - f0.x) : 0.0f, ok_u ? ex2(gu.y - f0.y) : 0.0f,
+                          ok_l ? ex2(gl.x - f0.x) : 0.0f, ok_l ? ex2(gl.y - f0.y) : 0.0f};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc_q[nt][e] += dq[e] * s[e];
+        acc_r[nt][e] += dr[e] * s[e];
+      }
+    }
+  }
+  if (L - r0 > 8) {
+    // k-step 1, j = 8..15 through row 8: the lower triangle (rows 8 + g only).
+    const S aq[4] = {zero, lower(pq + 8 * ld + 8, g, q), zero, lower(pq + 8 * ld + 8, g, q + 4)};
+    const S ak[4] = {zero, lower(pk + 8 * ld + 8, g, q), zero, lower(pk + 8 * ld + 8, g, q + 4)};
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const int c = cl0 + 8 * nt + g;
+      const float g8 = st.g(r0 + 8, c);
+      const S b0 = b_row(8 + q, c, g8), b1 = b_row(12 + q, c, g8);
+      float dq[4] = {}, dr[4] = {};
+      mma_split(dq, aq, b0, b1);
+      mma_split(dr, ak, b0, b1);
+      const int cc = cl0 + 8 * nt + 2 * q;
+      const float2 f8 = st.g2(r0 + 8, cc);
+      const float2 gl = st.g2(r0 + 8 + g, cc);
+      const bool ok_l = r0 + 8 + g < L;
+      const float s0 = ok_l ? ex2(gl.x - f8.x) : 0.0f;
+      const float s1 = ok_l ? ex2(gl.y - f8.y) : 0.0f;
+      acc_q[nt][2] += dq[2] * s0;
+      acc_q[nt][3] += dq[3] * s1;
+      acc_r[nt][2] += dr[2] * s0;
+      acc_r[nt][3] += dr[3] * s1;
+    }
+  }
+  // Column part, one k-step at a time. A[i][j] = P[j][i] for j >= i: k-step 0 (j = q, q + 4)
+  // reaches rows g only; k-step 1 (j = 8 + q, 12 + q) rows g in full (j > i) and rows 8 + g on
+  // and above the diagonal.
+  auto upper = [&](const float* P, int i, int j) { return j >= i ? S(P[j * ld + i]) : zero; };
+  const int a = r0 + (L - r0 > 8 ? 8 : L - r0 - 1);  // anchor: a valid row
+#pragma unroll
+  for (int ks = 0; ks < 2; ++ks) {
+    if (ks == 1 && L - r0 <= 8) break;  // no rows 8..15
+    const S aq[4] = {ks == 0 ? upper(pq, g, q) : S(pq[(8 + q) * ld + g]),
+                     ks == 0 ? zero : upper(pq + 8 * ld + 8, g, q),
+                     ks == 0 ? upper(pq, g, q + 4) : S(pq[(12 + q) * ld + g]),
+                     ks == 0 ? zero : upper(pq + 8 * ld + 8, g, q + 4)};
+    const S ak[4] = {ks == 0 ? upper(pk, g, q) : S(pk[(8 + q) * ld + g]),
+                     ks == 0 ? zero : upper(pk + 8 * ld + 8, g, q),
+                     ks == 0 ? upper(pk, g, q + 4) : S(pk[(12 + q) * ld + g]),
+                     ks == 0 ? zero : upper(pk + 8 * ld + 8, g, q + 4)};
+    const int j0 = r0 + 8 * ks + q;  // source rows j0 and j0 + 4
+    const float beta0 = st.beta(j0);
+    const float beta1 = st.beta(j0 + 4);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const int c = cl0 + 8 * nt + g;
+      const float ga = st.g(a, c);
+      const float e0 = j0 < L ? ex2(st.g(j0, c) - ga) : 0.0f;
+      const float e1 = j0 + 4 < L ? ex2(st.g(j0 + 4, c) - ga) : 0.0f;
+      const S bq0(st.q(j0, c) * e0);
+      const S bq1(st.q(j0 + 4, c) * e1);
+      const S bk0(beta0 * st.k(j0, c) * e0);
+      const S bk1(beta1 * st.k(j0 + 4, c) * e1);
+      float d[4] = {};
+      mma_split(d, aq, bq0, bq1);
+      mma_split(d, ak, bk0, bk1);
+      const int cc = cl0 + 8 * nt + 2 * q;
+      const float2 fa = st.g2(a, cc);
+      const float2 gu = st.g2(r0 + g, cc);
+      acc_c[nt][0] += r0 + g < L ? d[0] * ex2(fa.x - gu.x) : 0.0f;
+      acc_c[nt][1] += r0 + g < L ? d[1] * ex2(fa.y - gu.y) : 0.0f;
+      if (ks == 1) {
+        const float2 gl = st.g2(r0 + 8 + g, cc);
+        acc_c[nt][2] += r0 + 8 + g < L ? d[2] * ex2(fa.x - gl.x) : 0.0f;
+        acc_c[nt][3] += r0 + 8 + g < L ? d[3] * ex2(fa.y - gl.y) : 0.0f;
+      }
+    }
+  }
+}
+
 // Phase 1 of a task (sub-chunk t, channel group cg): everything but the two 8 x 8 triangles of
 // the diagonal block, on the tensor cores. acc_q, acc_r (dqa, r) and acc_c (dkc) start at zero.
 template <typename Tr>
@@ -635,7 +768,32 @@ __device__ __forceinline__ void off_diagonal_phase(const Stage<Tr>& st, int L, i
   const int NCv = (L + 15) / 16;
   if (t > 0) row_part(st, t, 32 * cg, L, lane, acc_q, acc_r);
   if (t + 1 < NCv) column_part(st, t, NCv, 32 * cg, L, lane, acc_c);
-  if (L - 16 * t > 8) inner_block(st, t, 32 * cg, L, lane, acc_q, acc_r, acc_c);
+  if constexpr (Tr::kDiagTc) {
+    diag_block_tc(st, t, 32 * cg, L, lane, acc_q, acc_r, acc_c);
+  } else if (L - 16 * t > 8) {
+    inner_block(st, t, 32 * cg, L, lane, acc_q, acc_r, acc_c);
+  }
+}
+
+// db partials of a task: row i's sum of the scratch tile's r·Kk terms over this warp's 32
+// channels, lanes 2i and 2i + 1 taking 16 each (a fixed order: deterministic), instead of a 5-step
+// shuffle reduction per row.
+template <typename Tr>
+__device__ __forceinline__ void store_db_partials(const float* scratch, float* dbpart, int pass,
+                                                  int t, int cg, int rows, int lane) {
+  __syncwarp();
+  const int i = lane / 2;
+  const float4* half =
+      reinterpret_cast<const float4*>(scratch + i * 32 + 16 * (lane % 2));  // physical slots
+  float sum = 0.0f;
+#pragma unroll
+  for (int v = 0; v < 4; ++v) {
+    const float4 x = half[v];
+    sum += (x.x + x.y) + (x.z + x.w);
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  const int group = pass * Tr::kGroupsPerPass + cg;
+  if (lane % 2 == 0 && i < rows) dbpart[group * Tr::kBT + 16 * t + i] = sum;
 }
 
 // Phase 2 of a task, after a CTA barrier (no warp reads another task's G tile any more): the two
@@ -744,7 +902,7 @@ __device__ __forceinline__ void diagonal_phase(const IntraParams& p, unsigned ch
             for (int e = 0; e < 4; ++e) {
               const int j = 4 * j4 + e;
               if (j <= i) {
-                const float D = ex2(gi - Gr[base + j]);
+                const float D = j == i ? 1.0f : ex2(gi - Gr[base + j]);  // exactly 1 at j = i
                 const float kd = Kr[j] * D;
                 dq_acc = fmaf(pq[e], kd, dq_acc);
                 r_acc = fmaf(pk[e], kd, r_acc);
@@ -770,23 +928,89 @@ __device__ __forceinline__ void diagonal_phase(const IntraParams& p, unsigned ch
       }
     }
   }
-  // db partials: row i's sum over this warp's 32 channels, lanes 2i and 2i + 1 taking 16 each (a
-  // fixed order: deterministic), instead of a 5-step shuffle reduction per row.
+  store_db_partials<Tr>(scratch, dbpart, pass, t, cg, Ls, lane);
+}
+
+// Phase 2 of a task whose diagonal block went through the tensor cores (Tr::kDiagTc): the
+// accumulators are complete. They move to one channel per lane through shared memory (dkc via the
+// warp's scratch tile into registers; dqa into the task's own G tile, which nothing reads any
+// more; r via the scratch tile), then the rows are stored: dq, dk, dg (incoming + intra) and the
+// db partials. kFull as in diagonal_phase.
+template <typename Tr, bool kFull>
+__device__ __forceinline__ void diagonal_phase_tc(const IntraParams& p, unsigned char* stage,
+                                                  const Stage<Tr>& st, const IntraUnit& u,
+                                                  int pass, int t, int cg,
+                                                  const float (&acc_q)[4][4],
+                                                  const float (&acc_r)[4][4],
+                                                  const float (&acc_c)[4][4], float* scratch,
+                                                  float* dbpart, int lane) {
+  const int Ls = kFull ? 16 : (u.len - 16 * t < 16 ? u.len - 16 * t : 16);  // rows of t
+  auto row_ok = [&](int i) { return kFull || i < Ls; };
+  const int cl = 32 * cg + lane;  // channel within the pass
+  const int64_t ch = static_cast<int64_t>(pass) * IntraSmemLayout::kMaxPassChannels + cl;
+  const bool ch_ok = ch < p.K;
+  const int64_t c = ch_ok ? ch : 0;  // addresses stay inside the tensors
+  const int r0 = 16 * t;
+
+  float dkc[16];
+  write_c_tile(scratch, 32, true, acc_c, lane);
   __syncwarp();
-  {
-    const int i = lane / 2;
-    const float4* half =
-        reinterpret_cast<const float4*>(scratch + i * 32 + 16 * (lane % 2));  // physical slots
-    float sum = 0.0f;
 #pragma unroll
-    for (int v = 0; v < 4; ++v) {
-      const float4 x = half[v];
-      sum += (x.x + x.y) + (x.z + x.w);
+  for (int i = 0; i < 16; ++i) dkc[i] = read_c_tile(scratch, 32, true, i, lane);
+  __syncwarp();
+  float* dqa_tile = reinterpret_cast<float*>(stage + Tr::kMap.g_off) + r0 * Tr::kLdG + 32 * cg;
+  write_c_tile(dqa_tile, Tr::kLdG, false, acc_q, lane);
+  write_c_tile(scratch, 32, true, acc_r, lane);
+  __syncwarp();
+
+  const float* q_at =
+      static_cast<const float*>(p.dq.data) + origin(p.dq, u, u.hv, c) + r0 * p.dq.stride_token;
+  const float* k_at =
+      static_cast<const float*>(p.dk.data) + origin(p.dk, u, u.hv, c) + r0 * p.dk.stride_token;
+  const float* g_at =
+      static_cast<const float*>(p.dg.data) + origin(p.dg, u, u.hv, c) + r0 * p.dg.stride_token;
+  const int64_t out_pitch = p.HV * p.K;
+  int64_t out = ((u.batch * p.T + u.t0 + r0) * p.HV + u.hv) * p.K + c;
+#pragma unroll
+  for (int base = 0; base < 16; base += 8) {
+    if (kFull || base < Ls) {
+      // The half's incoming rows, all loaded before its first row is stored.
+      float in_q[8], in_k[8], in_g[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const bool load = ch_ok && row_ok(base + i);
+        in_q[i] = load ? __ldcs(q_at) : 0.0f;
+        in_k[i] = load ? __ldcs(k_at) : 0.0f;
+        in_g[i] = load ? __ldcs(g_at) : 0.0f;
+        q_at += p.dq.stride_token;
+        k_at += p.dk.stride_token;
+        g_at += p.dg.stride_token;
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        if (row_ok(base + i)) {
+          const int row = r0 + base + i;
+          const float qi = st.q(row, cl);
+          const float ki = st.k(row, cl);
+          const float bi = st.beta(row);
+          const float dq_acc = read_c_tile(dqa_tile, Tr::kLdG, false, base + i, lane);
+          const float r_acc = read_c_tile(scratch, 32, true, base + i, lane);
+          // Row base + i's db term r·Kk takes r's place in the scratch tile (this lane's own
+          // slot); the rows are summed over the lanes once, below.
+          write_c_tile_at(scratch, base + i, lane, ch_ok ? r_acc * ki : 0.0f);
+          if (ch_ok) {
+            const float dkr = bi * r_acc;
+            const float dkc_i = dkc[base + i];
+            __stcs(p.dq_out + out, in_q[i] + dq_acc);
+            __stcs(p.dk_out + out, in_k[i] + dkr + dkc_i);
+            __stcs(p.dg_out + out, in_g[i] + qi * dq_acc + ki * (dkr - dkc_i));
+          }
+        }
+        out += out_pitch;
+      }
     }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    const int group = pass * Tr::kGroupsPerPass + cg;
-    if (lane % 2 == 0 && row_ok(i)) dbpart[group * Tr::kBT + r0 + i] = sum;
   }
+  store_db_partials<Tr>(scratch, dbpart, pass, t, cg, Ls, lane);
 }
 
 // --- the kernel ----------------------------------------------------------------------------------
@@ -949,7 +1173,16 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       __syncthreads();  // (C): the tiles of other tasks are read no more
       if (has_task) {
         float* parts = dbpart + static_cast<int>(unit_n % 2) * Tr::kMaxGroups * Tr::kBT;
-        if (u.len - 16 * t >= 16) {
+        const bool full = u.len - 16 * t >= 16;
+        if constexpr (Tr::kDiagTc) {
+          if (full) {
+            diagonal_phase_tc<Tr, true>(p, stage, st, u, pass, t, cg, acc_q, acc_r, acc_c,
+                                        scratch, parts, lane);
+          } else {
+            diagonal_phase_tc<Tr, false>(p, stage, st, u, pass, t, cg, acc_q, acc_r, acc_c,
+                                         scratch, parts, lane);
+          }
+        } else if (full) {
           diagonal_phase<Tr, true>(p, stage, st, u, pass, t, cg, acc_q, acc_r, acc_c, scratch,
                                    parts, lane);
         } else {

@@ -31,8 +31,12 @@ struct IntraVariant {
   // Bulk tensor copies (TMA) of the tiles, and bulk L2 prefetches of the incoming dq/dk/dg,
   // where every map encodes (fast_paths only): 1 = yes, 0 = no (cp.async).
   int tma = 1;
+  // The diagonal blocks: 0 = on the tensor cores when the problem says safe_gate (its bounded
+  // gate keeps the anchored factors finite) and the kernel takes TF32 products with bulk copies,
+  // else exact on the CUDA cores; 1 = exact on the CUDA cores always.
+  int diag = 0;
 
-  // "split=3,stages=1,prefetch=0,fast=0,tma=0" (any subset, any order); false on a malformed
+  // "split=3,stages=1,prefetch=0,fast=0,tma=0,diag=1" (any subset, any order); false on a malformed
   // string.
   static bool parse(const std::string& text, IntraVariant* out);
   std::string describe() const;

@@ -49,8 +49,9 @@ Status launch_intra_kernel(const IntraParams& params, const DeviceFacts& facts, 
   static const std::string name =
       std::string("chunk_bwd_intra_kernel<X=") + intra_dtype_tag<typename Tr::XT>() +
       ", BT=" + std::to_string(Tr::kBT) + ", split=" + std::to_string(Tr::kSplit) +
-      (Tr::kBulk ? ", bulk copies, stages=" + std::to_string(Tr::kBulkStages) + ">"
-                 : std::string(", cp.async>"));
+      (Tr::kBulk ? ", bulk copies, stages=" + std::to_string(Tr::kBulkStages)
+                 : std::string(", cp.async")) +
+      (Tr::kDiagTc ? ", tensor-core diagonal>" : ">");
   if (params.smem.total_bytes > facts.max_smem) {
     return {StatusCode::unsupported, name + ": needs " + std::to_string(params.smem.total_bytes) +
                                          " bytes of shared memory, the device allows " +
@@ -89,6 +90,14 @@ Status launch_chunk_bwd_intra(IntraParams params, const IntraVariant& variant, i
   params.fast_copies = params.fast_copies && variant.fast_paths;
   params.fast_prefetch = params.fast_prefetch && variant.fast_paths;
   if (!params.tma_copies) return launch_intra_kernel<Async>(params, facts, device, stream);
+  if constexpr (kSplit == 1) {
+    if (params.diag_tc) {
+      using Bulk1Tc = IntraTraits<XT, kBT, kSplit, 1, true>;
+      using Bulk2Tc = IntraTraits<XT, kBT, kSplit, 2, true>;
+      return params.smem.stages == 2 ? launch_intra_kernel<Bulk2Tc>(params, facts, device, stream)
+                                     : launch_intra_kernel<Bulk1Tc>(params, facts, device, stream);
+    }
+  }
   return params.smem.stages == 2 ? launch_intra_kernel<Bulk2>(params, facts, device, stream)
                                  : launch_intra_kernel<Bulk1>(params, facts, device, stream);
 }

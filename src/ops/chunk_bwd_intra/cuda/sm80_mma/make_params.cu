@@ -132,6 +132,7 @@ IntraParams make_intra_params(const ChunkBwdIntraProblem& problem, const ChunkBw
   p.heads_per_group = dims.HV / dims.H;
   p.num_units = (dims.varlen ? dims.NT : dims.B * dims.NT) * dims.HV;
   if (variant.tma != 0 && variant.fast_paths) encode_maps(problem, dims, &p);
+  p.diag_tc = problem.safe_gate && variant.diag == 0;
   return p;
 }
 
@@ -155,6 +156,8 @@ bool IntraVariant::parse(const std::string& text, IntraVariant* out) {
       v.fast_paths = value == "1";
     } else if (key == "tma" && (value == "0" || value == "1")) {
       v.tma = std::stoi(value);
+    } else if (key == "diag" && (value == "0" || value == "1")) {
+      v.diag = std::stoi(value);
     } else {
       return false;
     }
@@ -166,7 +169,8 @@ bool IntraVariant::parse(const std::string& text, IntraVariant* out) {
 std::string IntraVariant::describe() const {
   return "split=" + std::to_string(split) + ",stages=" + std::to_string(stages) +
          ",prefetch=" + std::to_string(l2_prefetch ? 1 : 0) +
-         ",fast=" + std::to_string(fast_paths ? 1 : 0) + ",tma=" + std::to_string(tma);
+         ",fast=" + std::to_string(fast_paths ? 1 : 0) + ",tma=" + std::to_string(tma) +
+         ",diag=" + std::to_string(diag);
 }
 
 Status device_facts(int device, DeviceFacts* out) {

@@ -131,6 +131,10 @@ struct IntraParams {
   // Set when every map below encoded (16-byte aligned data and strides, unit column strides) and
   // the variant asks for it; the launcher then picks a bulk-copy kernel.
   bool tma_copies = false;
+  // safe_gate's bounded gate (and the variant allows it): the diagonal 16 x 16 blocks go through
+  // the tensor cores, factored through anchor rows (IntraTraits::kDiagTc). Taken by the TF32
+  // bulk-copy kernels; the others compute the diagonal blocks exactly whatever it says.
+  bool diag_tc = false;
   // Coordinates (innermost first): (channel, head, token, batch).
   struct Maps {
     TensorMapBytes q, k, g;           // box [1][BT][1][ld_x | ld_g] at (ch0, head, t0, batch)
