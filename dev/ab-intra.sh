@@ -42,7 +42,7 @@ export KDA_INTRA_GOLDEN_DIR=$carry/golden/golden-intra
 test_intra=$build/tests/ops/chunk_bwd_intra/test_intra_cuda
 bench=$build/tests/ops/chunk_bwd_intra/bench_intra_cuda
 # gpu-check.sh's sanitizer subset of test_intra_cuda, and the copy-path test (short chunks).
-subset='*/fixed_bf16_bt64:*/fixed_fp32_bt16:*/k100_fp16:*/gva_h2_hv8_bf16'
+subset='*/fixed_bf16_bt64:*/fixed_bf16_bt64_safe:*/varlen_safe_fp16_bt16:*/fixed_fp32_bt16:*/k100_fp16:*/gva_h2_hv8_bf16'
 subset+=':*/varlen_bf16_bt16_derived_i32_nt_bound:*/layout_channel_strided_fp16:*CopyPaths*'
 summary=$out/summary.txt
 : >"$summary"

@@ -238,7 +238,7 @@ sanitize() {
   errors=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1 | sed 's/.*SUMMARY: //')
   row "$label" "$([ $src -eq 0 ] && echo PASS || echo "FAIL (rc $src)"): ${errors:-no summary}"
 }
-intra_subset='*/fixed_bf16_bt64:*/fixed_fp32_bt16:*/k100_fp16:*/gva_h2_hv8_bf16'
+intra_subset='*/fixed_bf16_bt64:*/fixed_bf16_bt64_safe:*/varlen_safe_fp16_bt16:*/fixed_fp32_bt16:*/k100_fp16:*/gva_h2_hv8_bf16'
 intra_subset+=':*/varlen_bf16_bt16_derived_i32_nt_bound:*/layout_channel_strided_fp16'
 if want sanitizer; then
   for tool in memcheck racecheck synccheck initcheck; do
