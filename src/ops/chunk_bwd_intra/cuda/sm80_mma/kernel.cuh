@@ -1052,6 +1052,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   float* scratch = reinterpret_cast<float*>(smem + lay.scratch_off) + warp * Tr::kScratchFloats;
   auto* bars = reinterpret_cast<uint64_t*>(smem + lay.barriers_off);  // [stage]: bulk copies
   constexpr bool tma = Tr::kBulk;
+  // When the incoming dq/dk/dg of an item are prefetched to L2: two-stage bulk kernels with the
+  // exact diagonal issue the prefetch when the issuer's phase 1 is done (the last warp: the
+  // lightest phase 1), the others when the item starts. Measured (H200, T=8192 bf16): item start
+  // 438-447 µs, after the issuer's phase 1 416-418 (T=2048: 125 -> 113); one item ahead 502 (the
+  // lines wait longer in L2 and are evicted before phase 2 reads them). The tensor-core diagonal
+  // kernel (longer phase 1) measured 436 -> 441 with the late prefetch, so it keeps the early one.
+  constexpr bool kIncomingLate = Tr::kBulkStages == 2 && !Tr::kDiagTc;
   uint32_t phases = 0;  // bit s: the parity of stage s's next bulk-copy phase
   // The threads that finish db: row tid - kDbFirst (the warps before the last one, whose tasks
   // have the lightest first phase).
@@ -1143,7 +1150,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     const bool last_pass = pass == passes - 1;
     if (u.valid) {
       if (p.l2_prefetch) {
-        if constexpr (Tr::kBulk) {
+        if constexpr (kIncomingLate) {
+          // prefetched later: when the issuer's phase 1 is done (below)
+        } else if constexpr (Tr::kBulk) {
           if (tid == Tr::kIssuer) prefetch_incoming_tma<Tr>(p, u, pass);
         } else if (p.fast_prefetch) {
           prefetch_incoming_fast<Tr>(p, u, pass, tid);
@@ -1170,6 +1179,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       float acc_r[4][4] = {};
       float acc_c[4][4] = {};
       if (has_task) off_diagonal_phase(st, u.len, t, cg, lane, acc_q, acc_r, acc_c);
+      if (kIncomingLate && p.l2_prefetch && tid == Tr::kIssuer) {
+        prefetch_incoming_tma<Tr>(p, u, pass);
+      }
       __syncthreads();  // (C): the tiles of other tasks are read no more
       if (has_task) {
         float* parts = dbpart + static_cast<int>(unit_n % 2) * Tr::kMaxGroups * Tr::kBT;
