@@ -480,7 +480,8 @@ TEST_P(IntraCudaCausality, RowsBeforeThePerturbationKeepTheirBits) {
 
 INSTANTIATE_TEST_SUITE_P(SafeGate, IntraCudaCausality, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& param_info) {
-                           return param_info.param ? std::string("safe_gate") : std::string("exact");
+                           return param_info.param ? std::string("safe_gate")
+                                                   : std::string("exact");
                          });
 
 // --- the diagonal blocks: tensor cores (safe_gate) against the exact path --------------------
@@ -659,9 +660,8 @@ TEST(IntraVariants, ParseAcceptsTheSwitchesAndRefusesTheRest) {
   IntraVariant back;
   ASSERT_TRUE(IntraVariant::parse(v.describe(), &back));
   EXPECT_EQ(back.describe(), v.describe());
-  for (const char* bad :
-       {"tma=2", "split=2", "stages=3", "prefetch=yes", "fast", "warps=8", "split=1,,tma=9",
-        "diag=2"}) {
+  for (const char* bad : {"tma=2", "split=2", "stages=3", "prefetch=yes", "fast", "warps=8",
+                          "split=1,,tma=9", "diag=2"}) {
     IntraVariant out;
     out.split = 7;  // a refused string leaves the output as it was
     EXPECT_FALSE(IntraVariant::parse(bad, &out)) << bad;

@@ -938,9 +938,8 @@ __device__ __forceinline__ void diagonal_phase(const IntraParams& p, unsigned ch
 // db partials. kFull as in diagonal_phase.
 template <typename Tr, bool kFull>
 __device__ __forceinline__ void diagonal_phase_tc(const IntraParams& p, unsigned char* stage,
-                                                  const Stage<Tr>& st, const IntraUnit& u,
-                                                  int pass, int t, int cg,
-                                                  const float (&acc_q)[4][4],
+                                                  const Stage<Tr>& st, const IntraUnit& u, int pass,
+                                                  int t, int cg, const float (&acc_q)[4][4],
                                                   const float (&acc_r)[4][4],
                                                   const float (&acc_c)[4][4], float* scratch,
                                                   float* dbpart, int lane) {
@@ -1188,11 +1187,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         const bool full = u.len - 16 * t >= 16;
         if constexpr (Tr::kDiagTc) {
           if (full) {
-            diagonal_phase_tc<Tr, true>(p, stage, st, u, pass, t, cg, acc_q, acc_r, acc_c,
-                                        scratch, parts, lane);
+            diagonal_phase_tc<Tr, true>(p, stage, st, u, pass, t, cg, acc_q, acc_r, acc_c, scratch,
+                                        parts, lane);
           } else {
-            diagonal_phase_tc<Tr, false>(p, stage, st, u, pass, t, cg, acc_q, acc_r, acc_c,
-                                         scratch, parts, lane);
+            diagonal_phase_tc<Tr, false>(p, stage, st, u, pass, t, cg, acc_q, acc_r, acc_c, scratch,
+                                         parts, lane);
           }
         } else if (full) {
           diagonal_phase<Tr, true>(p, stage, st, u, pass, t, cg, acc_q, acc_r, acc_c, scratch,
