@@ -796,6 +796,36 @@ __device__ __forceinline__ void store_db_partials(const float* scratch, float* d
   if (lane % 2 == 0 && i < rows) dbpart[group * Tr::kBT + 16 * t + i] = sum;
 }
 
+// Where a task stands in phase 2: the rows of its sub-chunk t (Ls), its channel within the pass
+// (cl), whether that channel exists (ch_ok) and the channel its addresses use (c: 0 past K, so
+// that they stay inside the tensors).
+struct PhaseTwoTask {
+  int Ls;
+  int cl;
+  bool ch_ok;
+  int64_t c;
+};
+
+template <bool kFull>
+__device__ __forceinline__ PhaseTwoTask phase_two_task(const IntraParams& p, const IntraUnit& u,
+                                                       int pass, int t, int cg, int lane) {
+  const int cl = 32 * cg + lane;
+  const int64_t ch = static_cast<int64_t>(pass) * IntraSmemLayout::kMaxPassChannels + cl;
+  const bool ch_ok = ch < p.K;
+  return {kFull ? 16 : (u.len - 16 * t < 16 ? u.len - 16 * t : 16), cl, ch_ok, ch_ok ? ch : 0};
+}
+
+// dkc from the mma C layout to one channel per lane (row i in dkc[i]) through the warp's scratch
+// tile, which is free again afterwards.
+__device__ __forceinline__ void take_dkc(float* scratch, const float (&acc_c)[4][4], int lane,
+                                         float (&dkc)[16]) {
+  write_c_tile(scratch, 32, true, acc_c, lane);
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < 16; ++i) dkc[i] = read_c_tile(scratch, 32, true, i, lane);
+  __syncwarp();
+}
+
 // Phase 2 of a task, after a CTA barrier (no warp reads another task's G tile any more): the two
 // 8 x 8 triangles of the diagonal block (pairs j <= i inside rows 8h .. 8h + 7) on the CUDA cores
 // with the exact D = exp2(G[i] − G[j]) per pair and channel, each D used for dqa, r and dkc; then
@@ -813,20 +843,16 @@ __device__ __forceinline__ void diagonal_phase(const IntraParams& p, unsigned ch
                                                const float (&acc_r)[4][4],
                                                const float (&acc_c)[4][4], float* scratch,
                                                float* dbpart, int lane) {
-  const int Ls = kFull ? 16 : (u.len - 16 * t < 16 ? u.len - 16 * t : 16);  // rows of t
+  const PhaseTwoTask k = phase_two_task<kFull>(p, u, pass, t, cg, lane);
+  const int Ls = k.Ls;
   auto row_ok = [&](int i) { return kFull || i < Ls; };
-  const int cl = 32 * cg + lane;  // channel within the pass
-  const int64_t ch = static_cast<int64_t>(pass) * IntraSmemLayout::kMaxPassChannels + cl;
-  const bool ch_ok = ch < p.K;
-  const int64_t c = ch_ok ? ch : 0;  // addresses stay inside the tensors
+  const int cl = k.cl;
+  const bool ch_ok = k.ch_ok;
+  const int64_t c = k.c;
   const int r0 = 16 * t;
 
   float dkc[16];
-  write_c_tile(scratch, 32, true, acc_c, lane);
-  __syncwarp();
-#pragma unroll
-  for (int i = 0; i < 16; ++i) dkc[i] = read_c_tile(scratch, 32, true, i, lane);
-  __syncwarp();
+  take_dkc(scratch, acc_c, lane, dkc);
   float* dqa_tile = reinterpret_cast<float*>(stage + Tr::kMap.g_off) + r0 * Tr::kLdG + 32 * cg;
   // Own G rows first: dqa_tile overwrites them.
   float Gr[16];
@@ -943,20 +969,16 @@ __device__ __forceinline__ void diagonal_phase_tc(const IntraParams& p, unsigned
                                                   const float (&acc_r)[4][4],
                                                   const float (&acc_c)[4][4], float* scratch,
                                                   float* dbpart, int lane) {
-  const int Ls = kFull ? 16 : (u.len - 16 * t < 16 ? u.len - 16 * t : 16);  // rows of t
+  const PhaseTwoTask k = phase_two_task<kFull>(p, u, pass, t, cg, lane);
+  const int Ls = k.Ls;
   auto row_ok = [&](int i) { return kFull || i < Ls; };
-  const int cl = 32 * cg + lane;  // channel within the pass
-  const int64_t ch = static_cast<int64_t>(pass) * IntraSmemLayout::kMaxPassChannels + cl;
-  const bool ch_ok = ch < p.K;
-  const int64_t c = ch_ok ? ch : 0;  // addresses stay inside the tensors
+  const int cl = k.cl;
+  const bool ch_ok = k.ch_ok;
+  const int64_t c = k.c;
   const int r0 = 16 * t;
 
   float dkc[16];
-  write_c_tile(scratch, 32, true, acc_c, lane);
-  __syncwarp();
-#pragma unroll
-  for (int i = 0; i < 16; ++i) dkc[i] = read_c_tile(scratch, 32, true, i, lane);
-  __syncwarp();
+  take_dkc(scratch, acc_c, lane, dkc);
   float* dqa_tile = reinterpret_cast<float*>(stage + Tr::kMap.g_off) + r0 * Tr::kLdG + 32 * cg;
   write_c_tile(dqa_tile, Tr::kLdG, false, acc_q, lane);
   write_c_tile(scratch, 32, true, acc_r, lane);
