@@ -639,6 +639,33 @@ TEST(IntraTensorMaps, EncodesAValidMapOnce) {
 
 }  // namespace
 
+// The tensor-core diagonal follows the problem's safe_gate unless the variant says `diag=1`
+// (make_intra_params only; `tma=0` keeps it off the driver, so it needs no GPU). The launcher
+// takes it only for TF32 products with bulk copies (launch_template.cuh).
+TEST(IntraVariants, TensorCoreDiagonalFollowsSafeGate) {
+  using kda::cuda::intra::IntraVariant;
+  for (bool safe : {false, true}) {
+    Config c;
+    c.T = 80;
+    c.K = 32;
+    c.BT = 32;
+    c.safe_gate = safe;
+    c.seed = 7;
+    HostIntra hp = make_random(c);
+    hp.allocate_outputs();
+    const StridedInputs inputs(hp);
+    const kda::ChunkBwdIntraProblem problem = inputs.problem(hp);
+    ASSERT_EQ(problem.safe_gate, safe);
+    for (int diag : {0, 1}) {
+      IntraVariant v;
+      v.tma = 0;
+      v.diag = diag;
+      const auto params = kda::cuda::intra::make_intra_params(problem, hp.dims(), v);
+      EXPECT_EQ(params.diag_tc, safe && diag == 0) << "safe_gate " << safe << ", diag " << diag;
+    }
+  }
+}
+
 // --- kernel variants (the benchmark's switches and KDA_INTRA_VARIANT)
 // ------------------------------
 
