@@ -5,8 +5,9 @@
 #   dev/ab-intra.sh [--rounds N] [--variants LIST] NAME=DIR ...
 # For each build: test_intra_cuda (every test) and racecheck + synccheck on its sanitizer subset;
 # then bench_intra_cuda at T=8192 and 2048 bf16, the builds alternated N rounds (default 2) so
-# that drift shows. Logs under $OUT/ab-intra/, a table last. Needs .carry from
-# dev/stage-carry.sh (its test and bench binaries load libkda through the library path).
+# that drift shows. Logs under $OUT/ab-intra/ (summary.txt and logs.tar.gz), a table last.
+# Needs .carry from dev/stage-carry.sh (its test and bench binaries load libkda through the
+# library path).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rounds=2
@@ -65,4 +66,7 @@ for ((r = 1; r <= rounds; r++)); do
       awk -v n="${names[$n]}" -v r="$r" '{print n, "round", r, $1, $2, $3, "median", $12, $13}' >>"$summary"
   done
 done
+# A device call brings back a limited number of files: the per-build logs go into one archive.
+(cd "$out" && tar -czf logs.tar.gz --exclude=summary.txt --exclude=logs.tar.gz -- *.log &&
+  rm -f -- *.log)
 cat "$summary"
