@@ -264,9 +264,9 @@ __device__ __forceinline__ void diag_block_tc(const Stage<Tr>& st, int t, int cl
   }
   // Column part, one k-step at a time. A[i][j] = P[j][i] for j >= i: k-step 0 (j = q, q + 4)
   // reaches rows g only; k-step 1 (j = 8 + q, 12 + q) rows g in full (j > i) and rows 8 + g on
-  // and above the diagonal. Rows g take their factor once per k-step (twice in all): holding both
-  // k-steps' results of the four tiles until one factor spilled registers (static spills 198/128
-  // bytes against 86/64 this way).
+  // and above the diagonal. Rows g take their factor once per k-step (twice in all): one
+  // accumulation over both k-steps, with the factors once at its end, spilled more (static spills
+  // of the bf16 BT=64 two-stage kernel 98/76 bytes against 86/64 this way).
   auto upper = [&](const float* P, int i, int j) { return j >= i ? S(P[j * ld + i]) : zero; };
   const int a = r0 + (L - r0 > 8 ? 8 : L - r0 - 1);  // anchor: a valid row
 #pragma unroll
