@@ -52,6 +52,24 @@ __device__ __forceinline__ PhaseTwoTask phase_two_task(const IntraParams& p, con
   return {kFull ? 16 : (u.len - 16 * t < 16 ? u.len - 16 * t : 16), cl, ch_ok, ch_ok ? ch : 0};
 }
 
+// A task's first rows (row 16 t of the unit's chunk, channel c) in the incoming dq, dk, dg and the
+// element offset of its first output row; output rows are out_pitch elements apart.
+struct TaskRows {
+  const float* dq_in;
+  const float* dk_in;
+  const float* dg_in;
+  int64_t out;
+  int64_t out_pitch;
+};
+
+__device__ __forceinline__ TaskRows task_rows(const IntraParams& p, const IntraUnit& u, int64_t c,
+                                              int r0) {
+  return {static_cast<const float*>(p.dq.data) + origin(p.dq, u, u.hv, c) + r0 * p.dq.stride_token,
+          static_cast<const float*>(p.dk.data) + origin(p.dk, u, u.hv, c) + r0 * p.dk.stride_token,
+          static_cast<const float*>(p.dg.data) + origin(p.dg, u, u.hv, c) + r0 * p.dg.stride_token,
+          ((u.batch * p.T + u.t0 + r0) * p.HV + u.hv) * p.K + c, p.HV * p.K};
+}
+
 // dkc from the mma C layout to one channel per lane (row i in dkc[i]) through the warp's scratch
 // tile, which is free again afterwards.
 __device__ __forceinline__ void take_dkc(float* scratch, const float (&acc_c)[4][4], int lane,
@@ -100,14 +118,12 @@ __device__ __forceinline__ void diagonal_phase(const IntraParams& p, unsigned ch
   write_c_tile(scratch, 32, true, acc_r, lane);
   __syncwarp();
 
-  const auto* dq_in =
-      static_cast<const float*>(p.dq.data) + origin(p.dq, u, u.hv, c) + r0 * p.dq.stride_token;
-  const auto* dk_in =
-      static_cast<const float*>(p.dk.data) + origin(p.dk, u, u.hv, c) + r0 * p.dk.stride_token;
-  const auto* dg_in =
-      static_cast<const float*>(p.dg.data) + origin(p.dg, u, u.hv, c) + r0 * p.dg.stride_token;
-  const int64_t out_pitch = p.HV * p.K;
-  const int64_t out0 = ((u.batch * p.T + u.t0 + r0) * p.HV + u.hv) * p.K + c;
+  const TaskRows rows = task_rows(p, u, c, r0);
+  const float* dq_in = rows.dq_in;
+  const float* dk_in = rows.dk_in;
+  const float* dg_in = rows.dg_in;
+  const int64_t out_pitch = rows.out_pitch;
+  const int64_t out0 = rows.out;
   const int ld = Tr::a_ld(t);
 
 #pragma unroll
@@ -221,14 +237,11 @@ __device__ __forceinline__ void diagonal_phase_tc(const IntraParams& p, unsigned
   write_c_tile(scratch, 32, true, acc_r, lane);
   __syncwarp();
 
-  const float* q_at =
-      static_cast<const float*>(p.dq.data) + origin(p.dq, u, u.hv, c) + r0 * p.dq.stride_token;
-  const float* k_at =
-      static_cast<const float*>(p.dk.data) + origin(p.dk, u, u.hv, c) + r0 * p.dk.stride_token;
-  const float* g_at =
-      static_cast<const float*>(p.dg.data) + origin(p.dg, u, u.hv, c) + r0 * p.dg.stride_token;
-  const int64_t out_pitch = p.HV * p.K;
-  int64_t out = ((u.batch * p.T + u.t0 + r0) * p.HV + u.hv) * p.K + c;
+  const TaskRows rows = task_rows(p, u, c, r0);
+  const float* q_at = rows.dq_in;
+  const float* k_at = rows.dk_in;
+  const float* g_at = rows.dg_in;
+  int64_t out = rows.out;
 #pragma unroll
   for (int base = 0; base < 16; base += 8) {
     if (kFull || base < Ls) {
@@ -264,7 +277,7 @@ __device__ __forceinline__ void diagonal_phase_tc(const IntraParams& p, unsigned
             __stcs(p.dg_out + out, in_g[i] + qi * dq_acc + ki * (dkr - dkc_i));
           }
         }
-        out += out_pitch;
+        out += rows.out_pitch;
       }
     }
   }
