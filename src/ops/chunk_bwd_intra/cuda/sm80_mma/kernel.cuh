@@ -79,11 +79,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   constexpr bool tma = Tr::kBulk;
   // When the incoming dq/dk/dg of an item are prefetched to L2: two-stage bulk kernels with the
   // exact diagonal issue the prefetch when the issuer's phase 1 is done (the last warp: the
-  // lightest phase 1), the others when the item starts. Measured (H200, T=8192 bf16): item start
-  // 438-447 µs, after the issuer's phase 1 416-418 (T=2048: 125 -> 113); one item ahead 502 (the
-  // lines wait longer in L2 and are evicted before phase 2 reads them). The tensor-core diagonal
-  // kernel (longer phase 1) measured 436 -> 441 with the late prefetch, so it keeps the early one.
+  // lightest phase 1), the tensor-core diagonal ones when its off-diagonal products are done
+  // (before its diagonal block: their phase 1 is longer), the cp.async kernels when the item
+  // starts. Measured (H200, T=8192 bf16): item start 438-447 µs, after the issuer's phase 1
+  // 416-418 (T=2048: 125 -> 113); one item ahead 502 (the lines wait longer in L2 and are evicted
+  // before phase 2 reads them). Tensor-core diagonal: item start 431-432, after phase 1 436 -> 441,
+  // before the diagonal block 422-423 (T=2048: 123.5 -> 117; eighth session).
   constexpr bool kIncomingLate = Tr::kBulkStages == 2 && !Tr::kDiagTc;
+  constexpr bool kIncomingMid = Tr::kBulkStages == 2 && Tr::kDiagTc;
   uint32_t phases = 0;  // bit s: the parity of stage s's next bulk-copy phase
   // The threads that finish db: row tid - kDbFirst (the warps before the last one, whose tasks
   // have the lightest first phase).
@@ -175,8 +178,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     const bool last_pass = pass == passes - 1;
     if (u.valid) {
       if (p.l2_prefetch) {
-        if constexpr (kIncomingLate) {
-          // prefetched later: when the issuer's phase 1 is done (below)
+        if constexpr (kIncomingLate || kIncomingMid) {
+          // prefetched later: during or after the issuer's phase 1 (below)
         } else if constexpr (Tr::kBulk) {
           if (tid == Tr::kIssuer) prefetch_incoming_tma<Tr>(p, u, pass);
         } else if (p.fast_prefetch) {
@@ -203,7 +206,17 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       float acc_q[4][4] = {};
       float acc_r[4][4] = {};
       float acc_c[4][4] = {};
-      if (has_task) off_diagonal_phase(st, u.len, t, cg, lane, acc_q, acc_r, acc_c);
+      // The tensor-core kernel's late prefetch: when the issuer's off-diagonal products are done
+      // (before its diagonal block), since its phase 1 is longer and its phase 2 shorter.
+      const bool mid_prefetch = kIncomingMid && p.l2_prefetch && tid == Tr::kIssuer;
+      auto before_diagonal = [&] {
+        if (mid_prefetch) prefetch_incoming_tma<Tr>(p, u, pass);
+      };
+      if (has_task) {
+        off_diagonal_phase(st, u.len, t, cg, lane, acc_q, acc_r, acc_c, before_diagonal);
+      } else {
+        before_diagonal();
+      }
       if (kIncomingLate && p.l2_prefetch && tid == Tr::kIssuer) {
         prefetch_incoming_tma<Tr>(p, u, pass);
       }

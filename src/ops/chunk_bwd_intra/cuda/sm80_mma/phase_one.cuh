@@ -312,13 +312,15 @@ __device__ __forceinline__ void diag_block_tc(const Stage<Tr>& st, int t, int cl
 
 // Phase 1 of a task (sub-chunk t, channel group cg): everything but the two 8 x 8 triangles of
 // the diagonal block, on the tensor cores. acc_q, acc_r (dqa, r) and acc_c (dkc) start at zero.
-template <typename Tr>
+template <typename Tr, typename BeforeDiagonal>
 __device__ __forceinline__ void off_diagonal_phase(const Stage<Tr>& st, int L, int t, int cg,
                                                    int lane, float (&acc_q)[4][4],
-                                                   float (&acc_r)[4][4], float (&acc_c)[4][4]) {
+                                                   float (&acc_r)[4][4], float (&acc_c)[4][4],
+                                                   BeforeDiagonal before_diagonal) {
   const int NCv = (L + 15) / 16;
   if (t > 0) row_part(st, t, 32 * cg, L, lane, acc_q, acc_r);
   if (t + 1 < NCv) column_part(st, t, NCv, 32 * cg, L, lane, acc_c);
+  before_diagonal();
   if constexpr (Tr::kDiagTc) {
     diag_block_tc(st, t, 32 * cg, L, lane, acc_q, acc_r, acc_c);
   } else if (L - 16 * t > 8) {
