@@ -356,7 +356,7 @@ if want ab; then
       for which in $([ "${KDA_AB_ORDER:-old-first}" = new-first ] && echo "new old" || echo "old new"); do
         if [ "$which" = old ]; then
           time_row "ab $name old #$round" "$logs/ab.log" env LD_LIBRARY_PATH="$carry/old/src" \
-            "$old" run --input "$file" --backend cuda --repeat 100
+            "$old" run chunk_bwd_wy_dqkg --input "$file" --backend cuda --repeat 100
         else
           time_row "ab $name new #$round" "$logs/ab.log" "$kda" run chunk_bwd_wy_dqkg \
             --input "$file" --backend cuda --repeat 100

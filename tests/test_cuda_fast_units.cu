@@ -378,8 +378,9 @@ void check_slab() {
     double ref = 0.0;
     for (int v = 0; v < kV; ++v) {
       ref += value(h, k0 + kl, v) * value(dh, k0 + kl, v);
-      // The 16-bit copy: k-first [kl][v] or, as stored, [v][kl]; exactly the rounded values.
-      const int at = Tr::kSlabXKFirst ? kl * Tr::kSlabXLd + v : v * Tr::kSlabXLd + kl;
+      // The 16-bit copy: k-first [kl][v] (128-byte swizzled with the wgmma loop) or, as stored,
+      // [v][kl]; exactly the rounded values.
+      const int at = Tr::kSlabXKFirst ? Tr::slab_x_index(kl, v) : Tr::slab_x_index(v, kl);
       const float want_s = from_x(to_x<XT>(static_cast<float>(value(h, k0 + kl, v))));
       const float want_ds = from_x(to_x<XT>(static_cast<float>(value(dh, k0 + kl, v))));
       if ((from_x(slab[at]) != want_s || from_x(slab[kSlabXElems + at]) != want_ds) && ++bad <= 5) {

@@ -6,7 +6,8 @@
 //      through matrix descriptors (four k16 steps, the descriptor advanced along k), against a
 //      float64 host product, on a poisoned output; and the accumulate flag (a second pass adds);
 //   3. the shape of one WY slab product (64 x 16 over k = 128: two swizzled tiles along k, the
-//      m64n16k16 form);
+//      m64n16k16 form), and the WY kernel's K-loop form (m64n8k16 from the second 8-row half of
+//      a slab copy);
 //   4. the 64 x 64 product with the tiles written by bulk tensor copies with the 128-byte swizzle
 //      (tensor_map.hpp's TileSwizzle::bytes128): the copy engine's layout is the one the
 //      descriptors read (the first risk of docs/design.md's v3 plan), and the map rules.
@@ -250,6 +251,46 @@ __global__ void wgmma_slab_product_kernel(const __nv_bfloat16* a, const __nv_bfl
   store_accumulators<kSlabN>(acc, d);
 }
 
+// The WY kernel's K-loop form (sm80_mma traits' kWgmmaLoop): D [64][8] = A [64][128] · Bᵀ with
+// Bᵀ the second 8-row half of a 16-row slab copy (rows 8..15: 1024 bytes into each atom), m64n8k16
+// over eight k16 steps. Rows 0..7 of the slab hold other values that must not leak in.
+__global__ void wgmma_half_slab_kernel(const __nv_bfloat16* a, const __nv_bfloat16* bt, float* d) {
+  constexpr int kSlabRows = 16, kLongK = 128;
+  constexpr int kAtomA = kRows * 128, kAtomB = kSlabRows * 128;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* tiles_a = aligned_1024(smem_raw);
+  unsigned char* tiles_b = tiles_a + 2 * kAtomA;
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int i = tid; i < kRows * kLongK; i += blockDim.x) {
+    const int r = i / kLongK, k = i % kLongK;
+    *reinterpret_cast<__nv_bfloat16*>(tiles_a + (k / 64) * kAtomA +
+                                      wg::swizzle128_offset(r, 2 * (k % 64))) = a[i];
+  }
+  for (int i = tid; i < kSlabRows * kLongK; i += blockDim.x) {
+    const int r = i / kLongK, k = i % kLongK;
+    const __nv_bfloat16 x = r >= 8 ? bt[(r - 8) * kLongK + k] : __float2bfloat16(1000.0f + r);
+    *reinterpret_cast<__nv_bfloat16*>(tiles_b + (k / 64) * kAtomB +
+                                      wg::swizzle128_offset(r, 2 * (k % 64))) = x;
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  __syncthreads();
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const uint64_t desc_a = wg::k_major_sw128_desc(tiles_a, 0);
+  const uint64_t desc_b = wg::k_major_sw128_desc(tiles_b + 8 * 128, 0);
+  wg::fence_operands(acc);
+  wg::fence();
+#pragma unroll
+  for (int s = 0; s < kLongK / 16; ++s) {
+    // The kernel's descriptor arithmetic: the base descriptor plus the step's offset >> 4.
+    wg::mma_m64n8k16<__nv_bfloat16>(acc, desc_a + (((s / 4) * kAtomA + 32 * (s % 4)) >> 4),
+                                    desc_b + (((s / 4) * kAtomB + 32 * (s % 4)) >> 4), s > 0);
+  }
+  wg::commit_group();
+  wg::wait_group<0>();
+  wg::fence_operands(acc);
+  store_accumulators<8>(acc, d);
+}
+
 constexpr int kProductSmem = 2 * kTileBytes + 1024;
 
 void run_threads_swizzled(int passes) {
@@ -283,6 +324,13 @@ TEST(WgmmaProduct, SlabShapeAcrossTwoSwizzledTilesAlongK) {
   SKIP_WITHOUT_GPU();
   check_product(16, 128, 1, [](const __nv_bfloat16* a, const __nv_bfloat16* bt, float* d) {
     wgmma_slab_product_kernel<<<1, 128, 2 * (kRows + 16) * 128 + 1024>>>(a, bt, d);
+  });
+}
+
+TEST(WgmmaProduct, HalfSlabN8FromTheSecondSwizzlePeriod) {
+  SKIP_WITHOUT_GPU();
+  check_product(8, 128, 1, [](const __nv_bfloat16* a, const __nv_bfloat16* bt, float* d) {
+    wgmma_half_slab_kernel<<<1, 128, 2 * (kRows + 16) * 128 + 1024>>>(a, bt, d);
   });
 }
 

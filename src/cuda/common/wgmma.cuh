@@ -13,7 +13,11 @@
 //
 // tests/test_cuda_wgmma_units.cu checks the layout on the host and the product on the GPU.
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/tma.cuh"
 
@@ -90,6 +94,42 @@ __device__ __forceinline__ void mma_m64n16k16_bf16(float (&d)[8], uint64_t desc_
         "+f"(d[7])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0)
       : "memory");
+}
+
+// D (64 x 8, float32) [+]= A (64 x 16) · B (16 x 8), 16-bit T (__nv_bfloat16 or __half), both
+// K-major. d[2 h + e] is row 16 w + l / 4 + 8 h, column 2 (l % 4) + e: for warp w of the
+// warpgroup exactly the mma.sync m16n8 C fragment of rows 16 w .. 16 w + 15. The WY kernel's
+// K-loop products (one warpgroup per 8 k columns of a slab).
+template <typename T>
+__device__ __forceinline__ void mma_m64n8k16(float (&d)[4], uint64_t desc_a, uint64_t desc_b,
+                                             bool accumulate) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %6, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0)
+        : "memory");
+  } else {
+    static_assert(std::is_same_v<T, __half>, "wgmma inputs are __nv_bfloat16 or __half");
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %6, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+        "{%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0)
+        : "memory");
+  }
+}
+
+// Keeps the compiler from touching accumulator registers across a wgmma sequence: the asm
+// outputs of mma_async say the registers are ready when the instruction issues, but they are
+// written until wait_group returns. Call after the accumulators are set and after wait_group.
+template <int kN>
+__device__ __forceinline__ void fence_operands(float (&d)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // Products over k beyond one 128-byte row: a K-major operand of 16-bit type with K = 64 a

@@ -14,6 +14,8 @@
 
 #include "cuda/common/device_access.cuh"
 #include "cuda/common/mma_fragments.cuh"
+#include "cuda/common/tma.cuh"
+#include "cuda/common/wgmma.cuh"
 #include "ops/chunk_bwd_wy_dqkg/cuda/params.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/traits.cuh"
 #include "ops/chunk_bwd_wy_dqkg/cuda/unit.cuh"
@@ -33,8 +35,9 @@ struct LoopStrides {
 // Queues cp.async copies of a [kRows x kCols] tile of T (row r at src + r * src_row_stride,
 // columns contiguous) into dst [kRows][dst_ld]. Only rows < valid_rows and columns < valid_cols
 // are read; everything else of the tile is zero-filled. Chunk c = tid + n * kThreads covers
-// row c / (kCols / chunk) and 16 bytes of it.
-template <int kRows, int kCols, int kThreads, typename T>
+// row c / (kCols / chunk) and 16 bytes of it. kSwizzled: dst is a tile of 128-byte-swizzled
+// atoms [kRows][64] (dst_ld unused), wgmma's K-major layout.
+template <int kRows, int kCols, int kThreads, bool kSwizzled = false, typename T>
 __device__ __forceinline__ void copy_tile_async(T* dst, int dst_ld, const T* src,
                                                 int64_t src_row_stride, int valid_rows,
                                                 int valid_cols, int tid) {
@@ -54,12 +57,18 @@ __device__ __forceinline__ void copy_tile_async(T* dst, int dst_ld, const T* src
       bytes = cols_left >= kChunkElems ? 16 : cols_left * static_cast<int>(sizeof(T));
     }
     const T* from = bytes > 0 ? src + row * src_row_stride + col : src;
-    mma::cp_async_16(dst + row * dst_ld + col, from, bytes);
+    int to = row * dst_ld + col;
+    if constexpr (kSwizzled) {
+      static_assert(sizeof(T) == 2 && kCols % 64 == 0, "swizzled atoms hold 64 16-bit columns");
+      to = (col / 64) * kRows * 64 + row * 64 + ((((col % 64) / 8) ^ (row % 8)) * 8);
+    }
+    mma::cp_async_16(dst + to, from, bytes);
   }
 }
 
 // Queues the copies of slab k0 .. k0+15 of h and dh: as stored ([16 k][V], or [V][16 k] for
-// state_v_first), into dst_S / dst_dS with row pitch kDstLd (elements of HT). The same thread
+// state_v_first), into dst_S / dst_dS: float32 staging rows of kDstLd elements, or (kDstLd ==
+// kSlabXLd, X h) the 16-bit slab copy at Tr::slab_x_index. The same thread
 // copies the same chunk positions of S and dS, so slab_prepare can read both back without a
 // barrier.
 template <typename Tr, int kDstLd>
@@ -76,7 +85,8 @@ __device__ __forceinline__ void issue_slab(const WyDqkgParams& p, const UnitOrig
     const int ch = c % Tr::kChunksPerRow;
     const int k = k0 + (Tr::kStateVFirst ? ch * kE : row);
     const int v = Tr::kStateVFirst ? row : ch * kE;
-    const int dst = row * kDstLd + ch * kE;
+    const int dst =
+        kDstLd == Tr::kSlabXLd ? Tr::slab_x_index(row, ch * kE) : row * kDstLd + ch * kE;
     mma::cp_async_16(dst_S + dst, static_cast<const HT*>(p.h.data) + o.h + k * st.h_k + v * st.h_v,
                      16);
     mma::cp_async_16(dst_dS + dst,
@@ -118,7 +128,7 @@ __device__ __forceinline__ void slab_prepare(const float* stage_S, const float* 
       s[0] = sv.x, s[1] = sv.y, s[2] = sv.z, s[3] = sv.w;
       ds[0] = dsv.x, ds[1] = dsv.y, ds[2] = dsv.z, ds[3] = dsv.w;
       if constexpr (!Tr::kStateVFirst) {
-        const int dst = row * Tr::kSlabXLd + ch * 4;  // [k][v], as stored
+        const int dst = Tr::slab_x_index(row, ch * 4);  // [k][v], as stored
         *reinterpret_cast<uint2*>(slab_S + dst) =
             make_uint2(mma::pack2<XT>(s[0], s[1]), mma::pack2<XT>(s[2], s[3]));
         *reinterpret_cast<uint2*>(slab_dS + dst) =
@@ -127,13 +137,13 @@ __device__ __forceinline__ void slab_prepare(const float* stage_S, const float* 
         // Stored [v][k]: the 16-bit copy is transposed to [k][v] (element by element).
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int dst = (ch * 4 + e) * Tr::kSlabXLd + row;
+          const int dst = Tr::slab_x_index(ch * 4 + e, row);
           slab_S[dst] = from_float<XT>(s[e]);
           slab_dS[dst] = from_float<XT>(ds[e]);
         }
       }
     } else {
-      const int src = row * Tr::kSlabXLd + ch * 8;
+      const int src = Tr::slab_x_index(row, ch * 8);
       const uint4 sv = *reinterpret_cast<const uint4*>(slab_S + src);
       const uint4 dsv = *reinterpret_cast<const uint4*>(slab_dS + src);
       const uint32_t sw[4] = {sv.x, sv.y, sv.z, sv.w};
@@ -204,12 +214,18 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   __shared__ UnitOrigins origins_shared;
   __shared__ LoopStrides strides_shared;
 
-  auto& sh = *reinterpret_cast<typename Tr::Shared*>(smem);
-  XT* const sA = &sh.A[0][0];    // Ā [BT][kALd], Ā[j][i]
-  XT* const sDo = &sh.dO[0][0];  // dO [BT][kTokLd]
-  XT* const sVn = &sh.Vn[0][0];  // Vn [BT][kTokLd]
-  XT* const sDv = &sh.dV[0][0];  // dV [BT][kTokLd]
-  XT* sVv = nullptr;             // Vv [BT][kTokLd] (phase 0 only)
+  unsigned char* smem_base = smem;
+  if constexpr (Tr::kWgmmaLoop) {
+    smem_base += (1024 - tma::smem_address(smem) % 1024) % 1024;  // the swizzle's period
+  }
+  auto& sh = *reinterpret_cast<typename Tr::SharedLayout*>(smem_base);
+  // The token tiles dO, Vn, dV: [BT][kTokLd], or with the wgmma loop swizzled atoms
+  // [V / 64][BT][64] (Tr::sw128_index).
+  XT* const sA = &sh.A[0][0];                     // Ā [BT][kALd], Ā[j][i]
+  XT* const sDo = reinterpret_cast<XT*>(&sh.dO);  // dO
+  XT* const sVn = reinterpret_cast<XT*>(&sh.Vn);  // Vn
+  XT* const sDv = reinterpret_cast<XT*>(&sh.dV);  // dV
+  XT* sVv = nullptr;                              // Vv [BT][kTokLd] (phase 0 only)
   if constexpr (Tr::kVvInStaging) {
     sVv = &sh.state.stage[1].tok[0][0];
   } else {
@@ -233,15 +249,16 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   };
   auto stage_dS = [&](int slot) { return stage_S(slot) + Tr::kSlabRows * Tr::kSlabCols; };
   // 16-bit slab copies: slot 0 only for float32 h, slots 0 and 1 (the ring) for X h.
-  auto slab_S = [&](int slot) { return &sh.state.slab_x[slot][0].m[0][0]; };
-  auto slab_dS = [&](int slot) { return &sh.state.slab_x[slot][1].m[0][0]; };
+  // (elements at Tr::slab_x_index)
+  auto slab_S = [&](int slot) { return reinterpret_cast<XT*>(&sh.state.slab_x[slot][0]); };
+  auto slab_dS = [&](int slot) { return reinterpret_cast<XT*>(&sh.state.slab_x[slot][1]); };
 
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
   const int lane = tid % 32;
-  const int cg = warp % Tr::kColGroups;         // column group
-  const int m0 = (warp / Tr::kColGroups) * 16;  // first row of the warp's row block
-  const int rb = warp / Tr::kColGroups;
+  const int cg = Tr::col_group_of(warp);  // column group (the warpgroup, with the wgmma loop)
+  const int rb = Tr::row_block_of(warp);
+  const int m0 = rb * 16;     // first row of the warp's row block
   const int grp = lane / 4;   // fragment row within 8
   const int quad = lane % 4;  // fragment column pair
   if (tid == 0) {
@@ -269,16 +286,17 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   // reach valid rows through X·Āᵀ (0 · NaN).
   copy_tile_async<kBT, kBT, Tr::kThreads>(sA, kALd, static_cast<const XT*>(p.A.data) + o.A,
                                           p.A.stride_token, L, L, tid);
-  copy_tile_async<kBT, kV, Tr::kThreads>(sDv, kTokLd, static_cast<const XT*>(p.dv.data) + o.dv,
-                                         p.dv.stride_token, L, kV, tid);
+  constexpr bool kSw = Tr::kWgmmaLoop;
+  copy_tile_async<kBT, kV, Tr::kThreads, kSw>(sDv, kTokLd, static_cast<const XT*>(p.dv.data) + o.dv,
+                                              p.dv.stride_token, L, kV, tid);
   copy_tile_async<kBT, kV, Tr::kThreads>(sVv, kTokLd, static_cast<const XT*>(p.v.data) + o.v,
                                          p.v.stride_token, L, kV, tid);
   mma::cp_async_commit();
-  copy_tile_async<kBT, kV, Tr::kThreads>(sDo, kTokLd, static_cast<const XT*>(p.do_.data) + o.do_,
-                                         p.do_.stride_token, L, kV, tid);
-  copy_tile_async<kBT, kV, Tr::kThreads>(sVn, kTokLd,
-                                         static_cast<const XT*>(p.v_new.data) + o.v_new,
-                                         p.v_new.stride_token, L, kV, tid);
+  copy_tile_async<kBT, kV, Tr::kThreads, kSw>(
+      sDo, kTokLd, static_cast<const XT*>(p.do_.data) + o.do_, p.do_.stride_token, L, kV, tid);
+  copy_tile_async<kBT, kV, Tr::kThreads, kSw>(sVn, kTokLd,
+                                              static_cast<const XT*>(p.v_new.data) + o.v_new,
+                                              p.v_new.stride_token, L, kV, tid);
   if constexpr (Tr::kStateF32) {
     issue_slab<Tr, Tr::kSlabCols>(p, o, st, 0, stage_S(0), stage_dS(0), tid);
   } else {
@@ -306,8 +324,25 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
 #pragma unroll 1
   for (int v0 = cg * Tr::kWarpV; v0 < (cg + 1) * Tr::kWarpV; v0 += 16) {
     float acc[2][4] = {};  // (16 rows, 16 columns v0 ..)
-    mma::warp_mma<XT, ALayout::kKM, BLayout::kKN, kJSteps, 2>(acc, sA + m0, kALd, sDv + v0, kTokLd,
-                                                              lane);
+    if constexpr (Tr::kWgmmaLoop) {
+      // The same product with dV read from its swizzled atoms (B element (j, v) at dV[j][v]).
+#pragma unroll
+      for (int s = 0; s < kJSteps; ++s) {
+        uint32_t a[4];
+        mma::load_a<ALayout::kKM>(a, sA + m0 + 16 * s * kALd, kALd, lane);
+        uint32_t x[4];
+        const int q = lane / 8;
+        mma::ldmatrix_x4_trans(x, sDv + Tr::template sw128_index<kBT>(
+                                            16 * s + lane % 8 + (q % 2) * 8, v0 + (q / 2) * 8));
+        const uint32_t b0[2] = {x[0], x[1]};
+        const uint32_t b1[2] = {x[2], x[3]};
+        mma::mma_16816<XT>(acc[0], a, b0);
+        mma::mma_16816<XT>(acc[1], a, b1);
+      }
+    } else {
+      mma::warp_mma<XT, ALayout::kKM, BLayout::kKN, kJSteps, 2>(acc, sA + m0, kALd, sDv + v0,
+                                                                kTokLd, lane);
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int i = m0 + grp + 8 * h;
@@ -329,8 +364,23 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   }
   // D = dV·Vvᵀ: the warp's rows x columns j = cg * BT/2 .. (BT/2 of them), reduced over V.
   float acc_D[kJTiles][4] = {};
-  mma::warp_mma<XT, ALayout::kMK, BLayout::kNK, Tr::kVSteps, kJTiles>(
-      acc_D, sDv + m0 * kTokLd, kTokLd, sVv + cg * Tr::kWarpJ * kTokLd, kTokLd, lane);
+  if constexpr (Tr::kWgmmaLoop) {
+    // The same product with dV read from its swizzled atoms (A element (i, v) at dV[i][v]).
+#pragma unroll
+    for (int s = 0; s < Tr::kVSteps; ++s) {
+      uint32_t a[4];
+      const int q = lane / 8;
+      mma::ldmatrix_x4(a, sDv + Tr::template sw128_index<kBT>(m0 + lane % 8 + (q % 2) * 8,
+                                                              16 * s + (q / 2) * 8));
+      uint32_t b[kJTiles][2];
+      mma::load_b<BLayout::kNK, kJTiles>(b, sVv + cg * Tr::kWarpJ * kTokLd + 16 * s, kTokLd, lane);
+#pragma unroll
+      for (int nt = 0; nt < kJTiles; ++nt) mma::mma_16816<XT>(acc_D[nt], a, b[nt]);
+    }
+  } else {
+    mma::warp_mma<XT, ALayout::kMK, BLayout::kNK, Tr::kVSteps, kJTiles>(
+        acc_D, sDv + m0 * kTokLd, kTokLd, sVv + cg * Tr::kWarpJ * kTokLd, kTokLd, lane);
+  }
   __syncthreads();  // Vv is dead: with float32 h its staging slot takes slab 1
   if constexpr (Tr::kVvInStaging) {
     if (num_slabs > 1)
@@ -384,6 +434,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     } else {
       slab_prepare<Tr>(nullptr, nullptr, slab_S(ring), slab_dS(ring), sds, tid);
     }
+    if constexpr (Tr::kWgmmaLoop) {
+      // The wgmma below read the slab copy and the token tiles through the async proxy; this
+      // thread's stores and landed cp.async copies are ordinary (generic-proxy) writes.
+      tma::fence_proxy_async_shared();
+    }
     __syncthreads();  // the slab's 16-bit copy, Σ S⊙dS and (kb = 0) dO, Vn are complete
     const XT* const cur_S = slab_S(Tr::kStateF32 ? 0 : ring);
     const XT* const cur_dS = slab_dS(Tr::kStateF32 ? 0 : ring);
@@ -392,7 +447,33 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     float acc_dq[4] = {};
     float acc_dk0[4] = {};
     float acc_dw[4] = {};
-    {
+    if constexpr (Tr::kWgmmaLoop) {
+      // Warpgroup cg: all 64 rows x the slab's columns 8 cg .. 8 cg + 7 (rows 8 cg.. of the slab
+      // copy: 1024 bytes into each atom, a whole swizzle period), eight k16 steps over V.
+      const uint64_t d_do = wgmma::k_major_sw128_desc(sDo, 0);
+      const uint64_t d_dv = wgmma::k_major_sw128_desc(sDv, 0);
+      const uint64_t d_vn = wgmma::k_major_sw128_desc(sVn, 0);
+      const uint64_t d_s = wgmma::k_major_sw128_desc(cur_S + cg * Tr::kWarpK * Tr::kAtomCols, 0);
+      const uint64_t d_ds = wgmma::k_major_sw128_desc(cur_dS + cg * Tr::kWarpK * Tr::kAtomCols, 0);
+      wgmma::fence_operands(acc_dq);
+      wgmma::fence_operands(acc_dw);
+      wgmma::fence_operands(acc_dk0);
+      wgmma::fence();
+#pragma unroll
+      for (int s = 0; s < Tr::kVSteps; ++s) {
+        // Step s: atom s / 4, 32 (s % 4) bytes into its rows (descriptor addresses count 16 B).
+        const uint64_t tok = ((s / 4) * Tr::kTokAtomBytes + 32 * (s % 4)) >> 4;
+        const uint64_t slab = ((s / 4) * Tr::kSlabAtomBytes + 32 * (s % 4)) >> 4;
+        wgmma::mma_m64n8k16<XT>(acc_dq, d_do + tok, d_s + slab, s > 0);
+        wgmma::mma_m64n8k16<XT>(acc_dw, d_dv + tok, d_s + slab, s > 0);
+        wgmma::mma_m64n8k16<XT>(acc_dk0, d_vn + tok, d_ds + slab, s > 0);
+      }
+      wgmma::commit_group();
+      wgmma::wait_group<0>();
+      wgmma::fence_operands(acc_dq);
+      wgmma::fence_operands(acc_dw);
+      wgmma::fence_operands(acc_dk0);
+    } else {
       // B origin: element (v, k) = (0, kl0) of the slab, kl0 = the warp's first column.
       const int kl0 = cg * Tr::kWarpK;
       const XT* const s_origin = kSlabLayout == BLayout::kNK ? cur_S + kl0 * kSlabXLd : cur_S + kl0;

@@ -69,6 +69,43 @@ struct WyDqkgMmaTraits {
   static constexpr int kSlabXRows = kSlabXKFirst ? kSlabK : kV;
   static constexpr int kSlabXLd = (kSlabXKFirst ? kV : kSlabK) + kPad;
 
+  // --- the K loop's three products on wgmma (sm_90a) -----------------------------------------
+  // With BT = 64 (one warpgroup's 64 rows) and a k-first 16-bit slab copy, dO·Sᵀ, dV·Sᵀ and
+  // Vn·dSᵀ run as wgmma.m64n8k16 reading both operands straight from shared memory: warpgroup cg
+  // takes the slab's columns 8 cg .. 8 cg + 7 for all 64 rows, and its warp r gets the same
+  // accumulator fragment (rows 16 r .., 8 columns) that mma.sync gives warp (row block r, column
+  // group cg), so the epilogues are shared. dO, Vn, dV and the slab copies are then stored as
+  // wgmma's K-major tiles with the 128-byte swizzle: atoms of [rows][64] 16-bit elements, atom a
+  // holding columns 64 a .. 64 a + 63, 16-byte chunk c of row r at chunk c ^ (r % 8).
+  static constexpr bool kWgmmaLoop = kBT == 64 && kSlabXKFirst;
+  static constexpr int kAtomCols = 64;  // 16-bit elements in a 128-byte row
+  static constexpr int kVAtoms = kV / kAtomCols;
+  static constexpr int kTokAtomBytes = kBT * 128;      // one atom of a token tile
+  static constexpr int kSlabAtomBytes = kSlabK * 128;  // one atom of a slab copy
+  // Element index of (row, col) in a tile of swizzled atoms with kRows rows.
+  template <int kRows>
+  __host__ __device__ static constexpr int sw128_index(int row, int col) {
+    return (col / kAtomCols) * kRows * kAtomCols + row * kAtomCols +
+           ((((col % kAtomCols) / 8) ^ (row % 8)) * 8) + col % 8;
+  }
+  // Where element (row, col) of a 16-bit slab copy lives: swizzled for the wgmma loop, rows of
+  // kSlabXLd elements otherwise.
+  __host__ __device__ static constexpr int slab_x_index(int row, int col) {
+    if constexpr (kWgmmaLoop) {
+      return sw128_index<kSlabK>(row, col);
+    } else {
+      return row * kSlabXLd + col;
+    }
+  }
+  // Warp w's row block and column group: (w / 2, w % 2) for mma.sync; (w % 4, w / 4) with the
+  // wgmma loop, where the column group is the warpgroup.
+  __host__ __device__ static constexpr int row_block_of(int warp) {
+    return kWgmmaLoop ? warp % kRowBlocks : warp / kColGroups;
+  }
+  __host__ __device__ static constexpr int col_group_of(int warp) {
+    return kWgmmaLoop ? warp / kRowBlocks : warp % kColGroups;
+  }
+
   // --- slab copies: 16-byte chunks of HT, the same chunks for S and dS --------------------
   static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(HT));  // 4 (f32) or 8
   static constexpr int kChunksPerRow = kSlabCols / kChunkElems;
@@ -133,7 +170,48 @@ struct WyDqkgMmaTraits {
     alignas(128) float db[kColGroups][kBT];        // db partial sums per column group
   };
 
-  static constexpr int kSmemBytes = static_cast<int>(sizeof(Shared));
+  // The wgmma loop's layout: the swizzled tiles first (each 1024-byte aligned, the swizzle
+  // pattern's period, so the descriptors' base offset is 0), then the rest as above. Vv stays in
+  // rows of kTokLd (read by ldmatrix only).
+  struct alignas(1024) TokSw {
+    XT m[kVAtoms][kBT][kAtomCols];
+  };
+  struct alignas(1024) SlabXSw {
+    XT m[kVAtoms][kSlabK][kAtomCols];
+  };
+  struct StateF32RegionsW {
+    SlabXSw slab_x[1][2];  // [slot][S, dS]
+    StageSlot stage[2];
+  };
+  struct StateXRegionsW {
+    SlabXSw slab_x[2][2];  // [slot][S, dS]
+    alignas(128) XT Vv[kBT][kTokLd];
+  };
+  struct SharedW {
+    union alignas(1024) {
+      TokSw dO;
+      XT X[kBT][kALd];
+    };
+    union alignas(1024) {
+      TokSw Vn;
+      XT Y[kBT][kALd];
+    };
+    TokSw dV;
+    std::conditional_t<kStateF32, StateF32RegionsW, StateXRegionsW> state;
+    alignas(128) XT A[kBT][kALd];
+    alignas(128) XT dW[kBT][kKbLd];
+    alignas(128) XT KG[kBT][kKbLd];
+    alignas(128) float beta[kBT];
+    alignas(128) float sds[2][kSdsParts][kSlabK];
+    alignas(128) float kdk[kRowBlocks][kSlabK];
+    alignas(128) float db[kColGroups][kBT];
+  };
+  using SharedLayout = std::conditional_t<kWgmmaLoop, SharedW, Shared>;
+  // Dynamic shared memory is only 16-byte aligned: the wgmma layout asks for 1 KB more and starts
+  // at the first 1024-byte boundary.
+  static constexpr int kSmemAlignSlack = kWgmmaLoop ? 1024 : 0;
+
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedLayout)) + kSmemAlignSlack;
   // 228 KB of shared memory per SM, 1 KB of it reserved per CTA, and the kernel's static
   // __shared__ variables (under 512 bytes, asserted in the kernel).
   static constexpr int kStaticSmemBound = 512;
