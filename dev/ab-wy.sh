@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# chunk_bwd_wy_dqkg kernel experiments that cannot be runtime variants, on the GPU machine: several
+# builds of libkda (each a directory holding libkda.so.0.2, or NAME.tar.xz of one), checked and
+# timed in one call against the carried build (named "base"):
+#   dev/ab-wy.sh [--rounds N] [--shapes LIST] NAME=DIR ...
+# For each build: test_cuda (every test, every kernel choice) and racecheck + synccheck on
+# gpu-check.sh's WY sanitizer subset; then `kda run chunk_bwd_wy_dqkg --repeat 100` on the shapes
+# (default model-bf16,model-bf16-hx,heads16-k64; also varlen-bf16, model-fp16; inputs generated
+# once by the base build), the builds alternated N rounds (default 2) so that drift shows.
+# Logs under $OUT/ab-wy/ (summary.txt and logs.tar.gz: a call brings back a limited number of
+# files), a table last. Needs .carry from dev/stage-carry.sh (the test binary and kda load libkda
+# through the library path, which wins over their build-time RUNPATH).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+rounds=2
+shapes=model-bf16,model-bf16-hx,heads16-k64
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --shapes) shapes=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
+carry=$(cd .carry && pwd)
+build=$carry/build
+if [ ! -d "$build" ] && [ -f "$carry/build.tar.xz" ]; then
+  mkdir -p "$build" && tar -xJf "$carry/build.tar.xz" -C "$carry"
+fi
+out=${OUT:-ab-wy-out}/ab-wy
+mkdir -p "$out"
+names=(base)
+dirs=("$build/src")
+for spec in "$@"; do
+  name=${spec%%=*}
+  dir=${spec#*=}
+  if [ -f "$dir" ]; then
+    mkdir -p "$carry/ab/$name" && tar -xJf "$dir" -C "$carry/ab/$name"
+    dir=$carry/ab/$name
+  fi
+  names+=("$name")
+  dirs+=("$(cd "$dir" && pwd)")
+done
+test_cuda=$build/tests/test_cuda
+kda=$build/tools/kda
+# The shapes, as gpu-check.sh's wy_shapes names them.
+shape_options() {
+  case "$1" in
+    model-bf16) echo "--shape 1,2048,32,128,128 --dtype bf16" ;;
+    model-bf16-hx) echo "--shape 1,2048,32,128,128 --dtype bf16 --h-dtype x" ;;
+    model-fp16) echo "--shape 1,2048,32,128,128 --dtype fp16" ;;
+    heads16-k64) echo "--shape 2,4096,16,64,64 --dtype bf16" ;;
+    varlen-bf16) echo "--shape 1,8192,32,128,128 --dtype bf16 --seqlens 1300,547,2048,963,271,3063" ;;
+    long-bf16) echo "--shape 4,8192,32,128,128 --dtype bf16" ;;
+    *) return 1 ;;
+  esac
+}
+summary=$out/summary.txt
+: >"$summary"
+for n in "${!names[@]}"; do
+  lib=${dirs[$n]}
+  name=${names[$n]}
+  LD_LIBRARY_PATH=$lib timeout 150 "$test_cuda" --gtest_color=no >"$out/test.$name.log" 2>&1
+  echo "$name: test_cuda rc $? $(grep -E '^\[  (PASSED|FAILED) ' "$out/test.$name.log" | tr '\n' ' ')" >>"$summary"
+  for tool in racecheck synccheck; do
+    LD_LIBRARY_PATH=$lib timeout 120 compute-sanitizer --tool $tool --error-exitcode 99 "$test_cuda" \
+      --gtest_color=no '--gtest_filter=Subset/CudaSanitizerSubset.*' >"$out/$tool.$name.log" 2>&1
+    echo "$name: $tool rc $? $(grep -E 'SUMMARY' "$out/$tool.$name.log" | tail -1)" >>"$summary"
+  done
+done
+IFS=, read -r -a shape_list <<<"$shapes"
+for shape in "${shape_list[@]}"; do
+  options=$(shape_options "$shape") || { echo "ab-wy: unknown shape $shape" >>"$summary"; continue; }
+  file=/tmp/wy-$shape.safetensors
+  # shellcheck disable=SC2086  # the options are words
+  [ -f "$file" ] || LD_LIBRARY_PATH=${dirs[0]} timeout 120 "$kda" run chunk_bwd_wy_dqkg $options \
+    --backend cuda --repeat 1 -o "$file" >"$out/input.$shape.log" 2>&1
+done
+for ((r = 1; r <= rounds; r++)); do
+  for shape in "${shape_list[@]}"; do
+    file=/tmp/wy-$shape.safetensors
+    [ -f "$file" ] || continue
+    for n in "${!names[@]}"; do
+      log=$out/time.${names[$n]}.$shape.$r.log
+      LD_LIBRARY_PATH=${dirs[$n]} timeout 90 "$kda" run chunk_bwd_wy_dqkg --input "$file" \
+        --backend cuda --repeat 100 >"$log" 2>&1
+      rc=$?
+      median=$(grep -E '^ *median' "$log" | head -1 | awk '{print $2, $3}')
+      echo "${names[$n]} round $r $shape median ${median:-none} (rc $rc)" >>"$summary"
+    done
+  done
+done
+(cd "$out" && tar -czf logs.tar.gz --exclude=summary.txt --exclude=logs.tar.gz -- *.log &&
+  rm -f -- *.log)
+cat "$summary"
