@@ -207,6 +207,33 @@ std::vector<Case> matrix() {
       cases.push_back({"svf_" + dtype_tag(x) + (h == DType::f32 ? "_hfp32" : "_hx"), c});
     }
   }
+  // The wgmma K loop at BT = 64 (sm80_mma traits' kWgmmaLoop: h k-first, float32 or X) at the
+  // model's head dims and with one of them 64: fixed length with a tail, varlen with sequences
+  // of length 1, < BT, = BT and > 4 BT, and GVA. h in X is the stored form fla's own pipeline
+  // hands over (and the one the slab-pair experiment changes).
+  const std::pair<int64_t, int64_t> wgmma_kv[] = {{128, 128}, {64, 128}, {128, 64}};
+  for (DType x : {DType::f16, DType::bf16}) {
+    for (DType h : state_dtypes(x)) {
+      const std::string tag = dtype_tag(x) + (h == DType::f32 ? "_hfp32" : "_hx");
+      for (auto [K, V] : wgmma_kv) {
+        WyDqkgConfig c = base(x, h, 64);
+        c.K = K;
+        c.V = V;
+        const std::string dims = "_k" + std::to_string(K) + "_v" + std::to_string(V);
+        cases.push_back({"wgmma_" + tag + dims, c});
+        c.B = 1;
+        c.seqlens = {1, 61, 64, 263, 1, 128};
+        cases.push_back({"wgmma_varlen_" + tag + dims, c});
+      }
+      WyDqkgConfig g = base(x, h, 64);
+      g.K = 128;
+      g.V = 128;
+      g.H = 1;
+      g.HV = 2;
+      g.seqlens = {70, 1, 130};
+      cases.push_back({"wgmma_gva_varlen_" + tag, g});
+    }
+  }
   // Non-contiguous inputs (padded head strides) and an explicit scale.
   for (DType x : xs) {
     WyDqkgConfig c = base(x, DType::f32, 32);
@@ -248,6 +275,13 @@ std::vector<Case> sanitizer_subset() {
   v.H = 1;
   v.seqlens = {1, 31, 32, 70};
   cases.push_back({"varlen_bf16", v});
+  // The wgmma K loop with h in X at the model's head dims, short chunks included.
+  WyDqkgConfig w = base(DType::bf16, DType::bf16, 64);
+  w.H = 1;
+  w.K = 128;
+  w.V = 128;
+  w.seqlens = {1, 61, 70};
+  cases.push_back({"wgmma_varlen_bf16_hx", w});
   WyDqkgConfig d = base(DType::f16, DType::f32, 64);
   d.B = 1;
   d.H = 1;
