@@ -9,7 +9,7 @@
 # Needs .carry from dev/stage-carry.sh (its test and bench binaries load libkda through the
 # library path).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 rounds=2
 variants="split=1"
 while [ $# -gt 0 ]; do
@@ -19,25 +19,9 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-carry=$(cd .carry && pwd)
-build=$carry/build
-if [ ! -d "$build" ] && [ -f "$carry/build.tar.xz" ]; then
-  mkdir -p "$build" && tar -xJf "$carry/build.tar.xz" -C "$carry"
-fi
-out=${OUT:-ab-intra-out}/ab-intra
-mkdir -p "$out"
-names=(base)
-dirs=("$build/src")
-for spec in "$@"; do
-  name=${spec%%=*}
-  dir=${spec#*=}
-  if [ -f "$dir" ]; then
-    mkdir -p "$carry/ab/$name" && tar -xJf "$dir" -C "$carry/ab/$name"
-    dir=$carry/ab/$name
-  fi
-  names+=("$name")
-  dirs+=("$(cd "$dir" && pwd)")
-done
+# shellcheck source=dev/ab-builds.sh
+. dev/ab-builds.sh
+ab_builds ab-intra "$@"
 # The golden files travel in .carry (../shared does not).
 export KDA_INTRA_GOLDEN_DIR=$carry/golden/golden-intra
 test_intra=$build/tests/ops/chunk_bwd_intra/test_intra_cuda

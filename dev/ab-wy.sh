@@ -21,25 +21,9 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-carry=$(cd .carry && pwd)
-build=$carry/build
-if [ ! -d "$build" ] && [ -f "$carry/build.tar.xz" ]; then
-  mkdir -p "$build" && tar -xJf "$carry/build.tar.xz" -C "$carry"
-fi
-out=${OUT:-ab-wy-out}/ab-wy
-mkdir -p "$out"
-names=(base)
-dirs=("$build/src")
-for spec in "$@"; do
-  name=${spec%%=*}
-  dir=${spec#*=}
-  if [ -f "$dir" ]; then
-    mkdir -p "$carry/ab/$name" && tar -xJf "$dir" -C "$carry/ab/$name"
-    dir=$carry/ab/$name
-  fi
-  names+=("$name")
-  dirs+=("$(cd "$dir" && pwd)")
-done
+# shellcheck source=dev/ab-builds.sh
+. dev/ab-builds.sh
+ab_builds ab-wy "$@"
 test_cuda=$build/tests/test_cuda
 kda=$build/tools/kda
 # The shapes, as gpu-check.sh's wy_shapes names them.

@@ -215,6 +215,17 @@ void check_product(int n_cols, int k_len, int passes, Launch launch) {
                     << ")";
 }
 
+// Stores value(r, k) of a [rows][128] bf16 matrix into two 128-byte-swizzled 64-k tiles of
+// `rows` rows (the second rows * 128 bytes after the first), the block's threads in turn.
+template <typename Value>
+__device__ void store_two_k_tiles(unsigned char* tiles, int rows, Value value) {
+  for (int i = static_cast<int>(threadIdx.x); i < rows * 128; i += static_cast<int>(blockDim.x)) {
+    const int r = i / 128, k = i % 128;
+    *reinterpret_cast<__nv_bfloat16*>(tiles + (k / 64) * rows * 128 +
+                                      wg::swizzle128_offset(r, 2 * (k % 64))) = value(r, k);
+  }
+}
+
 // The shape of one h slab's product in the WY kernel: D [64][16] = A [64][128] · Bᵀ, Bᵀ [16][128]
 // (e.g. dO · Sᵀ over V = 128): each operand two swizzled 64-k tiles (8 KB and 2 KB), eight k16
 // steps crossing from the first tile to the second.
@@ -225,17 +236,8 @@ __global__ void wgmma_slab_product_kernel(const __nv_bfloat16* a, const __nv_bfl
   extern __shared__ unsigned char smem_raw[];
   unsigned char* tiles_a = aligned_1024(smem_raw);
   unsigned char* tiles_b = tiles_a + 2 * kAtomA;
-  const int tid = static_cast<int>(threadIdx.x);
-  for (int i = tid; i < kRows * kLongK; i += blockDim.x) {
-    const int r = i / kLongK, k = i % kLongK;
-    *reinterpret_cast<__nv_bfloat16*>(tiles_a + (k / 64) * kAtomA +
-                                      wg::swizzle128_offset(r, 2 * (k % 64))) = a[i];
-  }
-  for (int i = tid; i < kSlabN * kLongK; i += blockDim.x) {
-    const int r = i / kLongK, k = i % kLongK;
-    *reinterpret_cast<__nv_bfloat16*>(tiles_b + (k / 64) * kAtomB +
-                                      wg::swizzle128_offset(r, 2 * (k % 64))) = bt[i];
-  }
+  store_two_k_tiles(tiles_a, kRows, [&](int r, int k) { return a[r * kLongK + k]; });
+  store_two_k_tiles(tiles_b, kSlabN, [&](int r, int k) { return bt[r * kLongK + k]; });
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   __syncthreads();
   float acc[8];
@@ -260,18 +262,10 @@ __global__ void wgmma_half_slab_kernel(const __nv_bfloat16* a, const __nv_bfloat
   extern __shared__ unsigned char smem_raw[];
   unsigned char* tiles_a = aligned_1024(smem_raw);
   unsigned char* tiles_b = tiles_a + 2 * kAtomA;
-  const int tid = static_cast<int>(threadIdx.x);
-  for (int i = tid; i < kRows * kLongK; i += blockDim.x) {
-    const int r = i / kLongK, k = i % kLongK;
-    *reinterpret_cast<__nv_bfloat16*>(tiles_a + (k / 64) * kAtomA +
-                                      wg::swizzle128_offset(r, 2 * (k % 64))) = a[i];
-  }
-  for (int i = tid; i < kSlabRows * kLongK; i += blockDim.x) {
-    const int r = i / kLongK, k = i % kLongK;
-    const __nv_bfloat16 x = r >= 8 ? bt[(r - 8) * kLongK + k] : __float2bfloat16(1000.0f + r);
-    *reinterpret_cast<__nv_bfloat16*>(tiles_b + (k / 64) * kAtomB +
-                                      wg::swizzle128_offset(r, 2 * (k % 64))) = x;
-  }
+  store_two_k_tiles(tiles_a, kRows, [&](int r, int k) { return a[r * kLongK + k]; });
+  store_two_k_tiles(tiles_b, kSlabRows, [&](int r, int k) {
+    return r >= 8 ? bt[(r - 8) * kLongK + k] : __float2bfloat16(1000.0f + r);
+  });
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   __syncthreads();
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
