@@ -50,6 +50,15 @@ TEST(WgmmaSwizzle, MapsEachEightRowGroupOntoItselfChunkByChunk) {
     EXPECT_EQ(*seen.begin(), 1024 * group);
     EXPECT_EQ(*seen.rbegin(), 1024 * group + 1023);
   }
+  // The element index of 16-bit tiles of several atoms (the WY kernel's token tiles and slab
+  // copies) is the byte map per atom, atoms of rows * 64 elements one after the other.
+  for (int row = 0; row < 64; ++row) {
+    for (int col = 0; col < 128; ++col) {
+      const int want =
+          (col / 64) * 64 * 64 + row * 64 + (((col % 64) / 8) ^ (row % 8)) * 8 + col % 8;
+      ASSERT_EQ(wg::sw128_element_index<64>(row, col), want) << "row " << row << " col " << col;
+    }
+  }
   // Row 0 keeps its order; row 1's first chunk sits in chunk slot 1 (the swizzle is not a no-op).
   EXPECT_EQ(wg::swizzle128_offset(0, 32), 32);
   EXPECT_EQ(wg::swizzle128_offset(1, 0), 128 + 16);

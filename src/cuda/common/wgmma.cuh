@@ -29,6 +29,14 @@ __host__ __device__ constexpr int swizzle128_offset(int row, int k_byte) {
   return row * 128 + ((((k_byte >> 4) ^ (row & 7)) << 4) | (k_byte & 15));
 }
 
+// Element index of 16-bit element (row, col) in a tile of such swizzled rows stored as atoms of
+// [kRows][64] elements, atom a holding columns 64 a .. 64 a + 63 (a K-major operand with more
+// than 64 k: k_major_sw128_desc_step below walks it).
+template <int kRows>
+__host__ __device__ constexpr int sw128_element_index(int row, int col) {
+  return (col / 64) * kRows * 64 + swizzle128_offset(row, 2 * (col % 64)) / 2;
+}
+
 // The matrix descriptor of a K-major tile with the 128-byte swizzle starting at `tile`
 // (1024-byte aligned, so the descriptor's base offset is 0), advanced by `k_bytes` along k
 // inside the 128-byte row (a multiple of 32: one k16 step of a 16-bit type is 32 bytes).

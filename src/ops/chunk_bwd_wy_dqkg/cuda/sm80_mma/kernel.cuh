@@ -60,7 +60,7 @@ __device__ __forceinline__ void copy_tile_async(T* dst, int dst_ld, const T* src
     int to = row * dst_ld + col;
     if constexpr (kSwizzled) {
       static_assert(sizeof(T) == 2 && kCols % 64 == 0, "swizzled atoms hold 64 16-bit columns");
-      to = (col / 64) * kRows * 64 + row * 64 + ((((col % 64) / 8) ^ (row % 8)) * 8);
+      to = wgmma::sw128_element_index<kRows>(row, col);
     }
     mma::cp_async_16(dst + to, from, bytes);
   }

@@ -16,6 +16,8 @@
 
 #include <type_traits>
 
+#include "cuda/common/wgmma.cuh"
+
 namespace kda::cuda {
 
 template <typename XT_, typename HT_, int kBT_, int kV_, bool kStateVFirst_>
@@ -85,8 +87,7 @@ struct WyDqkgMmaTraits {
   // Element index of (row, col) in a tile of swizzled atoms with kRows rows.
   template <int kRows>
   __host__ __device__ static constexpr int sw128_index(int row, int col) {
-    return (col / kAtomCols) * kRows * kAtomCols + row * kAtomCols +
-           ((((col % kAtomCols) / 8) ^ (row % 8)) * 8) + col % 8;
+    return wgmma::sw128_element_index<kRows>(row, col);
   }
   // Where element (row, col) of a 16-bit slab copy lives: swizzled for the wgmma loop, rows of
   // kSlabXLd elements otherwise.
