@@ -1,9 +1,10 @@
 #pragma once
 // The tensor-core kernel of chunk_kda_bwd_wy_dqkg_fused for 16-bit X (SPEC.md steps 1..12 per
-// chunk). Every product runs on mma.sync m16n8k16 (16-bit inputs, float32 accumulation); the
-// elementwise math (exp2 of gates, β scaling, the dk/dg/db combinations, Σ S⊙dS) stays in
+// chunk). Every product runs on mma.sync m16n8k16 (16-bit inputs, float32 accumulation), but at
+// BT = 64 the K loop's three (traits' kWgmmaLoop: wgmma.m64n8k16 from swizzled shared memory);
+// the elementwise math (exp2 of gates, β scaling, the dk/dg/db combinations, Σ S⊙dS) stays in
 // float32 registers. Rounded to X before a product, as fla does: h and dh, dW, KG, X and Y.
-// Tile ownership and the shared-memory map are in wy_dqkg_mma_traits.cuh; README.md in this folder
+// Tile ownership and the shared-memory map are in traits.cuh; README.md in this folder
 // walks through one unit. Shapes: L = valid rows of the chunk (<= BT); rows >= L of every staged
 // tile are zero and are never read from global memory nor written back.
 
