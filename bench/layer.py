@@ -5,6 +5,7 @@ and 14): per-kernel GPU time, eager wall time, CUDA-graph time and every gradien
     python3 bench/layer.py                                   # 1x8192x32 and 4x8192x32
     python3 bench/layer.py --shapes 1x8192x32 --modes fla,both
     python3 bench/layer.py --full-autotune                   # every fla kernel autotuned
+    python3 bench/layer.py --autotune NAME,NAME              # those fla kernels autotuned
 
 For each shape (B x T x H, K = V = 128, bfloat16) and each mode, on one set of inputs:
 
@@ -63,8 +64,11 @@ would spend minutes on it), except the two our backend replaces, which run tuned
 fla's side of the comparison is its best: chunk_kda_bwd_kernel_wy_dqkg_fused from
 ``--fla-configs`` (the entry for the call's autotune key) and chunk_kda_bwd_kernel_intra from
 ``--intra-pin`` (num_warps, num_stages; default 2,2, the winner of a full autotune at T=8192 on
-an H200 with safe_gate False). ``--full-autotune`` lets every other fla kernel autotune. The
-output lists the config every autotuned fla kernel ran with, and how it was chosen.
+an H200 with safe_gate False). ``--full-autotune`` lets every other fla kernel autotune,
+``--autotune NAMES`` only the named ones (fla kernel function names, as the output lists them:
+e.g. the backward's, since issue 14's 2.0 ms is a backward time, without paying the forward's
+autotuning on a fresh machine). The output lists the config every autotuned fla kernel ran
+with, and how it was chosen.
 
 Writes ``layer.json`` (every number) and ``layer.md`` (the tables) under ``--out`` after every
 shape, and prints the tables. Exit status: 0 ok; 1 a mode raised, or a gradient of wy / both is
@@ -179,6 +183,10 @@ def parse_args(argv=None):
                    help="let every fla kernel without a pin autotune over all its configs "
                         "(default: its first config only); add --fla-configs none "
                         "--intra-pin none to autotune the two pinned kernels too")
+    p.add_argument("--autotune", default="",
+                   help="comma-separated fla kernel function names that autotune over all "
+                        "their configs while the others keep their first (not with "
+                        "--full-autotune)")
     p.add_argument("--reps", type=int, default=20, help="timed eager backward runs (>= 10)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up runs before timing")
     p.add_argument("--profile-reps", type=int, default=3,
@@ -195,6 +203,12 @@ def parse_args(argv=None):
         args.intra_pin = parse_intra_pin(args.intra_pin)
     except ValueError as e:
         p.error(str(e))
+    args.autotune = [name for name in args.autotune.split(",") if name.strip()]
+    args.autotune = [name.strip() for name in args.autotune]
+    if args.autotune and args.full_autotune:
+        p.error("--autotune names kernels; --full-autotune already autotunes every one")
+    if len(set(args.autotune)) != len(args.autotune):
+        p.error("--autotune names a kernel twice")
     if args.reps < 10:
         p.error("--reps must be >= 10 (the wall time is a median)")
     if args.warmup < 1 or args.profile_reps < 1 or args.graph_replays < 1:
@@ -634,11 +648,16 @@ class FlaTuning:
     and a record of the config every autotuned fla kernel ran with (Autotuner.best_config is
     the config of its latest launch: cleared before each mode, read after)."""
 
-    def __init__(self, plan, full_autotune):
+    def __init__(self, plan, full_autotune, autotune=()):
         import fla_tuning
 
         self.tuners = fla_tuning.fla_autotuners()
         self.how = {}
+        names = {_tuner_name(t) for t in self.tuners}
+        unknown = sorted(set(autotune) - names)
+        if unknown:
+            raise RuntimeError(f"--autotune: fla has no autotuned kernel named {unknown} "
+                               f"(it has {sorted(names)})")
         for kernel, (config, how) in plan.items():
             tuner = self._tuner(kernel)
             if config is not None:
@@ -648,7 +667,10 @@ class FlaTuning:
                 tuner.cache.clear()
             self.how[kernel] = how
         if not full_autotune:
-            fla_tuning.trim_fla_autotuners()  # a pinned tuner holds only its pin: kept
+            # A pinned tuner holds only its pin: kept either way.
+            fla_tuning.trim_fla_autotuners(keep=autotune)
+        for name in autotune:
+            self.how.setdefault(name, "autotuned (--autotune)")
         self.default_how = "autotuned" if full_autotune else "first config (trimmed)"
 
     def _tuner(self, kernel):
@@ -699,7 +721,7 @@ def run_mode(mode, layer, args, reference, tuning):
     result = {}
     tuning.clear()
     t0 = time.perf_counter()
-    layer.step()  # compiles fla's kernels on first use (and autotunes with --full-autotune)
+    layer.step()  # compiles fla's kernels on first use (and autotunes the untrimmed ones)
     torch.cuda.synchronize()
     result["first_call_s"] = time.perf_counter() - t0
     layer.step()  # the gradients of a warm run
@@ -844,7 +866,7 @@ def main(argv=None):
                   settings=dict(call=args.call, K=K, V=V, BT=BT, x=X_DTYPE, reps=args.reps,
                                 warmup=args.warmup, profile_reps=args.profile_reps,
                                 graph_replays=None if args.no_graph else args.graph_replays,
-                                seed=args.seed, full_autotune=args.full_autotune,
+                                seed=args.seed, full_autotune=args.full_autotune, autotune=args.autotune,
                                 err_bar=ERR_BAR, options=call_options(args.call)),
                   env=environment(kk, kfla), shapes=[])
     log(f"env: {record['env']}")
@@ -855,7 +877,7 @@ def main(argv=None):
         for kernel, (config, how) in plan.items():
             log(f"{shape_label(shape)}: fla's {kernel}: {config_text(config) if config else ''} "
                 f"{how}")
-        tuning = FlaTuning(plan, args.full_autotune)
+        tuning = FlaTuning(plan, args.full_autotune, args.autotune)
         modes, sticks = run_shape(shape, args, chunk_kda, kfla, tuning)
         table = markdown(shape, args.call, modes, sticks)
         tables.append(table)

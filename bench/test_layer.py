@@ -63,10 +63,14 @@ def test_parse_args_choices():
     assert args.intra_pin == {"num_warps": 4, "num_stages": 3}
     assert args.fla_configs is None and args.call == "layer" and args.full_autotune
     assert layer.parse_args(["--intra-pin", "none"]).intra_pin is None
+    assert layer.parse_args([]).autotune == []
+    assert layer.parse_args(["--autotune", "a_kernel, b_kernel"]).autotune == ["a_kernel",
+                                                                                "b_kernel"]
     for bad in (["--shapes", "1x8192"], ["--shapes", "1x0x32"], ["--shapes", "ax8192x32"],
                 ["--modes", "fla,fast"], ["--modes", "wy,wy"], ["--modes", ""],
                 ["--intra-pin", "2"], ["--intra-pin", "2,x"], ["--reps", "9"],
-                ["--warmup", "0"], ["--call", "model"]):
+                ["--warmup", "0"], ["--call", "model"], ["--autotune", "a,a"],
+                ["--autotune", "a", "--full-autotune"]):
         with pytest.raises(SystemExit) as e:
             layer.parse_args(bad)
         assert e.value.code == 2, bad
@@ -453,7 +457,7 @@ def test_main_writes_the_outputs_and_exits_with_the_verdict(monkeypatch, tmp_pat
     fake = StandIn(skew)
     monkeypatch.setattr(layer, "setup", lambda args: (fake.chunk_kda, None, fake, None))
     monkeypatch.setattr(layer, "environment", lambda kk, kfla: dict(gpu="none (test)"))
-    monkeypatch.setattr(layer, "FlaTuning", lambda plan, full: SimpleNamespace(
+    monkeypatch.setattr(layer, "FlaTuning", lambda plan, full, autotune: SimpleNamespace(
         clear=lambda: None, ran=lambda: {}))
     out = tmp_path / "out"
     assert layer.main(["--shapes", "1x64x2,2x64x1", "--reps", "10", "--warmup", "1",
@@ -523,6 +527,19 @@ def test_fla_tuning_pins_the_two_kernels_and_trims_the_others(fla_tuners):
     ran = tuning.ran()
     assert ran[layer.FLA_WY_KERNEL] == dict(config=wy_config, how=plan[layer.FLA_WY_KERNEL][1])
     assert ran[layer._tuner_name(other)]["how"] == "first config (trimmed)"
+    # --autotune leaves the named kernels' configs as fla ships them and says so; a name fla
+    # does not have is an error that lists the ones it has.
+    other_name = layer._tuner_name(other)
+    other.configs = list(getattr(other, "all_configs", other.configs))
+    shipped = len(other.configs)
+    tuning = layer.FlaTuning(plan, full_autotune=False, autotune=[other_name])
+    assert len(other.configs) == shipped
+    assert all(len(t.configs) == 1 for t in fla_tuners if t is not other)
+    tuning.clear()
+    other.best_config = other.configs[0]
+    assert tuning.ran()[other_name]["how"] == "autotuned (--autotune)"
+    with pytest.raises(RuntimeError, match="no autotuned kernel named"):
+        layer.FlaTuning(plan, full_autotune=False, autotune=["no_such_kernel"])
     # A later shape without a WY pin runs the first of all its configs, not the earlier pin.
     plan = layer.tuning_plan(None, 32, "test", dict(num_warps=2, num_stages=2), False)
     layer.FlaTuning(plan, full_autotune=False)

@@ -35,14 +35,18 @@ def fla_autotuners():
     return list(seen.values())
 
 
-def trim_fla_autotuners():
-    """Keeps only the first config of every loaded fla autotuner; returns how many were trimmed.
-    Call it after importing the fla modules whose kernels will run."""
-    tuners = fla_autotuners()
-    for tuner in tuners:
+def trim_fla_autotuners(keep=()):
+    """Keeps only the first config of every loaded fla autotuner but those whose kernel function
+    is named in `keep` (they autotune as fla ships them); returns how many were trimmed. Call it
+    after importing the fla modules whose kernels will run."""
+    trimmed = 0
+    for tuner in fla_autotuners():
+        if tuner.base_fn.__name__ in keep:
+            continue
         tuner.configs = tuner.configs[:1]
         tuner.cache.clear()
-    return len(tuners)
+        trimmed += 1
+    return trimmed
 
 
 def load_pins(path):
