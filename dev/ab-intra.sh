@@ -29,19 +29,7 @@ bench=$build/tests/ops/chunk_bwd_intra/bench_intra_cuda
 # gpu-check.sh's sanitizer subset of test_intra_cuda, and the copy-path test (short chunks).
 subset='*/fixed_bf16_bt64:*/fixed_bf16_bt64_safe:*/varlen_safe_fp16_bt16:*/fixed_fp32_bt16:*/k100_fp16:*/gva_h2_hv8_bf16'
 subset+=':*/varlen_bf16_bt16_derived_i32_nt_bound:*/layout_channel_strided_fp16:*CopyPaths*'
-summary=$out/summary.txt
-: >"$summary"
-for n in "${!names[@]}"; do
-  lib=${dirs[$n]}
-  name=${names[$n]}
-  LD_LIBRARY_PATH=$lib timeout 120 "$test_intra" --gtest_color=no >"$out/test.$name.log" 2>&1
-  echo "$name: test_intra_cuda rc $? $(grep -E '^\[  (PASSED|FAILED) ' "$out/test.$name.log" | tr '\n' ' ')" >>"$summary"
-  for tool in racecheck synccheck; do
-    LD_LIBRARY_PATH=$lib timeout 120 compute-sanitizer --tool $tool --error-exitcode 99 "$test_intra" \
-      --gtest_color=no "--gtest_filter=$subset" >"$out/$tool.$name.log" 2>&1
-    echo "$name: $tool rc $? $(grep -E 'SUMMARY' "$out/$tool.$name.log" | tail -1)" >>"$summary"
-  done
-done
+ab_check_builds "$test_intra" 120 "$subset"
 for ((r = 1; r <= rounds; r++)); do
   for n in "${!names[@]}"; do
     LD_LIBRARY_PATH=${dirs[$n]} timeout 120 "$bench" --T 8192,2048 --dtypes bf16 --runs 50 \

@@ -5,7 +5,7 @@
 #   dev/ab-wy.sh [--rounds N] [--shapes LIST] NAME=DIR ...
 # For each build: test_cuda (every test, every kernel choice) and racecheck + synccheck on
 # gpu-check.sh's WY sanitizer subset; then `kda run chunk_bwd_wy_dqkg --repeat 100` on the shapes
-# (default model-bf16,model-bf16-hx,heads16-k64; also varlen-bf16, model-fp16; inputs generated
+# (default model-bf16,model-bf16-hx,heads16-k64; any name of dev/wy-shapes.sh; inputs generated
 # once by the base build), the builds alternated N rounds (default 2) so that drift shows.
 # Logs under $OUT/ab-wy/ (summary.txt and logs.tar.gz: a call brings back a limited number of
 # files), a table last. Needs .carry from dev/stage-carry.sh (the test binary and kda load libkda
@@ -26,34 +26,13 @@ done
 ab_builds ab-wy "$@"
 test_cuda=$build/tests/test_cuda
 kda=$build/tools/kda
-# The shapes, as gpu-check.sh's wy_shapes names them.
-shape_options() {
-  case "$1" in
-    model-bf16) echo "--shape 1,2048,32,128,128 --dtype bf16" ;;
-    model-bf16-hx) echo "--shape 1,2048,32,128,128 --dtype bf16 --h-dtype x" ;;
-    model-fp16) echo "--shape 1,2048,32,128,128 --dtype fp16" ;;
-    heads16-k64) echo "--shape 2,4096,16,64,64 --dtype bf16" ;;
-    varlen-bf16) echo "--shape 1,8192,32,128,128 --dtype bf16 --seqlens 1300,547,2048,963,271,3063" ;;
-    long-bf16) echo "--shape 4,8192,32,128,128 --dtype bf16" ;;
-    *) return 1 ;;
-  esac
-}
-summary=$out/summary.txt
-: >"$summary"
-for n in "${!names[@]}"; do
-  lib=${dirs[$n]}
-  name=${names[$n]}
-  LD_LIBRARY_PATH=$lib timeout 150 "$test_cuda" --gtest_color=no >"$out/test.$name.log" 2>&1
-  echo "$name: test_cuda rc $? $(grep -E '^\[  (PASSED|FAILED) ' "$out/test.$name.log" | tr '\n' ' ')" >>"$summary"
-  for tool in racecheck synccheck; do
-    LD_LIBRARY_PATH=$lib timeout 120 compute-sanitizer --tool $tool --error-exitcode 99 "$test_cuda" \
-      --gtest_color=no '--gtest_filter=Subset/CudaSanitizerSubset.*' >"$out/$tool.$name.log" 2>&1
-    echo "$name: $tool rc $? $(grep -E 'SUMMARY' "$out/$tool.$name.log" | tail -1)" >>"$summary"
-  done
-done
+# The shapes, gpu-check.sh's (dev/wy-shapes.sh).
+# shellcheck source=dev/wy-shapes.sh
+. dev/wy-shapes.sh
+ab_check_builds "$test_cuda" 150 'Subset/CudaSanitizerSubset.*'
 IFS=, read -r -a shape_list <<<"$shapes"
 for shape in "${shape_list[@]}"; do
-  options=$(shape_options "$shape") || { echo "ab-wy: unknown shape $shape" >>"$summary"; continue; }
+  options=$(wy_shape_options "$shape") || { echo "ab-wy: unknown shape $shape" >>"$summary"; continue; }
   file=/tmp/wy-$shape.safetensors
   # shellcheck disable=SC2086  # the options are words
   [ -f "$file" ] || LD_LIBRARY_PATH=${dirs[0]} timeout 120 "$kda" run chunk_bwd_wy_dqkg $options \

@@ -308,15 +308,8 @@ time_row() {
   rm -f "$log.one"
   row "$label" "$([ $rc -eq 0 ] && echo "${median:-no median}" || echo "FAIL (rc $rc) ${median}")"
 }
-wy_shapes=(
-  "model-bf16 --shape 1,2048,32,128,128 --dtype bf16"
-  "model-bf16-hx --shape 1,2048,32,128,128 --dtype bf16 --h-dtype x"
-  "model-fp16 --shape 1,2048,32,128,128 --dtype fp16"
-  "model-fp32 --shape 1,2048,32,128,128 --dtype fp32"
-  "bt16-fp16 --shape 1,2048,32,128,128 --dtype fp16 --chunk-size 16"
-  "heads16-k64 --shape 2,4096,16,64,64 --dtype bf16"
-  "varlen-bf16 --shape 1,8192,32,128,128 --dtype bf16 --seqlens 1300,547,2048,963,271,3063"
-)
+# shellcheck source=dev/wy-shapes.sh
+. dev/wy-shapes.sh
 # The inputs of each shape, generated once into /tmp (`kda run -o`), so that every timed run
 # reads them instead of drawing gigabytes of random numbers again.
 wy_input() {  # wy_input NAME OPTIONS...: the file's path, generated on first use
