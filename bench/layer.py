@@ -203,8 +203,7 @@ def parse_args(argv=None):
         args.intra_pin = parse_intra_pin(args.intra_pin)
     except ValueError as e:
         p.error(str(e))
-    args.autotune = [name for name in args.autotune.split(",") if name.strip()]
-    args.autotune = [name.strip() for name in args.autotune]
+    args.autotune = [name.strip() for name in args.autotune.split(",") if name.strip()]
     if args.autotune and args.full_autotune:
         p.error("--autotune names kernels; --full-autotune already autotunes every one")
     if len(set(args.autotune)) != len(args.autotune):
