@@ -14,6 +14,8 @@ ab_builds() {
   if [ ! -d "$build" ] && [ -f "$carry/build.tar.xz" ]; then
     mkdir -p "$build" && tar -xJf "$carry/build.tar.xz" -C "$carry"
   fi
+  # The golden files travel in the carry (../shared does not): the test binaries read them here.
+  export KDA_GOLDEN_DIR=$carry/golden/golden KDA_INTRA_GOLDEN_DIR=$carry/golden/golden-intra
   out=${OUT:-$out_name-out}/$out_name
   mkdir -p "$out"
   summary=$out/summary.txt

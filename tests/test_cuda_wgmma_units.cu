@@ -254,8 +254,8 @@ __global__ void wgmma_slab_product_kernel(const __nv_bfloat16* a, const __nv_bfl
   wg::fence();
 #pragma unroll
   for (int s = 0; s < kLongK / 16; ++s) {
-    wg::mma_m64n16k16_bf16(acc, wg::k_major_sw128_desc_step(tiles_a, kAtomA, s),
-                           wg::k_major_sw128_desc_step(tiles_b, kAtomB, s), s > 0);
+    wg::mma_m64n16k16<__nv_bfloat16>(acc, wg::k_major_sw128_desc_step(tiles_a, kAtomA, s),
+                                     wg::k_major_sw128_desc_step(tiles_b, kAtomB, s), s > 0);
   }
   wg::commit_group();
   wg::wait_group<0>();

@@ -90,18 +90,32 @@ __device__ __forceinline__ void mma_m64n64k16_bf16(float (&d)[32], uint64_t desc
       : "memory");
 }
 
-// The same for a 64 x 16 tile of D (d[4 j + 2 h + e], j = 0, 1): the shape of one h slab's
-// products in the WY kernel (16 k columns per slab).
-__device__ __forceinline__ void mma_m64n16k16_bf16(float (&d)[8], uint64_t desc_a, uint64_t desc_b,
-                                                   bool accumulate) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
-      " wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0)
-      : "memory");
+// The same for a 64 x 16 tile of D (d[4 j + 2 h + e], j = 0, 1), 16-bit T (__nv_bfloat16 or
+// __half): the shape of one h slab's products in the WY kernel (16 k columns per slab, or per
+// warpgroup with slab pairs).
+template <typename T>
+__device__ __forceinline__ void mma_m64n16k16(float (&d)[8], uint64_t desc_a, uint64_t desc_b,
+                                              bool accumulate) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0)
+        : "memory");
+  } else {
+    static_assert(std::is_same_v<T, __half>, "wgmma inputs are __nv_bfloat16 or __half");
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0)
+        : "memory");
+  }
 }
 
 // D (64 x 8, float32) [+]= A (64 x 16) · B (16 x 8), 16-bit T (__nv_bfloat16 or __half), both

@@ -226,9 +226,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   XT* const sDo = reinterpret_cast<XT*>(&sh.dO);  // dO
   XT* const sVn = reinterpret_cast<XT*>(&sh.Vn);  // Vn
   XT* const sDv = reinterpret_cast<XT*>(&sh.dV);  // dV
-  XT* sVv = nullptr;                              // Vv [BT][kTokLd] (phase 0 only)
+  XT* sVv = nullptr;  // Vv [BT][kTokLd], or swizzled like dV (kVvSwizzled); phase 0 only
   if constexpr (Tr::kVvInStaging) {
     sVv = &sh.state.stage[1].tok[0][0];
+  } else if constexpr (Tr::kSlabPair) {
+    sVv = reinterpret_cast<XT*>(&sh.state.slab_x[1][0]);  // ring slot 1, before its first pair
   } else {
     sVv = &sh.state.Vv[0][0];
   }
@@ -290,8 +292,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   constexpr bool kSw = Tr::kWgmmaLoop;
   copy_tile_async<kBT, kV, Tr::kThreads, kSw>(sDv, kTokLd, static_cast<const XT*>(p.dv.data) + o.dv,
                                               p.dv.stride_token, L, kV, tid);
-  copy_tile_async<kBT, kV, Tr::kThreads>(sVv, kTokLd, static_cast<const XT*>(p.v.data) + o.v,
-                                         p.v.stride_token, L, kV, tid);
+  copy_tile_async<kBT, kV, Tr::kThreads, Tr::kVvSwizzled>(
+      sVv, kTokLd, static_cast<const XT*>(p.v.data) + o.v, p.v.stride_token, L, kV, tid);
   mma::cp_async_commit();
   copy_tile_async<kBT, kV, Tr::kThreads, kSw>(
       sDo, kTokLd, static_cast<const XT*>(p.do_.data) + o.do_, p.do_.stride_token, L, kV, tid);
@@ -304,7 +306,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     issue_slab<Tr, kSlabXLd>(p, o, st, 0, slab_S(0), slab_dS(0), tid);
   }
   mma::cp_async_commit();
-  if constexpr (!Tr::kVvInStaging) {
+  if constexpr (!Tr::kVvLate) {
     if (num_slabs > 1) issue_slab<Tr, kSlabXLd>(p, o, st, Tr::kSlabK, slab_S(1), slab_dS(1), tid);
     mma::cp_async_commit();
   }
@@ -316,8 +318,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     }
     sBeta[tid] = b;
   }
-  mma::cp_async_wait<Tr::kVvInStaging ? 1 : 2>();  // group 1 landed (this thread's copies)
-  __syncthreads();                                 // ... and everyone's
+  mma::cp_async_wait<Tr::kVvLate ? 1 : 2>();  // group 1 landed (this thread's copies)
+  __syncthreads();                            // ... and everyone's
 
   // --- phase 0: steps 4, 6 (first term), 11 (first term) -------------------------------
   float db_part[2] = {0.0f, 0.0f};  // rows m0 + grp and m0 + grp + 8: this lane's share of db
@@ -356,8 +358,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
         const float d1 = acc[nt][2 * h + 1];
         *reinterpret_cast<uint32_t*>(static_cast<XT*>(p.dv_out) + o.out_row0 * kV + i * st.dv_row +
                                      v) = mma::pack2<XT>(beta_i * d0, beta_i * d1);
-        const float2 vv =
-            mma::unpack2<XT>(*reinterpret_cast<const uint32_t*>(sVv + i * kTokLd + v));
+        const int vv_at = Tr::kVvSwizzled ? Tr::template sw128_index<kBT>(i, v) : i * kTokLd + v;
+        const float2 vv = mma::unpack2<XT>(*reinterpret_cast<const uint32_t*>(sVv + vv_at));
         db_part[h] = fmaf(d0, vv.x, db_part[h]);
         db_part[h] = fmaf(d1, vv.y, db_part[h]);
       }
@@ -374,7 +376,24 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
       mma::ldmatrix_x4(a, sDv + Tr::template sw128_index<kBT>(m0 + lane % 8 + (q % 2) * 8,
                                                               16 * s + (q / 2) * 8));
       uint32_t b[kJTiles][2];
-      mma::load_b<BLayout::kNK, kJTiles>(b, sVv + cg * Tr::kWarpJ * kTokLd + 16 * s, kTokLd, lane);
+      if constexpr (Tr::kVvSwizzled) {
+        // B element (v, j) at Vv[j][v], swizzled: load_b's kNK addresses through sw128_index.
+        static_assert(kJTiles % 2 == 0, "pairs of n8 tiles per x4 load");
+#pragma unroll
+        for (int nt = 0; nt < kJTiles; nt += 2) {
+          uint32_t x[4];
+          mma::ldmatrix_x4(x, sVv + Tr::template sw128_index<kBT>(
+                                        cg * Tr::kWarpJ + nt * 8 + lane % 8 + (q / 2) * 8,
+                                        16 * s + (q % 2) * 8));
+          b[nt][0] = x[0];
+          b[nt][1] = x[1];
+          b[nt + 1][0] = x[2];
+          b[nt + 1][1] = x[3];
+        }
+      } else {
+        mma::load_b<BLayout::kNK, kJTiles>(b, sVv + cg * Tr::kWarpJ * kTokLd + 16 * s, kTokLd,
+                                           lane);
+      }
 #pragma unroll
       for (int nt = 0; nt < kJTiles; ++nt) mma::mma_16816<XT>(acc_D[nt], a, b[nt]);
     }
@@ -387,39 +406,51 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     if (num_slabs > 1)
       issue_slab<Tr, Tr::kSlabCols>(p, o, st, Tr::kSlabK, stage_S(1), stage_dS(1), tid);
     mma::cp_async_commit();
+  } else if constexpr (Tr::kSlabPair) {
+    // Ring slot 1 held Vv; the reads above were ordinary loads, so the cp.async writes that
+    // follow need no proxy fence.
+    if (num_slabs > 1) issue_slab<Tr, kSlabXLd>(p, o, st, Tr::kSlabK, slab_S(1), slab_dS(1), tid);
+    mma::cp_async_commit();
   }
 
-  // --- the K loop: slab kb = rows k0 .. k0+15 of h, dh; steps 1-3, 5, 7-9, 11 (second term) --
+  // --- the K loop: slab kb = rows k0 .. k0+kSlabK-1 of h, dh; steps 1-3, 5, 7-9, 11 (2nd term)
 #pragma unroll 1
   for (int kb = 0; kb < num_slabs; ++kb) {
     const int ring = kb & 1;
     const int k0 = kb * Tr::kSlabK;
     float* const sds = sSds + ring * Tr::kSdsParts * Tr::kSlabK;  // this slab's Σ S⊙dS parts
     // Epilogue inputs at this thread's C-fragment positions: rows i_h = m0 + grp + 8h,
-    // columns kc, kc + 1. Loaded first, so that the slab preparation, the barrier and the
-    // products below hide their latency.
-    const int kl = cg * Tr::kWarpK + 2 * quad;  // column within the slab
-    const int kc = k0 + kl;
-    float2 g_in[2];
-    uint32_t q_in[2];
-    uint32_t k_in[2];
+    // columns kc_j, kc_j + 1 of each of the warp's n8 tiles j. Loaded first, so that the slab
+    // preparation, the barrier and the products below hide their latency.
+    constexpr int kTiles = Tr::kWarpTiles;
+    int kl[kTiles];  // column within the slab, per tile
+    int kc[kTiles];  // column of k
+    float2 g_in[kTiles][2];
+    uint32_t q_in[kTiles][2];
+    uint32_t k_in[kTiles][2];
+    float2 gn[kTiles];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int i = m0 + grp + 8 * h;
-      g_in[h] = make_float2(0.0f, 0.0f);
-      q_in[h] = 0u;
-      k_in[h] = 0u;
-      if (i < L) {
-        g_in[h] = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.g.data) + o.g +
-                                                        i * st.g_row + kc));
-        q_in[h] = __ldg(reinterpret_cast<const unsigned int*>(static_cast<const XT*>(p.q.data) +
-                                                              o.q + i * st.q_row + kc));
-        k_in[h] = __ldg(reinterpret_cast<const unsigned int*>(static_cast<const XT*>(p.k.data) +
-                                                              o.k + i * st.k_row + kc));
+    for (int j = 0; j < kTiles; ++j) {
+      kl[j] = cg * Tr::kWarpK + 8 * j + 2 * quad;
+      kc[j] = k0 + kl[j];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = m0 + grp + 8 * h;
+        g_in[j][h] = make_float2(0.0f, 0.0f);
+        q_in[j][h] = 0u;
+        k_in[j][h] = 0u;
+        if (i < L) {
+          g_in[j][h] = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.g.data) +
+                                                             o.g + i * st.g_row + kc[j]));
+          q_in[j][h] = __ldg(reinterpret_cast<const unsigned int*>(
+              static_cast<const XT*>(p.q.data) + o.q + i * st.q_row + kc[j]));
+          k_in[j][h] = __ldg(reinterpret_cast<const unsigned int*>(
+              static_cast<const XT*>(p.k.data) + o.k + i * st.k_row + kc[j]));
+        }
       }
+      gn[j] = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.g.data) + o.g +
+                                                    (L - 1) * st.g_row + kc[j]));
     }
-    const float2 gn = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.g.data) +
-                                                            o.g + (L - 1) * st.g_row + kc));
 
     mma::cp_async_wait<1>();  // slab kb (and, for kb = 0, dO and Vn) landed for this thread
     // No barrier needed before: each thread reads back only its own copies, and the previous
@@ -444,13 +475,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     const XT* const cur_S = slab_S(Tr::kStateF32 ? 0 : ring);
     const XT* const cur_dS = slab_dS(Tr::kStateF32 ? 0 : ring);
 
-    // Steps 1-3 before gating: dO·Sᵀ, Vn·dSᵀ, dV·Sᵀ for the warp's 16 rows x 8 columns.
-    float acc_dq[4] = {};
-    float acc_dk0[4] = {};
-    float acc_dw[4] = {};
+    // Steps 1-3 before gating: dO·Sᵀ, Vn·dSᵀ, dV·Sᵀ for the warp's 16 rows x its n8 tiles
+    // (acc[4 j + 2 h + e]: row m0 + grp + 8 h, column kl[j] + e).
+    float acc_dq[4 * kTiles] = {};
+    float acc_dk0[4 * kTiles] = {};
+    float acc_dw[4 * kTiles] = {};
     if constexpr (Tr::kWgmmaLoop) {
-      // Warpgroup cg: all 64 rows x the slab's columns 8 cg .. 8 cg + 7 (rows 8 cg.. of the slab
-      // copy: 1024 bytes into each atom, a whole swizzle period), eight k16 steps over V.
+      // Warpgroup cg: all 64 rows x the slab's columns kWarpK cg .. (rows kWarpK cg.. of the slab
+      // copy: 1024 or 2048 bytes into each atom, whole swizzle periods), eight k16 steps over V.
       const uint64_t d_do = wgmma::k_major_sw128_desc(sDo, 0);
       const uint64_t d_dv = wgmma::k_major_sw128_desc(sDv, 0);
       const uint64_t d_vn = wgmma::k_major_sw128_desc(sVn, 0);
@@ -465,9 +497,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
         // Step s: atom s / 4, 32 (s % 4) bytes into its rows (descriptor addresses count 16 B).
         const uint64_t tok = ((s / 4) * Tr::kTokAtomBytes + 32 * (s % 4)) >> 4;
         const uint64_t slab = ((s / 4) * Tr::kSlabAtomBytes + 32 * (s % 4)) >> 4;
-        wgmma::mma_m64n8k16<XT>(acc_dq, d_do + tok, d_s + slab, s > 0);
-        wgmma::mma_m64n8k16<XT>(acc_dw, d_dv + tok, d_s + slab, s > 0);
-        wgmma::mma_m64n8k16<XT>(acc_dk0, d_vn + tok, d_ds + slab, s > 0);
+        if constexpr (kTiles == 1) {
+          wgmma::mma_m64n8k16<XT>(acc_dq, d_do + tok, d_s + slab, s > 0);
+          wgmma::mma_m64n8k16<XT>(acc_dw, d_dv + tok, d_s + slab, s > 0);
+          wgmma::mma_m64n8k16<XT>(acc_dk0, d_vn + tok, d_ds + slab, s > 0);
+        } else {
+          wgmma::mma_m64n16k16<XT>(acc_dq, d_do + tok, d_s + slab, s > 0);
+          wgmma::mma_m64n16k16<XT>(acc_dw, d_dv + tok, d_s + slab, s > 0);
+          wgmma::mma_m64n16k16<XT>(acc_dk0, d_vn + tok, d_ds + slab, s > 0);
+        }
       }
       wgmma::commit_group();
       wgmma::wait_group<0>();
@@ -475,6 +513,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
       wgmma::fence_operands(acc_dw);
       wgmma::fence_operands(acc_dk0);
     } else {
+      static_assert(kTiles == 1, "the mma.sync loop takes one n8 tile per warp");
       // B origin: element (v, k) = (0, kl0) of the slab, kl0 = the warp's first column.
       const int kl0 = cg * Tr::kWarpK;
       const XT* const s_origin = kSlabLayout == BLayout::kNK ? cur_S + kl0 * kSlabXLd : cur_S + kl0;
@@ -498,54 +537,59 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     }
 
     // Epilogue, first half (steps 1, 2, 3, 5's KG, 9's first terms, 8's row sums).
-    float dk0[2][2];              // dK0 = (Vn·dSᵀ) ⊙ exp2(gn − G), 0 on rows >= L
-    float kg[2][2];               // KG = Kk ⊙ E, 0 on rows >= L
-    float eb[2][2];               // E ⊙ β
-    float dgf[2][2];              // Q ⊙ dQ − Kk ⊙ dK0
-    float kdk[2] = {0.0f, 0.0f};  // Σ over this thread's rows of Kk ⊙ dK0, per column
+    float dk0[kTiles][2][2];  // dK0 = (Vn·dSᵀ) ⊙ exp2(gn − G), 0 on rows >= L
+    float kg[kTiles][2][2];   // KG = Kk ⊙ E, 0 on rows >= L
+    float eb[kTiles][2][2];   // E ⊙ β
+    float dgf[kTiles][2][2];  // Q ⊙ dQ − Kk ⊙ dK0
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int i = m0 + grp + 8 * h;
-      const bool valid = i < L;
-      const float beta_i = sBeta[i];
-      const float2 qf = mma::unpack2<XT>(q_in[h]);
-      const float2 kf = mma::unpack2<XT>(k_in[h]);
-      float dq[2];
-      float dw[2];
+    for (int j = 0; j < kTiles; ++j) {
+      float kdk[2] = {0.0f, 0.0f};  // Σ over this thread's rows of Kk ⊙ dK0, per column
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = m0 + grp + 8 * h;
+        const bool valid = i < L;
+        const float beta_i = sBeta[i];
+        const float2 qf = mma::unpack2<XT>(q_in[j][h]);
+        const float2 kf = mma::unpack2<XT>(k_in[j][h]);
+        float dq[2];
+        float dw[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float G = e == 0 ? g_in[j][h].x : g_in[j][h].y;
+          const float gne = e == 0 ? gn[j].x : gn[j].y;
+          const float Q = e == 0 ? qf.x : qf.y;
+          const float Kk = e == 0 ? kf.x : kf.y;
+          const float E = exp2f(G);
+          const int a = 4 * j + 2 * h + e;
+          dq[e] = acc_dq[a] * E * p.scale;
+          // Rows >= L stay exactly zero (never 0 · exp2(...) of padding).
+          dk0[j][h][e] = valid ? acc_dk0[a] * exp2f(gne - G) : 0.0f;
+          dw[e] = valid ? -acc_dw[a] : 0.0f;
+          kg[j][h][e] = valid ? Kk * E : 0.0f;
+          eb[j][h][e] = E * beta_i;
+          dgf[j][h][e] = fmaf(Q, dq[e], -(Kk * dk0[j][h][e]));
+          kdk[e] = fmaf(Kk, dk0[j][h][e], kdk[e]);
+        }
+        if (valid) {
+          *reinterpret_cast<float2*>(p.dq + o.out_row0 * p.K + i * st.out_row + kc[j]) =
+              make_float2(dq[0], dq[1]);
+        }
+        *reinterpret_cast<uint32_t*>(sDw + i * kKbLd + kl[j]) = mma::pack2<XT>(dw[0], dw[1]);
+        *reinterpret_cast<uint32_t*>(sKg + i * kKbLd + kl[j]) =
+            mma::pack2<XT>(kg[j][h][0], kg[j][h][1]);
+      }
+      // Σ_rows Kk ⊙ dK0 of the row block: lanes with equal quad share columns.
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float G = e == 0 ? g_in[h].x : g_in[h].y;
-        const float gne = e == 0 ? gn.x : gn.y;
-        const float Q = e == 0 ? qf.x : qf.y;
-        const float Kk = e == 0 ? kf.x : kf.y;
-        const float E = exp2f(G);
-        dq[e] = acc_dq[2 * h + e] * E * p.scale;
-        // Rows >= L stay exactly zero (never 0 · exp2(...) of padding).
-        dk0[h][e] = valid ? acc_dk0[2 * h + e] * exp2f(gne - G) : 0.0f;
-        dw[e] = valid ? -acc_dw[2 * h + e] : 0.0f;
-        kg[h][e] = valid ? Kk * E : 0.0f;
-        eb[h][e] = E * beta_i;
-        dgf[h][e] = fmaf(Q, dq[e], -(Kk * dk0[h][e]));
-        kdk[e] = fmaf(Kk, dk0[h][e], kdk[e]);
-      }
-      if (valid) {
-        *reinterpret_cast<float2*>(p.dq + o.out_row0 * p.K + i * st.out_row + kc) =
-            make_float2(dq[0], dq[1]);
-      }
-      *reinterpret_cast<uint32_t*>(sDw + i * kKbLd + kl) = mma::pack2<XT>(dw[0], dw[1]);
-      *reinterpret_cast<uint32_t*>(sKg + i * kKbLd + kl) = mma::pack2<XT>(kg[h][0], kg[h][1]);
-    }
-    // Σ_rows Kk ⊙ dK0 of the row block: lanes with equal quad share columns.
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-#pragma unroll
-      for (int offset = 4; offset < 32; offset *= 2) {
-        kdk[e] += __shfl_xor_sync(kFullMask, kdk[e], offset);
+        for (int offset = 4; offset < 32; offset *= 2) {
+          kdk[e] += __shfl_xor_sync(kFullMask, kdk[e], offset);
+        }
       }
-    }
-    if (grp == 0) {
-      sKdk[rb * Tr::kSlabK + kl] = kdk[0];
-      sKdk[rb * Tr::kSlabK + kl + 1] = kdk[1];
+      if (grp == 0) {
+        sKdk[rb * Tr::kSlabK + kl[j]] = kdk[0];
+        sKdk[rb * Tr::kSlabK + kl[j] + 1] = kdk[1];
+      }
     }
     __syncthreads();  // dW, KG and the Σ Kk⊙dK0 parts of the slab are complete
 
@@ -557,12 +601,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
       mma::cp_async_commit();
     }
 
-    // Step 5: dkgb = Āᵀ·dW (rows m0.., the warp's 8 columns), reduced over j.
-    float acc_kgb[1][4] = {};
-    mma::warp_mma<XT, ALayout::kKM, BLayout::kKN, kJSteps, 1>(acc_kgb, sA + m0, kALd,
-                                                              sDw + cg * Tr::kWarpK, kKbLd, lane);
-    // Step 11, second term: D += dW·KGᵀ over the slab's 16 k.
-    mma::warp_mma<XT, ALayout::kMK, BLayout::kNK, 1, kJTiles>(
+    // Step 5: dkgb = Āᵀ·dW (rows m0.., the warp's columns), reduced over j.
+    float acc_kgb[kTiles][4] = {};
+    mma::warp_mma<XT, ALayout::kKM, BLayout::kKN, kJSteps, kTiles>(
+        acc_kgb, sA + m0, kALd, sDw + cg * Tr::kWarpK, kKbLd, lane);
+    // Step 11, second term: D += dW·KGᵀ over the slab's k.
+    mma::warp_mma<XT, ALayout::kMK, BLayout::kNK, Tr::kSlabK / 16, kJTiles>(
         acc_D, sDw + m0 * kKbLd, kKbLd, sKg + cg * Tr::kWarpJ * kKbLd, kKbLd, lane);
 
     // Epilogue, second half: steps 6 (second term), 7, 8, 9.
@@ -571,30 +615,33 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
       const int i = m0 + grp + 8 * h;
       if (i >= L) continue;
       const float beta_i = sBeta[i];
-      float dk[2];
-      float dg[2];
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float dkgb = acc_kgb[0][2 * h + e];
-        db_part[h] = fmaf(dkgb, kg[h][e], db_part[h]);
-        dk[e] = fmaf(dkgb, eb[h][e], dk0[h][e]);
-        dg[e] = fmaf(kg[h][e] * dkgb, beta_i, dgf[h][e]);
-        if (i == L - 1) {
-          // dgk = exp2(gn) ⊙ Σ_v S⊙dS + Σ_i Kk⊙dK0, partial sums added in a fixed order.
-          float sds_sum = 0.0f;
+      for (int j = 0; j < kTiles; ++j) {
+        float dk[2];
+        float dg[2];
 #pragma unroll
-          for (int part = 0; part < Tr::kSdsParts; ++part)
-            sds_sum += sds[part * Tr::kSlabK + kl + e];
-          float kdk_sum = 0.0f;
+        for (int e = 0; e < 2; ++e) {
+          const float dkgb = acc_kgb[j][2 * h + e];
+          db_part[h] = fmaf(dkgb, kg[j][h][e], db_part[h]);
+          dk[e] = fmaf(dkgb, eb[j][h][e], dk0[j][h][e]);
+          dg[e] = fmaf(kg[j][h][e] * dkgb, beta_i, dgf[j][h][e]);
+          if (i == L - 1) {
+            // dgk = exp2(gn) ⊙ Σ_v S⊙dS + Σ_i Kk⊙dK0, partial sums added in a fixed order.
+            float sds_sum = 0.0f;
 #pragma unroll
-          for (int r = 0; r < Tr::kRowBlocks; ++r) kdk_sum += sKdk[r * Tr::kSlabK + kl + e];
-          const float dgk = fmaf(exp2f(e == 0 ? gn.x : gn.y), sds_sum, kdk_sum);
-          dg[e] += dgk;
+            for (int part = 0; part < Tr::kSdsParts; ++part)
+              sds_sum += sds[part * Tr::kSlabK + kl[j] + e];
+            float kdk_sum = 0.0f;
+#pragma unroll
+            for (int r = 0; r < Tr::kRowBlocks; ++r) kdk_sum += sKdk[r * Tr::kSlabK + kl[j] + e];
+            const float dgk = fmaf(exp2f(e == 0 ? gn[j].x : gn[j].y), sds_sum, kdk_sum);
+            dg[e] += dgk;
+          }
         }
+        const int64_t out = o.out_row0 * p.K + i * st.out_row + kc[j];
+        *reinterpret_cast<float2*>(p.dk + out) = make_float2(dk[0], dk[1]);
+        *reinterpret_cast<float2*>(p.dg + out) = make_float2(dg[0], dg[1]);
       }
-      const int64_t out = o.out_row0 * p.K + i * st.out_row + kc;
-      *reinterpret_cast<float2*>(p.dk + out) = make_float2(dk[0], dk[1]);
-      *reinterpret_cast<float2*>(p.dg + out) = make_float2(dg[0], dg[1]);
     }
   }
 

@@ -44,14 +44,20 @@ struct WyDqkgMmaTraits {
   // memory below is checked to allow it.
   static constexpr int kMinCtasPerSm = kBT == 64 ? 2 : 3;
 
-  static constexpr int kSlabK = 16;                   // K rows of h per pipeline stage
-  static constexpr int kWarpK = kSlabK / kColGroups;  // 8: one n8 tile of dQ/dK0/dW per warp
+  // Slab pairs: with h in X stored [K][V] at BT = 64 (the wgmma loop below, no float32 staging),
+  // a pipeline stage is 32 rows of h, so every warp owns two n8 tiles per stage: half the
+  // stages, barriers and A-operand reads of the 16-row form, twice the independent epilogue work
+  // between two barriers. Float32 h keeps 16-row slabs (its staging ring would not fit 2 CTAs).
+  static constexpr bool kSlabPair = kBT == 64 && !kStateF32 && !kStateVFirst;
+  static constexpr int kSlabK = kSlabPair ? 32 : 16;  // K rows of h per pipeline stage
+  static constexpr int kWarpK = kSlabK / kColGroups;  // a warp's columns of dQ/dK0/dW per slab
+  static constexpr int kWarpTiles = kWarpK / 8;       // ... as n8 tiles: 1, or 2 (slab pairs)
   static constexpr int kWarpV = kV / kColGroups;      // dvb columns per warp
   static constexpr int kWarpJ = kBT / kColGroups;     // D, Y, Z columns per warp
   static constexpr int kVSteps = kV / 16;             // k16 steps of the V reductions
   static constexpr int kJSteps = kBT / 16;            // k16 steps of the BT reductions
   static constexpr int kJTiles = kWarpJ / 8;          // n8 tiles of a warp's D, Y, Z
-  static_assert(kWarpK == 8, "one n8 tile per warp and slab");
+  static_assert(kWarpK == 8 || (kSlabPair && kWarpK == 16), "n8 tiles per warp and slab");
 
   // --- 16-bit tiles: row pitch = columns + 8 elements (16 bytes), so that the 8 row addresses
   // of every ldmatrix phase fall in 8 distinct 16-byte bank groups, and the C-fragment pair
@@ -127,6 +133,10 @@ struct WyDqkgMmaTraits {
   static constexpr int kSlabXSlots = kStateF32 ? 1 : 2;
   // With float32 h, Vv lives in staging slot 1 during phase 0 (before slab 1 is copied).
   static constexpr bool kVvInStaging = kStateF32;
+  // Vv's region takes slab 1 after phase 0 (float32 staging, or ring slot 1 with slab pairs,
+  // where Vv is swizzled like dV).
+  static constexpr bool kVvLate = kStateF32 || kSlabPair;
+  static constexpr bool kVvSwizzled = kSlabPair;
 
   // The shared-memory layout as one struct, every region 128-byte aligned. Regions reused over a
   // unit's life are unions: X and Y take the dead dO and Vn tiles after the K loop; with float32
@@ -188,6 +198,15 @@ struct WyDqkgMmaTraits {
     SlabXSw slab_x[2][2];  // [slot][S, dS]
     alignas(128) XT Vv[kBT][kTokLd];
   };
+  // Slab pairs: Vv, swizzled like dV, lives in ring slot 1 during phase 0 (slot 1 takes its first
+  // pair after phase 0), so the layout fits 2 CTAs per SM.
+  struct StateXPairRegionsW {
+    SlabXSw slab_x[2][2];  // [slot][S, dS]
+  };
+  static_assert(!kSlabPair || 2 * sizeof(SlabXSw) >= sizeof(XT) * kBT * kV,
+                "with slab pairs, Vv (swizzled) fits ring slot 1");
+  static_assert(!kWgmmaLoop || (kWarpK * 128) % 1024 == 0,
+                "a warpgroup's B rows start on a 1024-byte swizzle period (descriptor base 0)");
   struct SharedW {
     union alignas(1024) {
       TokSw dO;
@@ -198,7 +217,9 @@ struct WyDqkgMmaTraits {
       XT Y[kBT][kALd];
     };
     TokSw dV;
-    std::conditional_t<kStateF32, StateF32RegionsW, StateXRegionsW> state;
+    std::conditional_t<kStateF32, StateF32RegionsW,
+                       std::conditional_t<kSlabPair, StateXPairRegionsW, StateXRegionsW>>
+        state;
     alignas(128) XT A[kBT][kALd];
     alignas(128) XT dW[kBT][kKbLd];
     alignas(128) XT KG[kBT][kKbLd];
