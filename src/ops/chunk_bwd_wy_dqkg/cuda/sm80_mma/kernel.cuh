@@ -229,6 +229,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   XT* sVv = nullptr;  // Vv [BT][kTokLd], or swizzled like dV (kVvSwizzled); phase 0 only
   if constexpr (Tr::kVvInStaging) {
     sVv = &sh.state.stage[1].tok[0][0];
+  } else if constexpr (Tr::kVvInSlabX) {
+    sVv = reinterpret_cast<XT*>(&sh.state.slab_x[0][0]);  // rows of kTokLd, before slab 0
   } else if constexpr (Tr::kSlabPair) {
     sVv = reinterpret_cast<XT*>(&sh.state.slab_x[1][0]);  // ring slot 1, before its first pair
   } else {
@@ -401,7 +403,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     mma::warp_mma<XT, ALayout::kMK, BLayout::kNK, Tr::kVSteps, kJTiles>(
         acc_D, sDv + m0 * kTokLd, kTokLd, sVv + cg * Tr::kWarpJ * kTokLd, kTokLd, lane);
   }
-  __syncthreads();  // Vv is dead: with float32 h its staging slot takes slab 1
+  __syncthreads();  // Vv is dead: with two float32 staging slots its slot takes slab 1
   if constexpr (Tr::kVvInStaging) {
     if (num_slabs > 1)
       issue_slab<Tr, Tr::kSlabCols>(p, o, st, Tr::kSlabK, stage_S(1), stage_dS(1), tid);
@@ -452,15 +454,19 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
                                                     (L - 1) * st.g_row + kc[j]));
     }
 
-    mma::cp_async_wait<1>();  // slab kb (and, for kb = 0, dO and Vn) landed for this thread
+    // Slab kb (and, for kb = 0, dO and Vn) landed for this thread; with two slots in flight
+    // (the 16-bit ring, or two staging slots) slab kb + 1's group may still be pending.
+    constexpr int kSlabsInFlight = Tr::kStateF32 ? Tr::kStageSlots : 2;
+    mma::cp_async_wait<kSlabsInFlight - 1>();
     // No barrier needed before: each thread reads back only its own copies, and the previous
     // slab's 16-bit copy was last read before the previous iteration's second barrier.
     if constexpr (Tr::kStateF32) {
-      slab_prepare<Tr>(stage_S(ring), stage_dS(ring), slab_S(0), slab_dS(0), sds, tid);
-      // This thread's staging chunks are free again: slab kb + 2 takes them.
-      if (kb + 2 < num_slabs) {
-        issue_slab<Tr, Tr::kSlabCols>(p, o, st, k0 + 2 * Tr::kSlabK, stage_S(ring), stage_dS(ring),
-                                      tid);
+      const int slot = Tr::kStageSlots == 1 ? 0 : ring;
+      slab_prepare<Tr>(stage_S(slot), stage_dS(slot), slab_S(0), slab_dS(0), sds, tid);
+      // This thread's staging chunks are free again: slab kb + kStageSlots takes them.
+      if (kb + Tr::kStageSlots < num_slabs) {
+        issue_slab<Tr, Tr::kSlabCols>(p, o, st, k0 + Tr::kStageSlots * Tr::kSlabK, stage_S(slot),
+                                      stage_dS(slot), tid);
       }
       mma::cp_async_commit();
     } else {

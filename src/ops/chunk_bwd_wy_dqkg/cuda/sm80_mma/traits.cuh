@@ -40,9 +40,10 @@ struct WyDqkgMmaTraits {
   static constexpr int kColGroups = 2;
   static constexpr int kWarps = kRowBlocks * kColGroups;
   static constexpr int kThreads = 32 * kWarps;
-  // CTAs per SM the launch bounds ask for (registers: 128, 170, 255 per thread); the shared
-  // memory below is checked to allow it.
-  static constexpr int kMinCtasPerSm = kBT == 64 ? 2 : 3;
+  // CTAs per SM the launch bounds ask for (registers: 128, 170, 204 per thread); the shared
+  // memory below is checked to allow it. BT = 16 has two warps per CTA, so it needs five CTAs
+  // for ten warps per SM (its float32 staging is one slot for that, kStageSlots).
+  static constexpr int kMinCtasPerSm = kBT == 64 ? 2 : kBT == 32 ? 3 : 5;
 
   // Slab pairs: with h in X stored [K][V] at BT = 64 (the wgmma loop below, no float32 staging),
   // a pipeline stage is 32 rows of h, so every warp owns two n8 tiles per stage: half the
@@ -131,8 +132,14 @@ struct WyDqkgMmaTraits {
   // 16-bit slab copies (S_x and dS_x): one pair for float32 h (converted from the staging ring),
   // two for X h (they are the cp.async ring themselves).
   static constexpr int kSlabXSlots = kStateF32 ? 1 : 2;
-  // With float32 h, Vv lives in staging slot 1 during phase 0 (before slab 1 is copied).
-  static constexpr bool kVvInStaging = kStateF32;
+  // Float32 h's staging ring: two slots (two slabs in flight per CTA), or at BT = 16 one (a
+  // slab's copy is issued as soon as the previous one is converted, one in flight per CTA), so
+  // that five CTAs fit an SM.
+  static constexpr int kStageSlots = kBT == 16 ? 1 : 2;
+  // With float32 h, Vv lives in staging slot 1 during phase 0 (before slab 1 is copied), or
+  // with one staging slot in the 16-bit slab copy (before slab 0 is converted into it).
+  static constexpr bool kVvInStaging = kStateF32 && kStageSlots == 2;
+  static constexpr bool kVvInSlabX = kStateF32 && kStageSlots == 1;
   // Vv's region takes slab 1 after phase 0 (float32 staging, or ring slot 1 with slab pairs,
   // where Vv is swizzled like dV).
   static constexpr bool kVvLate = kStateF32 || kSlabPair;
@@ -154,9 +161,11 @@ struct WyDqkgMmaTraits {
   // What differs with the h dtype: float32 h stages raw slabs and converts them into one 16-bit
   // slab pair; X h copies straight into a two-slot ring of 16-bit slab pairs.
   struct StateF32Regions {
-    StageSlot stage[2];
+    StageSlot stage[kStageSlots];
     SlabX slab_x[1][2];  // [slot][S, dS]
   };
+  static_assert(!kVvInSlabX || sizeof(SlabX) * 2 >= sizeof(XT) * kBT * kTokLd,
+                "with one staging slot, Vv fits the 16-bit slab copy");
   struct StateXRegions {
     alignas(128) XT Vv[kBT][kTokLd];
     SlabX slab_x[2][2];  // [slot][S, dS]
@@ -192,8 +201,9 @@ struct WyDqkgMmaTraits {
   };
   struct StateF32RegionsW {
     SlabXSw slab_x[1][2];  // [slot][S, dS]
-    StageSlot stage[2];
+    StageSlot stage[kStageSlots];
   };
+  static_assert(!kWgmmaLoop || kStageSlots == 2, "the wgmma loop (BT = 64) keeps two slots");
   struct StateXRegionsW {
     SlabXSw slab_x[2][2];  // [slot][S, dS]
     alignas(128) XT Vv[kBT][kTokLd];
