@@ -9,6 +9,7 @@ wy_shapes=(
   "bt16-fp16 --shape 1,2048,32,128,128 --dtype fp16 --chunk-size 16"
   "bt16-fp16-hx --shape 1,2048,32,128,128 --dtype fp16 --chunk-size 16 --h-dtype x"
   "bt32-fp16 --shape 1,2048,32,128,128 --dtype fp16 --chunk-size 32"
+  "bt32-fp16-hx --shape 1,2048,32,128,128 --dtype fp16 --chunk-size 32 --h-dtype x"
   "heads16-k64 --shape 2,4096,16,64,64 --dtype bf16"
   "varlen-bf16 --shape 1,8192,32,128,128 --dtype bf16 --seqlens 1300,547,2048,963,271,3063"
 )

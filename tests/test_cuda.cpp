@@ -234,6 +234,30 @@ std::vector<Case> matrix() {
       cases.push_back({"wgmma_gva_varlen_" + tag, g});
     }
   }
+  // The small chunks (BT = 16, 32) at the model's head dims and with state_v_first: their
+  // sm80_mma layouts differ (BT = 16's float32 staging is one slot with Vv in the 16-bit slab
+  // copy; with X h, Vv lives in ring slot 1), fixed length with a tail and varlen with
+  // sequences of length 1, < BT, = BT and > 4 BT.
+  for (DType x : {DType::f16, DType::bf16}) {
+    for (DType h : state_dtypes(x)) {
+      for (int64_t bt : {16, 32}) {
+        const std::string tag =
+            dtype_tag(x) + (h == DType::f32 ? "_hfp32" : "_hx") + "_bt" + std::to_string(bt);
+        WyDqkgConfig c = base(x, h, bt);
+        c.K = 128;
+        c.V = 128;
+        cases.push_back({"small_chunks_" + tag, c});
+        c.B = 1;
+        c.seqlens = {1, bt - 3, bt, 4 * bt + 7, 1, 2 * bt};
+        cases.push_back({"small_chunks_varlen_" + tag, c});
+        WyDqkgConfig svf = base(x, h, bt);
+        svf.K = 128;
+        svf.V = 64;
+        svf.state_v_first = true;
+        cases.push_back({"small_chunks_svf_" + tag, svf});
+      }
+    }
+  }
   // Non-contiguous inputs (padded head strides) and an explicit scale.
   for (DType x : xs) {
     WyDqkgConfig c = base(x, DType::f32, 32);
