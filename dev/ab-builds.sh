@@ -1,11 +1,30 @@
 # shellcheck shell=bash
 # Sourced by dev/ab-intra.sh and dev/ab-wy.sh (from the repository root): the carried build, the
-# builds to compare with it, and the checks every build gets.
+# builds to compare with it, the checks every build gets, and a deadline.
 #   ab_builds OUT_NAME NAME=DIR ...
 # Sets carry (.carry's path), build (the carried build, unpacked on first use), out
-# ($OUT/OUT_NAME, created), summary ($out/summary.txt, emptied), names (base, then each NAME)
-# and dirs (each build's library folder; a NAME=FILE.tar.xz is unpacked into .carry/ab/NAME
-# first).
+# ($OUT/OUT_NAME, created), summary ($out/summary.txt, emptied, written line by line), logs (a
+# folder outside $OUT for the per-step logs), names (base, then each NAME) and dirs (each build's
+# library folder; a NAME=FILE.tar.xz is unpacked into .carry/ab/NAME first).
+# Only summary.txt and logs.tar.gz go under $OUT: a call brings back at most 8 files, and a
+# killed run that left its logs there brought back none of its results (ninth session, call 4).
+# ab_finish (run on exit, also when killed by SIGTERM/SIGINT) packs the logs and prints the
+# summary. KDA_AB_SECONDS (default 480) bounds the whole script: ab_time_left says what is left,
+# and a step that would not fit is skipped with a line in the summary.
+AB_START=$SECONDS
+AB_SECONDS=${KDA_AB_SECONDS:-480}
+ab_time_left() { echo $((AB_SECONDS - (SECONDS - AB_START))); }
+# ab_fits SECONDS LABEL: true when SECONDS are left; else notes LABEL as skipped.
+ab_fits() {
+  if [ "$(ab_time_left)" -ge "$1" ]; then return 0; fi
+  echo "skipped (deadline, KDA_AB_SECONDS=$AB_SECONDS): $2" >>"$summary"
+  return 1
+}
+ab_finish() {
+  trap - EXIT TERM INT
+  [ -n "${logs:-}" ] && [ -d "$logs" ] && (cd "$logs" && tar -czf "$out/logs.tar.gz" -- *.log 2>/dev/null)
+  [ -n "${summary:-}" ] && cat "$summary"
+}
 ab_builds() {
   local out_name=$1 spec name dir
   shift
@@ -18,8 +37,12 @@ ab_builds() {
   export KDA_GOLDEN_DIR=$carry/golden/golden KDA_INTRA_GOLDEN_DIR=$carry/golden/golden-intra
   out=${OUT:-$out_name-out}/$out_name
   mkdir -p "$out"
+  out=$(cd "$out" && pwd)
   summary=$out/summary.txt
   : >"$summary"
+  logs=$(mktemp -d "/tmp/$out_name-logs.XXXXXX")
+  trap ab_finish EXIT
+  trap 'echo "killed after $((SECONDS - AB_START)) s" >>"$summary"; exit 143' TERM INT
   names=(base)
   dirs=("$build/src")
   for spec in "$@"; do
@@ -36,19 +59,22 @@ ab_builds() {
 
 # ab_check_builds TEST_BINARY SECONDS FILTER: for every build, TEST_BINARY whole (under a timeout
 # of SECONDS) and racecheck + synccheck on its tests matching FILTER, one line each into
-# $summary, the logs into $out.
+# $summary, the logs into $logs.
 ab_check_builds() {
   local binary=$1 seconds=$2 filter=$3 label n lib name tool
   label=$(basename "$binary")
   for n in "${!names[@]}"; do
     lib=${dirs[$n]}
     name=${names[$n]}
-    LD_LIBRARY_PATH=$lib timeout "$seconds" "$binary" --gtest_color=no >"$out/test.$name.log" 2>&1
-    echo "$name: $label rc $? $(grep -E '^\[  (PASSED|FAILED) ' "$out/test.$name.log" | tr '\n' ' ')" >>"$summary"
+    if ab_fits "$seconds" "$name: $label"; then
+      LD_LIBRARY_PATH=$lib timeout "$seconds" "$binary" --gtest_color=no >"$logs/test.$name.log" 2>&1
+      echo "$name: $label rc $? $(grep -E '^\[  (PASSED|FAILED) ' "$logs/test.$name.log" | tr '\n' ' ')" >>"$summary"
+    fi
     for tool in racecheck synccheck; do
+      ab_fits 60 "$name: $tool" || continue
       LD_LIBRARY_PATH=$lib timeout 120 compute-sanitizer --tool $tool --error-exitcode 99 "$binary" \
-        --gtest_color=no "--gtest_filter=$filter" >"$out/$tool.$name.log" 2>&1
-      echo "$name: $tool rc $? $(grep -E 'SUMMARY' "$out/$tool.$name.log" | tail -1)" >>"$summary"
+        --gtest_color=no "--gtest_filter=$filter" >"$logs/$tool.$name.log" 2>&1
+      echo "$name: $tool rc $? $(grep -E 'SUMMARY' "$logs/$tool.$name.log" | tail -1)" >>"$summary"
     done
   done
 }

@@ -5,7 +5,8 @@
 #   dev/ab-intra.sh [--rounds N] [--variants LIST] NAME=DIR ...
 # For each build: test_intra_cuda (every test) and racecheck + synccheck on its sanitizer subset;
 # then bench_intra_cuda at T=8192 and 2048 bf16, the builds alternated N rounds (default 2) so
-# that drift shows. Logs under $OUT/ab-intra/ (summary.txt and logs.tar.gz), a table last.
+# that drift shows. Under $OUT/ab-intra/: summary.txt (written as the steps finish) and
+# logs.tar.gz, the summary printed last (also when KDA_AB_SECONDS, dev/ab-builds.sh, cut it short).
 # Needs .carry from dev/stage-carry.sh (its test and bench binaries load libkda through the
 # library path).
 set -uo pipefail
@@ -32,13 +33,10 @@ subset+=':*/varlen_bf16_bt16_derived_i32_nt_bound:*/layout_channel_strided_fp16:
 ab_check_builds "$test_intra" 120 "$subset"
 for ((r = 1; r <= rounds; r++)); do
   for n in "${!names[@]}"; do
+    ab_fits 60 "${names[$n]} round $r" || continue
     LD_LIBRARY_PATH=${dirs[$n]} timeout 120 "$bench" --T 8192,2048 --dtypes bf16 --runs 50 \
-      --variants "$variants" >"$out/bench.${names[$n]}.$r.log" 2>&1
-    grep -E '^T=' "$out/bench.${names[$n]}.$r.log" |
+      --variants "$variants" >"$logs/bench.${names[$n]}.$r.log" 2>&1
+    grep -E '^T=' "$logs/bench.${names[$n]}.$r.log" |
       awk -v n="${names[$n]}" -v r="$r" '{print n, "round", r, $1, $2, $3, "median", $12, $13}' >>"$summary"
   done
 done
-# A device call brings back a limited number of files: the per-build logs go into one archive.
-(cd "$out" && tar -czf logs.tar.gz --exclude=summary.txt --exclude=logs.tar.gz -- *.log &&
-  rm -f -- *.log)
-cat "$summary"

@@ -7,8 +7,8 @@
 # gpu-check.sh's WY sanitizer subset; then `kda run chunk_bwd_wy_dqkg --repeat 100` on the shapes
 # (default model-bf16,model-bf16-hx,heads16-k64; any name of dev/wy-shapes.sh; inputs generated
 # once by the base build), the builds alternated N rounds (default 2) so that drift shows.
-# Logs under $OUT/ab-wy/ (summary.txt and logs.tar.gz: a call brings back a limited number of
-# files), a table last. Needs .carry from dev/stage-carry.sh (the test binary and kda load libkda
+# Under $OUT/ab-wy/: summary.txt (written as the steps finish) and logs.tar.gz, the summary
+# printed last, also when the deadline (KDA_AB_SECONDS, dev/ab-builds.sh) cut the run short. Needs .carry from dev/stage-carry.sh (the test binary and kda load libkda
 # through the library path, which wins over their build-time RUNPATH).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -35,15 +35,16 @@ for shape in "${shape_list[@]}"; do
   options=$(wy_shape_options "$shape") || { echo "ab-wy: unknown shape $shape" >>"$summary"; continue; }
   file=/tmp/wy-$shape.safetensors
   # shellcheck disable=SC2086  # the options are words
-  [ -f "$file" ] || LD_LIBRARY_PATH=${dirs[0]} timeout 120 "$kda" run chunk_bwd_wy_dqkg $options \
-    --backend cuda --repeat 1 -o "$file" >"$out/input.$shape.log" 2>&1
+  [ -f "$file" ] || ! ab_fits 60 "input $shape" || LD_LIBRARY_PATH=${dirs[0]} timeout 120 "$kda" \
+    run chunk_bwd_wy_dqkg $options --backend cuda --repeat 1 -o "$file" >"$logs/input.$shape.log" 2>&1
 done
 for ((r = 1; r <= rounds; r++)); do
   for shape in "${shape_list[@]}"; do
     file=/tmp/wy-$shape.safetensors
     [ -f "$file" ] || continue
     for n in "${!names[@]}"; do
-      log=$out/time.${names[$n]}.$shape.$r.log
+      ab_fits 20 "${names[$n]} round $r $shape" || continue
+      log=$logs/time.${names[$n]}.$shape.$r.log
       LD_LIBRARY_PATH=${dirs[$n]} timeout 90 "$kda" run chunk_bwd_wy_dqkg --input "$file" \
         --backend cuda --repeat 100 >"$log" 2>&1
       rc=$?
@@ -52,6 +53,3 @@ for ((r = 1; r <= rounds; r++)); do
     done
   done
 done
-(cd "$out" && tar -czf logs.tar.gz --exclude=summary.txt --exclude=logs.tar.gz -- *.log &&
-  rm -f -- *.log)
-cat "$summary"
