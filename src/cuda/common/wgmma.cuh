@@ -90,31 +90,43 @@ __device__ __forceinline__ void mma_m64n64k16_bf16(float (&d)[32], uint64_t desc
       : "memory");
 }
 
+// The 16-bit input types wgmma takes here.
+template <typename T>
+constexpr bool is_wgmma_input = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
+
+// One wgmma.m64nNk16 with float32 accumulators d[0..N/2) and inputs of PTX type TYPE ("bf16"
+// or "f16"): the instruction text differs only in that word, so the two input types share it.
+#define KDA_WGMMA_M64N16K16(TYPE, d, desc_a, desc_b, accumulate)                            \
+  asm volatile(                                                                             \
+      "{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"                                        \
+      " wgmma.mma_async.sync.aligned.m64n16k16.f32." TYPE "." TYPE                          \
+      " "                                                                                   \
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"                       \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
+        "+f"(d[7])                                                                          \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0)                                   \
+      : "memory")
+#define KDA_WGMMA_M64N8K16(TYPE, d, desc_a, desc_b, accumulate)   \
+  asm volatile(                                                   \
+      "{\n .reg .pred p;\n setp.ne.b32 p, %6, 0;\n"               \
+      " wgmma.mma_async.sync.aligned.m64n8k16.f32." TYPE "." TYPE \
+      " "                                                         \
+      "{%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"             \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])            \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0)         \
+      : "memory")
+
 // The same for a 64 x 16 tile of D (d[4 j + 2 h + e], j = 0, 1), 16-bit T (__nv_bfloat16 or
 // __half): the shape of one h slab's products in the WY kernel (16 k columns per slab, or per
 // warpgroup with slab pairs).
 template <typename T>
 __device__ __forceinline__ void mma_m64n16k16(float (&d)[8], uint64_t desc_a, uint64_t desc_b,
                                               bool accumulate) {
+  static_assert(is_wgmma_input<T>, "wgmma inputs are __nv_bfloat16 or __half");
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
-        " wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0)
-        : "memory");
+    KDA_WGMMA_M64N16K16("bf16", d, desc_a, desc_b, accumulate);
   } else {
-    static_assert(std::is_same_v<T, __half>, "wgmma inputs are __nv_bfloat16 or __half");
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
-        " wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0)
-        : "memory");
+    KDA_WGMMA_M64N16K16("f16", d, desc_a, desc_b, accumulate);
   }
 }
 
@@ -125,25 +137,16 @@ __device__ __forceinline__ void mma_m64n16k16(float (&d)[8], uint64_t desc_a, ui
 template <typename T>
 __device__ __forceinline__ void mma_m64n8k16(float (&d)[4], uint64_t desc_a, uint64_t desc_b,
                                              bool accumulate) {
+  static_assert(is_wgmma_input<T>, "wgmma inputs are __nv_bfloat16 or __half");
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %6, 0;\n"
-        " wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0)
-        : "memory");
+    KDA_WGMMA_M64N8K16("bf16", d, desc_a, desc_b, accumulate);
   } else {
-    static_assert(std::is_same_v<T, __half>, "wgmma inputs are __nv_bfloat16 or __half");
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %6, 0;\n"
-        " wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
-        "{%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0)
-        : "memory");
+    KDA_WGMMA_M64N8K16("f16", d, desc_a, desc_b, accumulate);
   }
 }
+
+#undef KDA_WGMMA_M64N16K16
+#undef KDA_WGMMA_M64N8K16
 
 // Keeps the compiler from touching accumulator registers across a wgmma sequence: the asm
 // outputs of mma_async say the registers are ready when the instruction issues, but they are
