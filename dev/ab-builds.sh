@@ -42,7 +42,7 @@ ab_builds() {
   : >"$summary"
   logs=$(mktemp -d "/tmp/$out_name-logs.XXXXXX")
   trap ab_finish EXIT
-  trap 'echo "killed after $((SECONDS - AB_START)) s" >>"$summary"; exit 143' TERM INT
+  trap 'echo "killed after $((SECONDS - AB_START)) s" >>"$summary"; kill $(jobs -p) 2>/dev/null; exit 143' TERM INT
   names=(base)
   dirs=("$build/src")
   for spec in "$@"; do

@@ -3,7 +3,8 @@
 # CUDA backend is compiled whenever nvcc exists and its GPU tests skip, saying so, without a GPU;
 # the compiled torch op is built when the python3 on PATH imports torch), then the Python
 # package's tests with pytest against the library just built (torch, GPU and fla tests skip with
-# their reason where those are missing).
+# their reason where those are missing), with the benchmarks' and the device scripts' own tests
+# (bench/, dev/).
 #
 # Where python3 imports torch, the suite runs on the compiled torch op (KDA_TORCH_OP=compiled:
 # it must have been built and must load, or every test fails at import), then the files that
@@ -20,9 +21,9 @@ if ! python3 -c "import numpy, safetensors, pytest, ml_dtypes, setuptools, wheel
 fi
 export KDA_LIBRARY="$PWD/build/src/libkda.so"
 if python3 -c "import torch" 2>/dev/null; then
-  KDA_TORCH_OP="${KDA_TORCH_OP:-compiled}" python3 -m pytest tests/python bench -q -rs
+  KDA_TORCH_OP="${KDA_TORCH_OP:-compiled}" python3 -m pytest tests/python bench dev -q -rs
   KDA_TORCH_OP=python python3 -m pytest tests/python/test_torch.py tests/python/test_torch_op.py \
     tests/python/test_fla_backend.py bench/test_bench.py -q -rs
 else
-  python3 -m pytest tests/python bench -q -rs
+  python3 -m pytest tests/python bench dev -q -rs
 fi

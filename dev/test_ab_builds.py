@@ -1,0 +1,98 @@
+"""dev/ab-builds.sh, the part of the GPU A/B scripts that decides what comes back from a device
+call: only summary.txt and logs.tar.gz under $OUT (a call brings back 8 files; the ninth
+session's call 4 lost every result to that), steps skipped with a line once the deadline
+(KDA_AB_SECONDS) is near, and the logs packed on exit or SIGTERM. Runs without a GPU."""
+
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+DEV = Path(__file__).resolve().parent
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+
+
+def workdir(tmp_path):
+    """A checkout-like folder: dev/ab-builds.sh and an empty .carry (no carried build)."""
+    root = tmp_path / "repo"
+    (root / "dev").mkdir(parents=True)
+    shutil.copy(DEV / "ab-builds.sh", root / "dev" / "ab-builds.sh")
+    (root / ".carry").mkdir()
+    return root
+
+
+def run_script(root, out, body, seconds, **kwargs):
+    env = dict(os.environ, OUT=str(out), KDA_AB_SECONDS=str(seconds))
+    script = ". dev/ab-builds.sh\nab_builds t\n" + body
+    return subprocess.Popen(["bash", "-c", script], cwd=root, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def packed_logs(out):
+    with tarfile.open(out / "t" / "logs.tar.gz") as tar:
+        return sorted(Path(name).name for name in tar.getnames())
+
+
+def test_only_the_summary_and_the_archive_come_back(tmp_path):
+    root = workdir(tmp_path)
+    out = tmp_path / "out"
+    body = ('echo "step one done" >>"$summary"\n'
+            'echo log-a >"$logs/a.log"\n'
+            'echo log-b >"$logs/b.log"\n')
+    proc = run_script(root, out, body, 100)
+    stdout, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stdout
+    assert sorted(p.name for p in (out / "t").iterdir()) == ["logs.tar.gz", "summary.txt"]
+    assert packed_logs(out) == ["a.log", "b.log"]
+    # The summary is printed last, for the call's output tail.
+    assert "step one done" in stdout
+
+
+def test_a_step_past_the_deadline_is_skipped_with_a_line(tmp_path):
+    root = workdir(tmp_path)
+    out = tmp_path / "out"
+    body = ('ab_fits 1 "short step" && echo "short step ran" >>"$summary"\n'
+            'ab_fits 100 "long step" && echo "long step ran" >>"$summary"\n')
+    proc = run_script(root, out, body, 10)
+    stdout, _ = proc.communicate(timeout=60)
+    summary = (out / "t" / "summary.txt").read_text()
+    assert "short step ran" in summary
+    assert "long step ran" not in summary
+    assert "skipped (deadline, KDA_AB_SECONDS=10): long step" in summary
+
+
+def test_sigterm_still_packs_the_logs_and_says_so(tmp_path):
+    root = workdir(tmp_path)
+    out = tmp_path / "out"
+    body = ('echo "before the kill" >>"$summary"\n'
+            'echo partial >"$logs/partial.log"\n'
+            'echo ready\n'
+            'sleep 30 & wait\n'
+            'echo "after the kill" >>"$summary"\n')
+    proc = run_script(root, out, body, 100)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 143, stdout
+    summary = (out / "t" / "summary.txt").read_text()
+    assert "before the kill" in summary
+    assert "killed after" in summary
+    assert "after the kill" not in summary
+    assert packed_logs(out) == ["partial.log"]
+
+
+def test_time_left_counts_down(tmp_path):
+    root = workdir(tmp_path)
+    out = tmp_path / "out"
+    started = time.monotonic()
+    proc = run_script(root, out, "sleep 1\nab_time_left\n", 50)
+    stdout, _ = proc.communicate(timeout=60)
+    left = int(stdout.strip().splitlines()[0])
+    assert 45 <= left <= 49, stdout
+    assert time.monotonic() - started < 30
