@@ -89,8 +89,12 @@ REPO = BENCH.parent
 sys.path.insert(0, str(REPO / "tests" / "python"))  # fla_tuning, kda_testing
 sys.path.append(str(REPO / "python"))  # kda_kernels, unless PYTHONPATH or an install has it
 
+sys.path.insert(0, str(BENCH))  # layer_chart, also when this module is imported
 from fla_tuning import find_pin, load_pins  # noqa: E402
 from kda_testing import PASS_BAR  # noqa: E402
+
+import layer_chart  # noqa: E402
+from layer_chart import short_name  # noqa: E402
 
 WY = "chunk_kda_bwd_wy_dqkg_fused"
 INTRA = "chunk_kda_bwd_intra"
@@ -296,26 +300,6 @@ def device_span_us(events):
     if not ranges:
         return 0.0
     return max(end for _, end in ranges) - min(start for start, _ in ranges)
-
-
-def short_name(name):
-    """A kernel's name without return type, namespaces, template arguments or parameters:
-    'void kda::cuda::wy_dqkg_mma_kernel<T<1> >(P)' -> 'wy_dqkg_mma_kernel'. Triton kernels keep
-    their function name."""
-    out, depth = [], 0
-    for ch in name:
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth = max(depth - 1, 0)
-        elif ch == "(" and depth == 0:
-            break
-        elif depth == 0:
-            out.append(ch)
-    text = "".join(out).strip()
-    if text.startswith("void "):
-        text = text[len("void "):]
-    return text.rsplit("::", 1)[-1].strip() or name
 
 
 def yardsticks(modes, shape):
@@ -780,6 +764,7 @@ def write_outputs(out_dir, record, tables):
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "layer.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
     (out_dir / "layer.md").write_text("\n".join(tables))
+    (out_dir / "layer.svg").write_text(layer_chart.svg(record))
 
 
 def print_configs(modes):

@@ -447,8 +447,8 @@ def test_a_mode_that_raises_is_recorded_and_the_others_run(monkeypatch):
 @pytest.mark.parametrize("skew, status", [(1e-3, 0), (2e-2, 1)], ids=["close", "off"])
 def test_main_writes_the_outputs_and_exits_with_the_verdict(monkeypatch, tmp_path, capsys,
                                                             skew, status):
-    """main() on the CPU, fla and the library replaced by the stand-in: layer.json and layer.md
-    for every shape, the tables printed, status 1 when a gradient is above the bar."""
+    """main() on the CPU, fla and the library replaced by the stand-in: layer.json, layer.md and
+    layer.svg for every shape, the tables printed, status 1 when a gradient is above the bar."""
     import json
 
     monkeypatch.setattr(layer, "DEVICE", "cpu")
@@ -468,6 +468,8 @@ def test_main_writes_the_outputs_and_exits_with_the_verdict(monkeypatch, tmp_pat
     assert set(record["shapes"][1]["modes"]) == {"fla", "wy", "both"}
     tables = (out / "layer.md").read_text()
     assert tables.count("### chunk_kda") == 2
+    chart = (out / "layer.svg").read_text()
+    assert chart.count("KDA layer backward through fla's chunk_kda".replace("'", "&#x27;")) == 2
     captured = capsys.readouterr()
     assert "### chunk_kda B=2 T=64 H=1" in captured.out
     assert ("above 8e-03" in captured.err) == bool(status)

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""A chart of bench/layer.py's result: for each shape, one horizontal bar per mode (fla, wy,
+both), the backward's GPU time split by stage, as an SVG file that needs no plotting library
+(the GPU machines and CI have none).
+
+    python3 bench/layer_chart.py LAYER_JSON OUT_SVG
+
+bench/layer.py writes layer.svg beside layer.json with the same function (``svg``).
+"""
+
+import json
+import sys
+from html import escape
+from pathlib import Path
+
+# The stages of a KDA layer's backward, in bar order: (label, substrings of a kernel's short
+# name that belong to it, colour). Our two operators and fla's kernels for the same stages share
+# a stage (and a colour); the segment's text says whose kernel ran.
+STAGES = (
+    ("intra (chunk_kda_bwd_intra)", ("intra",), "#d62728"),
+    ("WY (chunk_kda_bwd_wy_dqkg_fused)", ("wy_dqkg",), "#1f77b4"),
+    ("h recompute", ("fwd_kernel_h",), "#9467bd"),
+    ("dh", ("bwd_kernel_dhu",), "#8c564b"),
+    ("w, u recompute", ("recompute_w_u",), "#e377c2"),
+    ("other kernels", ("",), "#7f7f7f"),
+)
+# Kernel names of this project's operators (as short_name below gives them).
+OURS = ("wy_dqkg_mma_kernel", "wy_dqkg_simt_kernel", "wy_dqkg_kernel", "chunk_bwd_intra_kernel")
+
+# What each bench/layer.py mode ran, as the bar's label.
+MODE_LABELS = {"fla": "fla's kernels", "wy": "kda: WY op", "both": "kda: WY + intra"}
+
+WIDTH = 900
+LEFT = 150  # room for the mode labels
+RIGHT = 20
+BAR = 28
+GAP = 14
+
+
+def short_name(name):
+    """A kernel's name without return type, namespaces, template arguments or parameters:
+    'void kda::cuda::wy_dqkg_mma_kernel<T<1> >(P)' -> 'wy_dqkg_mma_kernel'. Triton kernels keep
+    their function name."""
+    out, depth = [], 0
+    for ch in name:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(depth - 1, 0)
+        elif ch == "(" and depth == 0:
+            break
+        elif depth == 0:
+            out.append(ch)
+    text = "".join(out).strip()
+    if text.startswith("void "):
+        text = text[len("void "):]
+    return text.rsplit("::", 1)[-1].strip() or name
+
+
+def stage_of(kernel_name):
+    """The index in STAGES of a kernel (the first stage whose substring it holds)."""
+    name = short_name(kernel_name)
+    for i, (_, keys, _) in enumerate(STAGES):
+        if any(key in name for key in keys):
+            return i
+    return len(STAGES) - 1
+
+
+def stage_times(result):
+    """[(µs, ours)] per stage of one mode's result: its kernels' times summed by stage, and
+    whether any of the stage's time is one of our kernels'."""
+    times = [[0.0, False] for _ in STAGES]
+    for kernel in result.get("kernels", []):
+        i = stage_of(kernel["name"])
+        times[i][0] += float(kernel["us"])
+        times[i][1] = times[i][1] or short_name(kernel["name"]) in OURS
+    return [tuple(t) for t in times]
+
+
+def _text(x, y, body, size=12, anchor="start", fill="#000", weight="normal"):
+    return (f'<text x="{x:.1f}" y="{y:.1f}" font-family="sans-serif" font-size="{size}" '
+            f'text-anchor="{anchor}" fill="{fill}" font-weight="{weight}">{escape(body)}</text>')
+
+
+def svg(record):
+    """The chart of a layer.json record as SVG text: one panel per shape, one bar per mode
+    with results (a mode that failed is listed with its error instead of a bar)."""
+    parts = []
+    y = 28
+    shapes = record.get("shapes", [])
+    options = record.get("settings", {})
+    dtype = options.get("x", "")
+    for shape in shapes:
+        modes = shape.get("modes", {})
+        title = (f"KDA layer backward through fla's chunk_kda, B={shape.get('B')} "
+                 f"T={shape.get('T')} H={shape.get('H')} K=V={options.get('K', '')} {dtype}: "
+                 "GPU time per stage")
+        parts.append(_text(10, y, title, size=14, weight="bold"))
+        y += 14
+        totals = [r.get("backward_gpu_us") for r in modes.values() if r.get("backward_gpu_us")]
+        scale = (WIDTH - LEFT - RIGHT) / max(totals) if totals else 0.0
+        for mode, result in modes.items():
+            y += GAP
+            total = result.get("backward_gpu_us")
+            if not total:
+                parts.append(_text(10, y + BAR * 0.65, MODE_LABELS.get(mode, mode)))
+                parts.append(_text(LEFT, y + BAR * 0.65,
+                                   f"no result: {result.get('error', 'not measured')}",
+                                   fill="#a00"))
+                y += BAR
+                continue
+            parts.append(_text(10, y + BAR * 0.45, MODE_LABELS.get(mode, mode), weight="bold"))
+            parts.append(_text(10, y + BAR * 0.95, f"{total / 1000:.2f} ms", size=11))
+            x = LEFT
+            for (label, _, colour), (us, ours) in zip(STAGES, stage_times(result)):
+                if us <= 0:
+                    continue
+                w = us * scale
+                parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{BAR}" '
+                             f'fill="{colour}" stroke="#fff" stroke-width="1">'
+                             f'<title>{escape(label)}: {us:.0f} µs '
+                             f'({"ours" if ours else "fla"})</title></rect>')
+                if w > 70:
+                    who = "ours" if ours else "fla"
+                    parts.append(_text(x + w / 2, y + BAR * 0.65, f"{who} {us:.0f}", size=11,
+                                       anchor="middle", fill="#fff"))
+                x += w
+            y += BAR
+        y += 34
+    # The legend: one swatch per stage.
+    x = 10
+    for label, _, colour in STAGES:
+        parts.append(f'<rect x="{x}" y="{y - 11}" width="12" height="12" fill="{colour}"/>')
+        parts.append(_text(x + 16, y, label, size=11))
+        x += 16 + 7 * len(label) + 18
+    y += 12
+    note = ("Times: torch.profiler's CUDA kernel time per backward (bench/layer.py); "
+            "\"ours\" marks stages run by kda_kernels.")
+    parts.append(_text(10, y + 14, note, size=10, fill="#444"))
+    height = y + 24
+    head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+            f'viewBox="0 0 {WIDTH} {height}">')
+    background = f'<rect width="{WIDTH}" height="{height}" fill="#fff"/>'
+    return "\n".join([head, background, *parts, "</svg>"]) + "\n"
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: layer_chart.py LAYER_JSON OUT_SVG", file=sys.stderr)
+        return 2
+    record = json.loads(Path(argv[0]).read_text())
+    Path(argv[1]).write_text(svg(record))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
