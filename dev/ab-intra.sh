@@ -22,9 +22,7 @@ while [ $# -gt 0 ]; do
 done
 # shellcheck source=dev/ab-builds.sh
 . dev/ab-builds.sh
-ab_builds ab-intra "$@"
-# The golden files travel in .carry (../shared does not).
-export KDA_INTRA_GOLDEN_DIR=$carry/golden/golden-intra
+ab_builds ab-intra "$@"  # also points the tests at the carried golden files
 test_intra=$build/tests/ops/chunk_bwd_intra/test_intra_cuda
 bench=$build/tests/ops/chunk_bwd_intra/bench_intra_cuda
 # gpu-check.sh's sanitizer subset of test_intra_cuda, and the copy-path test (short chunks).

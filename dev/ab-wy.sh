@@ -8,8 +8,9 @@
 # (default model-bf16,model-bf16-hx,heads16-k64; any name of dev/wy-shapes.sh; inputs generated
 # once by the base build), the builds alternated N rounds (default 2) so that drift shows.
 # Under $OUT/ab-wy/: summary.txt (written as the steps finish) and logs.tar.gz, the summary
-# printed last, also when the deadline (KDA_AB_SECONDS, dev/ab-builds.sh) cut the run short. Needs .carry from dev/stage-carry.sh (the test binary and kda load libkda
-# through the library path, which wins over their build-time RUNPATH).
+# printed last, also when the deadline (KDA_AB_SECONDS, dev/ab-builds.sh) cut the run short.
+# Needs .carry from dev/stage-carry.sh (the test binary and kda load libkda through the library
+# path, which wins over their build-time RUNPATH).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 rounds=2

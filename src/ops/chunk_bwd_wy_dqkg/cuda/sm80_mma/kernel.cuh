@@ -1,7 +1,8 @@
 #pragma once
 // The tensor-core kernel of chunk_kda_bwd_wy_dqkg_fused for 16-bit X (SPEC.md steps 1..12 per
 // chunk). Every product runs on mma.sync m16n8k16 (16-bit inputs, float32 accumulation), but at
-// BT = 64 the K loop's three (traits' kWgmmaLoop: wgmma.m64n8k16 from swizzled shared memory);
+// BT = 64 the K loop's three (traits' kWgmmaLoop: wgmma.m64n8k16, or m64n16k16 with slab pairs,
+// from swizzled shared memory);
 // the elementwise math (exp2 of gates, β scaling, the dk/dg/db combinations, Σ S⊙dS) stays in
 // float32 registers. Rounded to X before a product, as fla does: h and dh, dW, KG, X and Y.
 // Tile ownership and the shared-memory map are in traits.cuh; README.md in this folder
@@ -67,11 +68,10 @@ __device__ __forceinline__ void copy_tile_async(T* dst, int dst_ld, const T* src
   }
 }
 
-// Queues the copies of slab k0 .. k0+15 of h and dh: as stored ([16 k][V], or [V][16 k] for
-// state_v_first), into dst_S / dst_dS: float32 staging rows of kDstLd elements, or (kDstLd ==
-// kSlabXLd, X h) the 16-bit slab copy at Tr::slab_x_index. The same thread
-// copies the same chunk positions of S and dS, so slab_prepare can read both back without a
-// barrier.
+// Queues the copies of slab k0 .. k0 + kSlabK - 1 of h and dh: as stored ([kSlabK k][V], or
+// [V][16 k] for state_v_first), into dst_S / dst_dS: float32 staging rows of kDstLd elements, or
+// (kDstLd == kSlabXLd, X h) the 16-bit slab copy at Tr::slab_x_index. The same thread copies the
+// same chunk positions of S and dS, so slab_prepare can read both back without a barrier.
 template <typename Tr, int kDstLd>
 __device__ __forceinline__ void issue_slab(const WyDqkgParams& p, const UnitOrigins& o,
                                            const LoopStrides& st, int k0, typename Tr::HT* dst_S,
@@ -241,8 +241,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   XT* const sX = &sh.X[0][0];            // X [BT][kALd] (after the K loop)
   XT* const sY = &sh.Y[0][0];            // Y [BT][kALd] (after the K loop)
   float* const sBeta = &sh.beta[0];      // β [BT], 0 beyond L
-  float* const sSds = &sh.sds[0][0][0];  // [2][kSdsParts][16]
-  float* const sKdk = &sh.kdk[0][0];     // [kRowBlocks][16]
+  float* const sSds = &sh.sds[0][0][0];  // [2][kSdsParts][kSlabK]
+  float* const sKdk = &sh.kdk[0][0];     // [kRowBlocks][kSlabK]
   float* const sDb = &sh.db[0][0];       // [2][BT]
   // Staging slot `slot` of float32 h: S then dS, [kSlabRows][kSlabCols] each.
   auto stage_S = [&](int slot) -> float* {
