@@ -293,18 +293,21 @@ __global__ void slab_kernel(kda::cuda::WyDqkgParams p, kda::cuda::LoopStrides st
   __syncthreads();
   const kda::cuda::UnitOrigins o{};
   if constexpr (Tr::kStateF32) {
-    kda::cuda::issue_slab<Tr, Tr::kSlabCols>(p, o, st, k0, stage,
-                                             stage + Tr::kSlabRows * Tr::kSlabCols, tid);
-    kda::cuda::mma::cp_async_commit();
-    kda::cuda::mma::cp_async_wait<0>();
-    kda::cuda::slab_prepare<Tr>(stage, stage + Tr::kSlabRows * Tr::kSlabCols, slab_S, slab_dS, sds,
-                                tid);
+    // kSlabK rows of the 16-bit copy from copies of kCopyK rows (two halves with slab pairs).
+    for (int row0 = 0; row0 < Tr::kSlabK; row0 += Tr::kCopyK) {
+      kda::cuda::issue_slab<Tr, Tr::kSlabCols>(p, o, st, k0 + row0, stage,
+                                               stage + Tr::kSlabRows * Tr::kSlabCols, tid);
+      kda::cuda::mma::cp_async_commit();
+      kda::cuda::mma::cp_async_wait<0>();
+      kda::cuda::slab_prepare<Tr>(stage, stage + Tr::kSlabRows * Tr::kSlabCols, slab_S, slab_dS,
+                                  sds, row0, tid);
+    }
   } else {
     kda::cuda::issue_slab<Tr, Tr::kSlabXLd>(p, o, st, k0, reinterpret_cast<HT*>(slab_S),
                                             reinterpret_cast<HT*>(slab_dS), tid);
     kda::cuda::mma::cp_async_commit();
     kda::cuda::mma::cp_async_wait<0>();
-    kda::cuda::slab_prepare<Tr>(nullptr, nullptr, slab_S, slab_dS, sds, tid);
+    kda::cuda::slab_prepare<Tr>(nullptr, nullptr, slab_S, slab_dS, sds, 0, tid);
   }
   __syncthreads();
   for (int e = tid; e < kSlabXElems; e += Tr::kThreads) {

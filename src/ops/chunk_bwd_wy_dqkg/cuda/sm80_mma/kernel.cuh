@@ -103,7 +103,7 @@ __device__ __forceinline__ void issue_slab(const WyDqkgParams& p, const UnitOrig
 template <typename Tr>
 __device__ __forceinline__ void slab_prepare(const float* stage_S, const float* stage_dS,
                                              typename Tr::XT* slab_S, typename Tr::XT* slab_dS,
-                                             float* sds_out, int tid) {
+                                             float* sds_out, int k_row0, int tid) {
   using XT = typename Tr::XT;
   constexpr int kE = Tr::kChunkElems;
   constexpr unsigned kFullMask = 0xffffffffu;
@@ -113,7 +113,10 @@ __device__ __forceinline__ void slab_prepare(const float* stage_S, const float* 
 #pragma unroll
   for (int e = 0; e < kE; ++e) col_sum[e] = 0.0f;
 
-#pragma unroll
+  // Slab pairs convert inside the K loop's epilogue state: one chunk at a time keeps that
+  // within 128 registers (unrolled, the model shape's kernel spilled 40 bytes).
+  constexpr int kUnroll = Tr::kHalfSlabs ? 1 : Tr::kSlabIters;
+#pragma unroll kUnroll
   for (int n = 0; n < Tr::kSlabIters; ++n) {
     const int c = tid + n * Tr::kThreads;
     // Warp-uniform (kSlabChunks is a multiple of 32), so the shuffles below see whole warps.
@@ -129,7 +132,7 @@ __device__ __forceinline__ void slab_prepare(const float* stage_S, const float* 
       s[0] = sv.x, s[1] = sv.y, s[2] = sv.z, s[3] = sv.w;
       ds[0] = dsv.x, ds[1] = dsv.y, ds[2] = dsv.z, ds[3] = dsv.w;
       if constexpr (!Tr::kStateVFirst) {
-        const int dst = Tr::slab_x_index(row, ch * 4);  // [k][v], as stored
+        const int dst = Tr::slab_x_index(k_row0 + row, ch * 4);  // [k][v], as stored
         *reinterpret_cast<uint2*>(slab_S + dst) =
             make_uint2(mma::pack2<XT>(s[0], s[1]), mma::pack2<XT>(s[2], s[3]));
         *reinterpret_cast<uint2*>(slab_dS + dst) =
@@ -138,7 +141,7 @@ __device__ __forceinline__ void slab_prepare(const float* stage_S, const float* 
         // Stored [v][k]: the 16-bit copy is transposed to [k][v] (element by element).
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int dst = Tr::slab_x_index(ch * 4 + e, row);
+          const int dst = Tr::slab_x_index(k_row0 + ch * 4 + e, row);
           slab_S[dst] = from_float<XT>(s[e]);
           slab_dS[dst] = from_float<XT>(ds[e]);
         }
@@ -166,7 +169,7 @@ __device__ __forceinline__ void slab_prepare(const float* stage_S, const float* 
       for (int offset = Tr::kChunksPerRow / 2; offset > 0; offset /= 2) {
         part += __shfl_xor_sync(kFullMask, part, offset);
       }
-      if (ch == 0) sds_out[row] = part;
+      if (ch == 0) sds_out[k_row0 + row] = part;
     } else {
 #pragma unroll
       for (int e = 0; e < kE; ++e) col_sum[e] = fmaf(s[e], ds[e], col_sum[e]);
@@ -183,7 +186,9 @@ __device__ __forceinline__ void slab_prepare(const float* stage_S, const float* 
     }
     if (lane < Tr::kChunksPerRow) {
 #pragma unroll
-      for (int e = 0; e < kE; ++e) sds_out[warp * Tr::kSlabK + lane * kE + e] = col_sum[e];
+      for (int e = 0; e < kE; ++e) {
+        sds_out[warp * Tr::kSlabK + k_row0 + lane * kE + e] = col_sum[e];
+      }
     }
   }
 }
@@ -231,7 +236,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     sVv = &sh.state.stage[1].tok[0][0];
   } else if constexpr (Tr::kVvInSlabX) {
     sVv = reinterpret_cast<XT*>(&sh.state.slab_x[0][0]);  // rows of kTokLd, before slab 0
-  } else if constexpr (Tr::kSlabPair) {
+  } else if constexpr (Tr::kVvInRing) {
     sVv = reinterpret_cast<XT*>(&sh.state.slab_x[1][0]);  // ring slot 1, before its first pair
   } else {
     sVv = &sh.state.Vv[0][0];
@@ -403,12 +408,33 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     mma::warp_mma<XT, ALayout::kMK, BLayout::kNK, Tr::kVSteps, kJTiles>(
         acc_D, sDv + m0 * kTokLd, kTokLd, sVv + cg * Tr::kWarpJ * kTokLd, kTokLd, lane);
   }
+  // Float32 h in slab pairs (kHalfSlabs): half `half` of pair `pair` (k rows 16 half .. of the
+  // 16-bit copy) converted from the one staging slot once its copy landed; the slot then takes
+  // the next half's copy at once (the next pair's first half after a second half).
+  auto convert_half = [&](int pair, int half) {
+    if constexpr (Tr::kHalfSlabs) {
+      mma::cp_async_wait<0>();
+      float* const pair_sds = sSds + (pair & 1) * Tr::kSdsParts * Tr::kSlabK;
+      slab_prepare<Tr>(stage_S(0), stage_dS(0), slab_S(0), slab_dS(0), pair_sds, Tr::kCopyK * half,
+                       tid);
+      const int next_k = pair * Tr::kSlabK + Tr::kCopyK * (half + 1);
+      if (next_k < p.K) {
+        issue_slab<Tr, Tr::kSlabCols>(p, o, st, next_k, stage_S(0), stage_dS(0), tid);
+      }
+      mma::cp_async_commit();
+    }
+  };
   __syncthreads();  // Vv is dead: with two float32 staging slots its slot takes slab 1
   if constexpr (Tr::kVvInStaging) {
     if (num_slabs > 1)
       issue_slab<Tr, Tr::kSlabCols>(p, o, st, Tr::kSlabK, stage_S(1), stage_dS(1), tid);
     mma::cp_async_commit();
-  } else if constexpr (Tr::kSlabPair) {
+  } else if constexpr (Tr::kHalfSlabs) {
+    // The 16-bit copy held Vv: pair 0 goes into it now, both halves (the second half's copy
+    // waits alone this once).
+    convert_half(0, 0);
+    convert_half(0, 1);
+  } else if constexpr (Tr::kVvInRing) {
     // Ring slot 1 held Vv; the reads above were ordinary loads, so the cp.async writes that
     // follow need no proxy fence.
     if (num_slabs > 1) issue_slab<Tr, kSlabXLd>(p, o, st, Tr::kSlabK, slab_S(1), slab_dS(1), tid);
@@ -456,13 +482,16 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
 
     // Slab kb (and, for kb = 0, dO and Vn) landed for this thread; with two slots in flight
     // (the 16-bit ring, or two staging slots) slab kb + 1's group may still be pending.
+    // (Float32 h in slab pairs: pair kb was converted during the previous iteration.)
     constexpr int kSlabsInFlight = Tr::kStateF32 ? Tr::kStageSlots : 2;
-    mma::cp_async_wait<kSlabsInFlight - 1>();
+    if constexpr (!Tr::kHalfSlabs) mma::cp_async_wait<kSlabsInFlight - 1>();
     // No barrier needed before: each thread reads back only its own copies, and the previous
     // slab's 16-bit copy was last read before the previous iteration's second barrier.
-    if constexpr (Tr::kStateF32) {
+    if constexpr (Tr::kHalfSlabs) {
+      // pair kb is in the 16-bit copy already
+    } else if constexpr (Tr::kStateF32) {
       const int slot = Tr::kStageSlots == 1 ? 0 : ring;
-      slab_prepare<Tr>(stage_S(slot), stage_dS(slot), slab_S(0), slab_dS(0), sds, tid);
+      slab_prepare<Tr>(stage_S(slot), stage_dS(slot), slab_S(0), slab_dS(0), sds, 0, tid);
       // This thread's staging chunks are free again: slab kb + kStageSlots takes them.
       if (kb + Tr::kStageSlots < num_slabs) {
         issue_slab<Tr, Tr::kSlabCols>(p, o, st, k0 + Tr::kStageSlots * Tr::kSlabK, stage_S(slot),
@@ -470,7 +499,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
       }
       mma::cp_async_commit();
     } else {
-      slab_prepare<Tr>(nullptr, nullptr, slab_S(ring), slab_dS(ring), sds, tid);
+      slab_prepare<Tr>(nullptr, nullptr, slab_S(ring), slab_dS(ring), sds, 0, tid);
     }
     if constexpr (Tr::kWgmmaLoop) {
       // The wgmma below read the slab copy and the token tiles through the async proxy; this
@@ -605,6 +634,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
         issue_slab<Tr, kSlabXLd>(p, o, st, k0 + 2 * Tr::kSlabK, slab_S(ring), slab_dS(ring), tid);
       }
       mma::cp_async_commit();
+    } else if constexpr (Tr::kHalfSlabs) {
+      // Every warp is past its products of pair kb: the 16-bit copy takes pair kb + 1's first
+      // half (its Σ S⊙dS into the other sds slot: epilogue 2 below still reads this pair's).
+      if (kb + 1 < num_slabs) convert_half(kb + 1, 0);
     }
 
     // Step 5: dkgb = Āᵀ·dW (rows m0.., the warp's columns), reduced over j.
@@ -648,6 +681,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
         *reinterpret_cast<float2*>(p.dk + out) = make_float2(dk[0], dk[1]);
         *reinterpret_cast<float2*>(p.dg + out) = make_float2(dg[0], dg[1]);
       }
+    }
+    if constexpr (Tr::kHalfSlabs) {
+      // Pair kb + 1's second half (its copy was in flight during step 5 and epilogue 2); the
+      // next iteration's first barrier publishes the whole pair.
+      if (kb + 1 < num_slabs) convert_half(kb + 1, 1);
     }
   }
 

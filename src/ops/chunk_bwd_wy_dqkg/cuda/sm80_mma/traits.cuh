@@ -45,19 +45,22 @@ struct WyDqkgMmaTraits {
   // for ten warps per SM (its float32 staging is one slot for that, kStageSlots).
   static constexpr int kMinCtasPerSm = kBT == 64 ? 2 : kBT == 32 ? 3 : 5;
 
-  // Slab pairs: with h in X stored [K][V] at BT = 64 (the wgmma loop below, no float32 staging),
-  // a pipeline stage is 32 rows of h, so every warp owns two n8 tiles per stage: half the
-  // stages, barriers and A-operand reads of the 16-row form, twice the independent epilogue work
-  // between two barriers. Float32 h keeps 16-row slabs (its staging ring would not fit 2 CTAs).
-  static constexpr bool kSlabPair = kBT == 64 && !kStateF32 && !kStateVFirst;
-  static constexpr int kSlabK = kSlabPair ? 32 : 16;  // K rows of h per pipeline stage
-  static constexpr int kWarpK = kSlabK / kColGroups;  // a warp's columns of dQ/dK0/dW per slab
-  static constexpr int kWarpTiles = kWarpK / 8;       // ... as n8 tiles: 1, or 2 (slab pairs)
-  static constexpr int kWarpV = kV / kColGroups;      // dvb columns per warp
-  static constexpr int kWarpJ = kBT / kColGroups;     // D, Y, Z columns per warp
-  static constexpr int kVSteps = kV / 16;             // k16 steps of the V reductions
-  static constexpr int kJSteps = kBT / 16;            // k16 steps of the BT reductions
-  static constexpr int kJTiles = kWarpJ / 8;          // n8 tiles of a warp's D, Y, Z
+  // Slab pairs: with h stored [K][V] at BT = 64 (the wgmma loop below), a pipeline stage is 32
+  // rows of h, so every warp owns two n8 tiles per stage: half the stages, barriers and A-operand
+  // reads of the 16-row form, twice the independent epilogue work between two barriers. Float32
+  // h reaches its 32-row 16-bit copy in two 16-row halves through one staging slot
+  // (kHalfSlabs), so that 2 CTAs still fit an SM.
+  static constexpr bool kSlabPair = kBT == 64 && !kStateVFirst;
+  static constexpr bool kHalfSlabs = kSlabPair && kStateF32;
+  static constexpr int kSlabK = kSlabPair ? 32 : 16;       // K rows of h per pipeline stage
+  static constexpr int kCopyK = kHalfSlabs ? 16 : kSlabK;  // K rows of h per copy
+  static constexpr int kWarpK = kSlabK / kColGroups;       // a warp's columns of dQ/dK0/dW per slab
+  static constexpr int kWarpTiles = kWarpK / 8;            // ... as n8 tiles: 1, or 2 (slab pairs)
+  static constexpr int kWarpV = kV / kColGroups;           // dvb columns per warp
+  static constexpr int kWarpJ = kBT / kColGroups;          // D, Y, Z columns per warp
+  static constexpr int kVSteps = kV / 16;                  // k16 steps of the V reductions
+  static constexpr int kJSteps = kBT / 16;                 // k16 steps of the BT reductions
+  static constexpr int kJTiles = kWarpJ / 8;               // n8 tiles of a warp's D, Y, Z
   static_assert(kWarpK == 8 || (kSlabPair && kWarpK == 16), "n8 tiles per warp and slab");
 
   // --- 16-bit tiles: row pitch = columns + 8 elements (16 bytes), so that the 8 row addresses
@@ -67,10 +70,10 @@ struct WyDqkgMmaTraits {
   static constexpr int kTokLd = kV + kPad;     // dO, Vn, dV, Vv  [BT][kTokLd]
   static constexpr int kALd = kBT + kPad;      // Ā, X, Y         [BT][kALd]
   static constexpr int kKbLd = kSlabK + kPad;  // dW, KG of a slab [BT][kKbLd]
-  // A slab of h or dh as stored (and as staged for float32 h): [16 k][V] or, state_v_first,
-  // [V][16 k].
-  static constexpr int kSlabRows = kStateVFirst ? kV : kSlabK;
-  static constexpr int kSlabCols = kStateVFirst ? kSlabK : kV;
+  // One copy of h or dh as stored (and as staged for float32 h): [kCopyK k][V] or,
+  // state_v_first, [V][16 k].
+  static constexpr int kSlabRows = kStateVFirst ? kV : kCopyK;
+  static constexpr int kSlabCols = kStateVFirst ? kCopyK : kV;
   // Its 16-bit copy, the mma's B operand: k-first [16 k][kSlabXLd] whenever the conversion from
   // float32 can transpose on the way (the smaller tile: 16 x (V + 8) against V x 24 elements,
   // which keeps state_v_first at 2 CTAs per SM); as stored for X h, where cp.async writes it.
@@ -135,14 +138,15 @@ struct WyDqkgMmaTraits {
   // Float32 h's staging ring: two slots (two slabs in flight per CTA), or at BT = 16 one (a
   // slab's copy is issued as soon as the previous one is converted, one in flight per CTA), so
   // that five CTAs fit an SM.
-  static constexpr int kStageSlots = kBT == 16 ? 1 : 2;
+  static constexpr int kStageSlots = kBT == 16 || kHalfSlabs ? 1 : 2;
   // With float32 h, Vv lives in staging slot 1 during phase 0 (before slab 1 is copied), or
   // with one staging slot in the 16-bit slab copy (before slab 0 is converted into it).
   static constexpr bool kVvInStaging = kStateF32 && kStageSlots == 2;
   static constexpr bool kVvInSlabX = kStateF32 && kStageSlots == 1;
   // Vv's region takes slab 1 after phase 0 (float32 staging, or ring slot 1 with slab pairs,
   // where Vv is swizzled like dV).
-  static constexpr bool kVvLate = kStateF32 || kSlabPair;
+  static constexpr bool kVvInRing = kSlabPair && !kStateF32;  // X h: ring slot 1
+  static constexpr bool kVvLate = kStateF32 || kVvInRing;
   static constexpr bool kVvSwizzled = kSlabPair;
 
   // The shared-memory layout as one struct, every region 128-byte aligned. Regions reused over a
@@ -154,10 +158,14 @@ struct WyDqkgMmaTraits {
     XT m[kSlabXRows][kSlabXLd];  // the mma's B operand: [16 k][V + 8] or [V][16 k + 8]
   };
   static constexpr int kSlabXBytes = static_cast<int>(sizeof(SlabX));
-  union alignas(128) StageSlot {
+  union alignas(128) StageSlotVv {
     float raw[2][kSlabRows][kSlabCols];  // S then dS as stored, unpadded (float32 h)
     XT tok[kBT][kTokLd];                 // Vv, in slot 1 during phase 0
   };
+  struct alignas(128) StageSlotRaw {
+    float raw[2][kSlabRows][kSlabCols];
+  };
+  using StageSlot = std::conditional_t<kVvInStaging, StageSlotVv, StageSlotRaw>;
   // What differs with the h dtype: float32 h stages raw slabs and converts them into one 16-bit
   // slab pair; X h copies straight into a two-slot ring of 16-bit slab pairs.
   struct StateF32Regions {
@@ -203,7 +211,8 @@ struct WyDqkgMmaTraits {
     SlabXSw slab_x[1][2];  // [slot][S, dS]
     StageSlot stage[kStageSlots];
   };
-  static_assert(!kWgmmaLoop || kStageSlots == 2, "the wgmma loop (BT = 64) keeps two slots");
+  static_assert(!kWgmmaLoop || kStageSlots == 2 || kHalfSlabs,
+                "the wgmma loop keeps two staging slots, or one for the halves of slab pairs");
   struct StateXRegionsW {
     SlabXSw slab_x[2][2];  // [slot][S, dS]
     alignas(128) XT Vv[kBT][kTokLd];
