@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   } else if constexpr (Tr::kVvInSlabX) {
     sVv = reinterpret_cast<XT*>(&sh.state.slab_x[0][0]);  // rows of kTokLd, before slab 0
   } else if constexpr (Tr::kVvInRing) {
-    sVv = reinterpret_cast<XT*>(&sh.state.slab_x[1][0]);  // ring slot 1, before its first pair
+    sVv = reinterpret_cast<XT*>(&sh.state.slab_x[1][0]);  // ring slot 1, before its first stage
   } else {
     sVv = &sh.state.Vv[0][0];
   }

@@ -40,10 +40,6 @@ struct WyDqkgMmaTraits {
   static constexpr int kColGroups = 2;
   static constexpr int kWarps = kRowBlocks * kColGroups;
   static constexpr int kThreads = 32 * kWarps;
-  // CTAs per SM the launch bounds ask for (registers: 128, 170, 204 per thread); the shared
-  // memory below is checked to allow it. BT = 16 has two warps per CTA, so it needs five CTAs
-  // for ten warps per SM (its float32 staging is one slot for that, kStageSlots).
-  static constexpr int kMinCtasPerSm = kBT == 64 ? 2 : kBT == 32 ? 3 : 5;
 
   // Slab pairs: with h stored [K][V] at BT = 64 (the wgmma loop below), a pipeline stage is 32
   // rows of h, so every warp owns two n8 tiles per stage: half the stages, barriers and A-operand
@@ -143,9 +139,10 @@ struct WyDqkgMmaTraits {
   // with one staging slot in the 16-bit slab copy (before slab 0 is converted into it).
   static constexpr bool kVvInStaging = kStateF32 && kStageSlots == 2;
   static constexpr bool kVvInSlabX = kStateF32 && kStageSlots == 1;
-  // Vv's region takes slab 1 after phase 0 (float32 staging, or ring slot 1 with slab pairs,
-  // where Vv is swizzled like dV).
-  static constexpr bool kVvInRing = kSlabPair && !kStateF32;  // X h: ring slot 1
+  // X h: Vv lives in ring slot 1 during phase 0 (slot 1 takes its first slab after phase 0)
+  // where it fits: slab pairs (swizzled like dV) and BT <= 32, so that more CTAs fit an SM.
+  static constexpr bool kVvInRing = !kStateF32 && (kSlabPair || kBT <= 32);
+  // Vv's region takes slab 1 after phase 0 (float32 staging, or ring slot 1).
   static constexpr bool kVvLate = kStateF32 || kVvInRing;
   static constexpr bool kVvSwizzled = kSlabPair;
 
@@ -178,6 +175,11 @@ struct WyDqkgMmaTraits {
     alignas(128) XT Vv[kBT][kTokLd];
     SlabX slab_x[2][2];  // [slot][S, dS]
   };
+  struct StateXRingVvRegions {  // Vv in ring slot 1 during phase 0
+    SlabX slab_x[2][2];         // [slot][S, dS]
+  };
+  static_assert(!kVvInRing || kSlabPair || 2 * sizeof(SlabX) >= sizeof(XT) * kBT * kTokLd,
+                "Vv fits ring slot 1");
   struct Shared {
     alignas(128) XT A[kBT][kALd];  // Ā[j][i] = A[t0+j, hv, i]
     union alignas(128) {
@@ -189,7 +191,9 @@ struct WyDqkgMmaTraits {
       XT Y[kBT][kALd];     // Y = X · Āᵀ, after the K loop
     };
     alignas(128) XT dV[kBT][kTokLd];  // dv tile
-    std::conditional_t<kStateF32, StateF32Regions, StateXRegions> state;
+    std::conditional_t<kStateF32, StateF32Regions,
+                       std::conditional_t<kVvInRing, StateXRingVvRegions, StateXRegions>>
+        state;
     alignas(128) XT dW[kBT][kKbLd];                // dW of the slab
     alignas(128) XT KG[kBT][kKbLd];                // KG of the slab
     alignas(128) float beta[kBT];                  // β, 0 beyond L
@@ -256,8 +260,15 @@ struct WyDqkgMmaTraits {
   // 228 KB of shared memory per SM, 1 KB of it reserved per CTA, and the kernel's static
   // __shared__ variables (under 512 bytes, asserted in the kernel).
   static constexpr int kStaticSmemBound = 512;
-  static_assert((kSmemBytes + 1024 + kStaticSmemBound) * kMinCtasPerSm <= 228 * 1024,
-                "shared memory must allow kMinCtasPerSm CTAs per SM");
+  static constexpr int kCtasBySmem = 228 * 1024 / (kSmemBytes + 1024 + kStaticSmemBound);
+  // CTAs per SM the launch bounds ask for: as many as the shared memory allows, up to 2, 4, 6
+  // for BT = 64, 32, 16 (registers: 128, 128, 170 per thread). The small chunks have few warps
+  // per CTA (4 and 2), so their CTA count is their latency hiding: BT = 16's float32 staging is
+  // one slot and X h's Vv lives in ring slot 1 (kVvInRing) for that.
+  static constexpr int kMaxCtasPerSm = kBT == 64 ? 2 : kBT == 32 ? 4 : 6;
+  static constexpr int kMinCtasPerSm = kCtasBySmem < kMaxCtasPerSm ? kCtasBySmem : kMaxCtasPerSm;
+  static_assert(kMinCtasPerSm >= (kBT == 64 ? 2 : 3),
+                "shared memory must allow 2 (BT = 64) or 3 CTAs per SM");
   static_assert(kTokLd % 8 == 0 && kALd % 8 == 0 && kKbLd % 8 == 0 && kSlabXLd % 8 == 0,
                 "16-bit rows must start 16-byte aligned for cp.async and ldmatrix");
   static_assert((kBT * kV / 8) % kThreads == 0, "token tiles split evenly over the threads");
