@@ -296,7 +296,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   // reach valid rows through X·Āᵀ (0 · NaN).
   copy_tile_async<kBT, kBT, Tr::kThreads>(sA, kALd, static_cast<const XT*>(p.A.data) + o.A,
                                           p.A.stride_token, L, L, tid);
-  constexpr bool kSw = Tr::kWgmmaLoop;
+  constexpr bool kSw = Tr::kSwTok;
   copy_tile_async<kBT, kV, Tr::kThreads, kSw>(sDv, kTokLd, static_cast<const XT*>(p.dv.data) + o.dv,
                                               p.dv.stride_token, L, kV, tid);
   copy_tile_async<kBT, kV, Tr::kThreads, Tr::kVvSwizzled>(
@@ -328,13 +328,25 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   mma::cp_async_wait<Tr::kVvLate ? 1 : 2>();  // group 1 landed (this thread's copies)
   __syncthreads();                            // ... and everyone's
 
+  // The A fragment (rows m0 .. m0 + 15, columns 16 s ..) of a token tile (dO, Vn, dV): rows of
+  // kTokLd, or swizzled atoms (Tr::kSwTok).
+  auto load_tok_a = [&](uint32_t(&a)[4], const XT* tile, int s) {
+    if constexpr (Tr::kSwTok) {
+      const int q = lane / 8;
+      mma::ldmatrix_x4(a, tile + Tr::template sw128_index<kBT>(m0 + lane % 8 + (q % 2) * 8,
+                                                               16 * s + (q / 2) * 8));
+    } else {
+      mma::load_a<ALayout::kMK>(a, tile + m0 * kTokLd + 16 * s, kTokLd, lane);
+    }
+  };
+
   // --- phase 0: steps 4, 6 (first term), 11 (first term) -------------------------------
   float db_part[2] = {0.0f, 0.0f};  // rows m0 + grp and m0 + grp + 8: this lane's share of db
   // dvb = Āᵀ·dV; dv_out = β ⊙ dvb; db += rowsum(dvb ⊙ Vv): the warp's V/2 columns, 16 at a time.
 #pragma unroll 1
   for (int v0 = cg * Tr::kWarpV; v0 < (cg + 1) * Tr::kWarpV; v0 += 16) {
     float acc[2][4] = {};  // (16 rows, 16 columns v0 ..)
-    if constexpr (Tr::kWgmmaLoop) {
+    if constexpr (Tr::kSwTok) {
       // The same product with dV read from its swizzled atoms (B element (j, v) at dV[j][v]).
 #pragma unroll
       for (int s = 0; s < kJSteps; ++s) {
@@ -374,18 +386,17 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   }
   // D = dV·Vvᵀ: the warp's rows x columns j = cg * BT/2 .. (BT/2 of them), reduced over V.
   float acc_D[kJTiles][4] = {};
-  if constexpr (Tr::kWgmmaLoop) {
+  if constexpr (Tr::kSwTok) {
     // The same product with dV read from its swizzled atoms (A element (i, v) at dV[i][v]).
 #pragma unroll
     for (int s = 0; s < Tr::kVSteps; ++s) {
       uint32_t a[4];
-      const int q = lane / 8;
-      mma::ldmatrix_x4(a, sDv + Tr::template sw128_index<kBT>(m0 + lane % 8 + (q % 2) * 8,
-                                                              16 * s + (q / 2) * 8));
+      load_tok_a(a, sDv, s);
       uint32_t b[kJTiles][2];
       if constexpr (Tr::kVvSwizzled) {
         // B element (v, j) at Vv[j][v], swizzled: load_b's kNK addresses through sw128_index.
         static_assert(kJTiles % 2 == 0, "pairs of n8 tiles per x4 load");
+        const int q = lane / 8;
 #pragma unroll
         for (int nt = 0; nt < kJTiles; nt += 2) {
           uint32_t x[4];
@@ -562,11 +573,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
         mma::load_b<kSlabLayout, 1>(b_s, s_origin + s * kBStep, kSlabXLd, lane);
         mma::load_b<kSlabLayout, 1>(b_ds, ds_origin + s * kBStep, kSlabXLd, lane);
         uint32_t a[4];
-        mma::load_a<ALayout::kMK>(a, sDo + m0 * kTokLd + 16 * s, kTokLd, lane);
+        load_tok_a(a, sDo, s);
         mma::mma_16816<XT>(acc_dq, a, b_s[0]);
-        mma::load_a<ALayout::kMK>(a, sDv + m0 * kTokLd + 16 * s, kTokLd, lane);
+        load_tok_a(a, sDv, s);
         mma::mma_16816<XT>(acc_dw, a, b_s[0]);
-        mma::load_a<ALayout::kMK>(a, sVn + m0 * kTokLd + 16 * s, kTokLd, lane);
+        load_tok_a(a, sVn, s);
         mma::mma_16816<XT>(acc_dk0, a, b_ds[0]);
       }
     }

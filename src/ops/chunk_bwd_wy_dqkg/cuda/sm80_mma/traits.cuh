@@ -86,6 +86,11 @@ struct WyDqkgMmaTraits {
   // wgmma's K-major tiles with the 128-byte swizzle: atoms of [rows][64] 16-bit elements, atom a
   // holding columns 64 a .. 64 a + 63, 16-byte chunk c of row r at chunk c ^ (r % 8).
   static constexpr bool kWgmmaLoop = kBT == 64 && kSlabXKFirst;
+  // Token tiles (dO, Vn, dV) in swizzled atoms without the padding, read by ldmatrix through
+  // the swizzle: the wgmma loop's form, and at BT = 32 with float32 h 1.5 KB less shared memory,
+  // so that four CTAs of four warps fit an SM (128-byte alignment suffices for ldmatrix).
+  static constexpr bool kSwTokMma = kBT == 32 && kStateF32;
+  static constexpr bool kSwTok = kWgmmaLoop || kSwTokMma;
   static constexpr int kAtomCols = 64;  // 16-bit elements in a 128-byte row
   static constexpr int kVAtoms = kV / kAtomCols;
   static constexpr int kTokAtomBytes = kBT * 128;      // one atom of a token tile
@@ -134,7 +139,7 @@ struct WyDqkgMmaTraits {
   // Float32 h's staging ring: two slots (two slabs in flight per CTA), or at BT = 16 one (a
   // slab's copy is issued as soon as the previous one is converted, one in flight per CTA), so
   // that five CTAs fit an SM.
-  static constexpr int kStageSlots = kBT == 16 || kHalfSlabs ? 1 : 2;
+  static constexpr int kStageSlots = kBT <= 32 || kHalfSlabs ? 1 : 2;
   // With float32 h, Vv lives in staging slot 1 during phase 0 (before slab 1 is copied), or
   // with one staging slot in the 16-bit slab copy (before slab 0 is converted into it).
   static constexpr bool kVvInStaging = kStateF32 && kStageSlots == 2;
@@ -180,17 +185,21 @@ struct WyDqkgMmaTraits {
   };
   static_assert(!kVvInRing || kSlabPair || 2 * sizeof(SlabX) >= sizeof(XT) * kBT * kTokLd,
                 "Vv fits ring slot 1");
+  struct alignas(128) TokSwMma {
+    XT m[kVAtoms][kBT][kAtomCols];
+  };
+  using TokTile = std::conditional_t<kSwTokMma, TokSwMma, XT[kBT][kTokLd]>;
   struct Shared {
     alignas(128) XT A[kBT][kALd];  // Ā[j][i] = A[t0+j, hv, i]
     union alignas(128) {
-      XT dO[kBT][kTokLd];  // do tile
-      XT X[kBT][kALd];     // X = strict-lower(D) ⊙ β, after the K loop
+      TokTile dO;       // do tile
+      XT X[kBT][kALd];  // X = strict-lower(D) ⊙ β, after the K loop
     };
     union alignas(128) {
-      XT Vn[kBT][kTokLd];  // v_new tile
-      XT Y[kBT][kALd];     // Y = X · Āᵀ, after the K loop
+      TokTile Vn;       // v_new tile
+      XT Y[kBT][kALd];  // Y = X · Āᵀ, after the K loop
     };
-    alignas(128) XT dV[kBT][kTokLd];  // dv tile
+    alignas(128) TokTile dV;  // dv tile
     std::conditional_t<kStateF32, StateF32Regions,
                        std::conditional_t<kVvInRing, StateXRingVvRegions, StateXRegions>>
         state;
