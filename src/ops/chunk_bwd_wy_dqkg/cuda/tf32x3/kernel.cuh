@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     wy_dqkg_tf32x3_kernel(const WyDqkgParams p) {
   using mma::ALayout;
   using mma::BLayout;
-  using Split = mma::Tf32Split<3>;
+  using Split = mma::Tf32x3Split;  // every operand's split, as in warp_mma_tf32
   constexpr int kBT = Tr::kBT;
   constexpr int kV = Tr::kV;
   constexpr int kTokLd = Tr::kTokLd;
