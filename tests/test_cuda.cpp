@@ -40,6 +40,7 @@ struct Case {
   WyDqkgConfig config;
   std::vector<std::string> padded = {};  // inputs stored with a padded head stride
   bool int32_indices = false;            // cu_seqlens / chunk_indices as int32
+  bool strong_decay = false;  // g redrawn as steep chunk-local cumsums (with_strong_decay)
 };
 
 // Printed by its name (gtest would print a hex dump of the struct in every test listing and skip
@@ -48,14 +49,14 @@ void PrintTo(const Case& c, std::ostream* out) {
   *out << c.name;
 }
 
-// The kernels every case runs on. sm80_mma takes 16-bit X with K, V in {64, 128} and inputs in
-// rows of 16-byte chunks (the padded layout breaks that); stated here from the contract, not
-// asked of the library, so that a wrong refusal fails the test instead of skipping the kernel.
+// The kernels every case runs on. sm80_mma takes every X (16-bit products for float16 and
+// bfloat16, 3xTF32 for float32) with K, V in {64, 128} and inputs in rows of 16-byte chunks (the
+// padded layout breaks that); stated here from the contract, not asked of the library, so that a
+// wrong refusal fails the test instead of skipping the kernel.
 constexpr Kernel kKernels[] = {Kernel::simt, Kernel::sm80_mma, Kernel::auto_};
 bool sm80_mma_takes(const WyDqkgConfig& c, const std::vector<std::string>& padded) {
-  const bool x16 = c.x_dtype == DType::f16 || c.x_dtype == DType::bf16;
   const bool dims = (c.K == 64 || c.K == 128) && (c.V == 64 || c.V == 128);
-  return x16 && dims && padded.empty();
+  return dims && padded.empty();
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& param_info) {
@@ -113,6 +114,28 @@ void check_against_reference(HostProblem hp, const std::vector<std::string>& pad
     }
     std::string which;
     EXPECT_TRUE(dev.inputs_unchanged(&which)) << "input '" << which << "' was modified";
+  }
+}
+
+// Replaces g (fixed length only) by chunk-local cumulative sums of the drawn per-token steps
+// (|g| in [0.05, 2.5]), tripled on every fourth channel: gates monotone within a chunk, as real
+// ones are, down to about -480 at BT = 64, so that exp2(G) underflows to denormals and zero
+// while exp2(gn - G) spans the whole float32 range below 1.
+void with_strong_decay(HostProblem& hp, int64_t BT) {
+  HostTensor& g = hp.get("g");
+  const int64_t B = g.shape[0], T = g.shape[1], HV = g.shape[2], K = g.shape[3];
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t hv = 0; hv < HV; ++hv) {
+      for (int64_t c = 0; c < K; ++c) {
+        double cum = 0.0;
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t i = ((b * T + t) * HV + hv) * K + c;
+          if (t % BT == 0) cum = 0.0;
+          cum -= std::fabs(g.at(i)) * (c % 4 == 0 ? 3.0 : 1.0);
+          g.set(i, cum);
+        }
+      }
+    }
   }
 }
 
@@ -258,6 +281,55 @@ std::vector<Case> matrix() {
       }
     }
   }
+  // float32 X on sm80_mma's 3xTF32 kernel (tf32x3/): every BT x (K, V) x state layout with a
+  // tail chunk; varlen with short sequences (1..17 rows, so chunks of every length at BT = 16 and
+  // partial ones at 32, 64) with chunk_indices given and derived; GVA fixed and varlen; gates
+  // with strong decays.
+  for (int64_t bt : {16, 32, 64}) {
+    for (auto [K, V] : {std::pair<int64_t, int64_t>{64, 64}, {128, 128}, {64, 128}, {128, 64}}) {
+      for (bool svf : {false, true}) {
+        WyDqkgConfig c = base(DType::f32, DType::f32, bt);
+        c.K = K;
+        c.V = V;
+        c.state_v_first = svf;
+        cases.push_back({"tf32x3_bt" + std::to_string(bt) + "_k" + std::to_string(K) + "_v" +
+                             std::to_string(V) + (svf ? "_svf" : ""),
+                         c});
+      }
+    }
+    for (bool given : {false, true}) {
+      WyDqkgConfig c = base(DType::f32, DType::f32, bt);
+      c.K = 128;
+      c.V = 128;
+      c.B = 1;
+      c.seqlens = {1, 2, 3, 5, 7, 8, 9, 13, 15, 16, 17, 1, 4 * bt + 7, 12};
+      c.pass_chunk_indices = given;
+      cases.push_back(
+          {"tf32x3_varlen_short_bt" + std::to_string(bt) + (given ? "_indices" : "_derived"), c});
+    }
+    WyDqkgConfig d = base(DType::f32, DType::f32, bt);
+    d.K = 128;
+    d.V = 128;
+    cases.push_back({"tf32x3_strong_decay_bt" + std::to_string(bt), d, {}, false, true});
+    d.state_v_first = true;
+    d.V = 64;
+    cases.push_back({"tf32x3_strong_decay_svf_bt" + std::to_string(bt), d, {}, false, true});
+  }
+  for (int64_t ratio : {2, 4}) {
+    for (bool svf : {false, true}) {
+      WyDqkgConfig g = base(DType::f32, DType::f32, 64);
+      g.K = 128;
+      g.V = 128;
+      g.H = 1;
+      g.HV = ratio;
+      g.state_v_first = svf;
+      const std::string tag = "_x" + std::to_string(ratio) + (svf ? "_svf" : "");
+      cases.push_back({"tf32x3_gva" + tag, g});
+      g.B = 1;
+      g.seqlens = {70, 1, 17, 130};
+      cases.push_back({"tf32x3_gva_varlen" + tag, g});
+    }
+  }
   // Non-contiguous inputs (padded head strides) and an explicit scale.
   for (DType x : xs) {
     WyDqkgConfig c = base(x, DType::f32, 32);
@@ -278,6 +350,7 @@ TEST_P(CudaMatrix, MatchesFloat64Reference) {
   SCOPED_TRACE("seed " + std::to_string(c.config.seed));
   HostProblem hp = kda::io::make_random_problem(c.config);
   if (c.int32_indices) use_int32_indices(hp);
+  if (c.strong_decay) with_strong_decay(hp, c.config.BT);
   check_against_reference(std::move(hp), c.padded, sm80_mma_takes(c.config, c.padded));
 }
 
@@ -359,6 +432,44 @@ TEST(Cuda, BitwiseDeterministicOver20Runs) {
         }
       } else {
         runs.push_back(std::move(out));
+      }
+    }
+  }
+}
+
+// float32 X on sm80_mma (the 3xTF32 kernel): two runs of every BT and state layout, varlen with
+// short sequences and GVA, must agree bit for bit (fixed summation orders, no atomics).
+TEST(Cuda, Tf32x3BitwiseDeterministic) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t bt : {16, 32, 64}) {
+    for (bool svf : {false, true}) {
+      SCOPED_TRACE("BT " + std::to_string(bt) + (svf ? " state_v_first" : ""));
+      WyDqkgConfig c;
+      c.B = 1;
+      c.H = 2;
+      c.HV = 4;
+      c.K = 128;
+      c.V = 128;
+      c.BT = bt;
+      c.x_dtype = DType::f32;
+      c.h_dtype = DType::f32;
+      c.beta_dtype = DType::f32;
+      c.state_v_first = svf;
+      c.seqlens = {1, 17, 5 * bt + 3, 200};
+      c.T = 0;
+      for (int64_t n : c.seqlens) c.T += n;
+      c.seed = fresh_seed();
+      HostProblem hp = kda::io::make_random_problem(c);
+      DeviceProblem dev(hp);
+      std::vector<HostProblem> runs;
+      for (int i = 0; i < 2; ++i) {
+        dev.poison_outputs();
+        ASSERT_TRUE(dev.run(kda::Backend::cuda, nullptr, Kernel::sm80_mma).ok());
+        kda::testing::check_cuda(cudaDeviceSynchronize(), "sync");
+        runs.push_back(dev.download_outputs());
+      }
+      for (const std::string& name : kda::testing::wy_outputs()) {
+        ASSERT_EQ(runs[1].get(name).bytes, runs[0].get(name).bytes) << name << " differs";
       }
     }
   }

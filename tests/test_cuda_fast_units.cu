@@ -2,7 +2,8 @@
 // device run says which piece is wrong:
 //   1. warp_mma in every operand layout the kernel uses (A row-major or transposed, B [n][k] or
 //      [k][n], 1, 2 or 4 n8 tiles, offset origins) against float64 host products, with the C
-//      fragment -> row-major store mapping checked on a poisoned output;
+//      fragment -> row-major store mapping checked on a poisoned output; the same for the float32
+//      kernel's 3xTF32 warp_mma_tf32, with a bound only float32-level accuracy meets;
 //   2. copy_tile_async: zero fill of rows >= valid and of a partial 16-byte chunk;
 //   3. the h/dh slab pipeline (issue_slab + slab_prepare): the 16-bit copy (transposed for
 //      state_v_first with float32 h) and Σ_v S⊙dS, for every h dtype and layout;
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "cuda/common/mma_fragments.cuh"
+#include "cuda/common/tf32_mma.cuh"
 #include "cuda_unit_test.hpp"
 #include "io/host_problem.hpp"
 #include "kda/kda.hpp"
@@ -208,6 +210,126 @@ TEST(CudaFastUnits, WarpMmaAllLayoutsBf16) {
 TEST(CudaFastUnits, WarpMmaAllLayoutsFp16) {
   SKIP_WITHOUT_GPU();
   check_all_layouts<__half>();
+}
+
+// ---- 1b. warp_mma_tf32 (3xTF32, float32 operands) in every layout --------------------------
+
+// One warp: copies the two float32 tiles into shared memory, runs the 3xTF32 warp_mma_tf32 from
+// the offset origins and stores the 16 x 8 kNTiles result row-major from the C fragments.
+template <ALayout kA, BLayout kB, int kKSteps, int kNTiles>
+__global__ void warp_mma_tf32_kernel(const float* a_tile, int a_ld, int a_elems,
+                                     const float* b_tile, int b_ld, int b_elems, float* c) {
+  __shared__ __align__(16) float sa[48 * 48];
+  __shared__ __align__(16) float sb[48 * 48];
+  const int lane = static_cast<int>(threadIdx.x);
+  for (int e = lane; e < a_elems; e += 32) sa[e] = a_tile[e];
+  for (int e = lane; e < b_elems; e += 32) sb[e] = b_tile[e];
+  __syncwarp();
+  float acc[kNTiles][4] = {};
+  kda::cuda::mma::warp_mma_tf32<kA, kB, kKSteps, kNTiles>(
+      acc, sa + kOperandOffset * a_ld + kOperandOffset, a_ld,
+      sb + kOperandOffset * b_ld + kOperandOffset, b_ld, lane);
+  constexpr int kN = 8 * kNTiles;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  for (int nt = 0; nt < kNTiles; ++nt) {
+    const int col = 8 * nt + 2 * t;
+    *reinterpret_cast<float2*>(c + g * kN + col) = make_float2(acc[nt][0], acc[nt][1]);
+    *reinterpret_cast<float2*>(c + (g + 8) * kN + col) = make_float2(acc[nt][2], acc[nt][3]);
+  }
+}
+
+// Full float32 operands (not TF32-representable): the 3xTF32 product must be within 2e-6 of the
+// float64 one relative to Σ|a||b| (its error is about 2^-21 of that; plain TF32's, 2^-11, and a
+// layout error, O(1), are far above).
+template <ALayout kA, BLayout kB, int kNTiles>
+void check_warp_mma_tf32(uint64_t seed) {
+  constexpr int kKSteps = 4;
+  constexpr int M = 16;
+  constexpr int K = 8 * kKSteps;
+  constexpr int N = 8 * kNTiles;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> a(M * K);
+  std::vector<float> b(K * N);
+  for (float& x : a) x = normal(rng);
+  for (float& x : b) x = normal(rng);
+
+  // Tiles as the kernel stores them: pitch = stored columns + offset + 4, the operand at (8, 8).
+  const int a_rows = (kA == ALayout::kMK ? M : K) + kOperandOffset;
+  const int a_ld = (kA == ALayout::kMK ? K : M) + kOperandOffset + 4;
+  const int b_rows = (kB == BLayout::kNK ? N : K) + kOperandOffset;
+  const int b_ld = (kB == BLayout::kNK ? K : N) + kOperandOffset + 4;
+  ASSERT_LE(a_rows * a_ld, 48 * 48);
+  ASSERT_LE(b_rows * b_ld, 48 * 48);
+  std::vector<float> a_tile(a_rows * a_ld, 1000.0f);  // never read: would show up
+  std::vector<float> b_tile(b_rows * b_ld, 1000.0f);
+  for (int m = 0; m < M; ++m) {
+    for (int k = 0; k < K; ++k) {
+      const int r = kA == ALayout::kMK ? m : k;
+      const int col = kA == ALayout::kMK ? k : m;
+      a_tile[(r + kOperandOffset) * a_ld + col + kOperandOffset] = a[m * K + k];
+    }
+  }
+  for (int k = 0; k < K; ++k) {
+    for (int n = 0; n < N; ++n) {
+      const int r = kB == BLayout::kNK ? n : k;
+      const int col = kB == BLayout::kNK ? k : n;
+      b_tile[(r + kOperandOffset) * b_ld + col + kOperandOffset] = b[k * N + n];
+    }
+  }
+  DeviceBuffer d_a(a_tile.size() * sizeof(float));
+  DeviceBuffer d_b(b_tile.size() * sizeof(float));
+  DeviceBuffer d_c(M * N * sizeof(float));
+  ASSERT_CUDA(cudaMemcpy(d_a.get(), a_tile.data(), d_a.bytes(), cudaMemcpyHostToDevice));
+  ASSERT_CUDA(cudaMemcpy(d_b.get(), b_tile.data(), d_b.bytes(), cudaMemcpyHostToDevice));
+  ASSERT_CUDA(cudaMemset(d_c.get(), 0xff, d_c.bytes()));  // NaN poison
+  warp_mma_tf32_kernel<kA, kB, kKSteps, kNTiles>
+      <<<1, 32>>>(d_a.get<float>(), a_ld, static_cast<int>(a_tile.size()), d_b.get<float>(), b_ld,
+                  static_cast<int>(b_tile.size()), d_c.get<float>());
+  ASSERT_CUDA(cudaGetLastError());
+  std::vector<float> c(M * N);
+  ASSERT_CUDA(cudaMemcpy(c.data(), d_c.get(), d_c.bytes(), cudaMemcpyDeviceToHost));
+  int bad = 0;
+  double worst = 0.0;  // largest |error| / Σ|a||b|
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; ++n) {
+      double ref = 0.0;
+      double magnitude = 0.0;
+      for (int k = 0; k < K; ++k) {
+        const double p = static_cast<double>(a[m * K + k]) * b[k * N + n];
+        ref += p;
+        magnitude += std::fabs(p);
+      }
+      const float got = c[m * N + n];
+      const double rel = std::fabs(got - ref) / magnitude;
+      worst = std::max(worst, rel);
+      if (!(rel <= 2e-6)) {
+        if (++bad <= 5) {
+          ADD_FAILURE() << "tf32x3 A " << (kA == ALayout::kMK ? "[m][k]" : "[k][m]") << " B "
+                        << (kB == BLayout::kNK ? "[n][k]" : "[k][n]") << " tiles " << kNTiles
+                        << ": C[" << m << "][" << n << "] = " << got << ", expected " << ref;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "wrong elements of " << M * N;
+  std::printf("    A %s B %s x%d: worst |error| / sum|a||b| = %.2e\n",
+              kA == ALayout::kMK ? "[m][k]" : "[k][m]", kB == BLayout::kNK ? "[n][k]" : "[k][n]",
+              kNTiles, worst);
+}
+
+TEST(CudaFastUnits, WarpMmaTf32x3AllLayouts) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 101;
+  check_warp_mma_tf32<ALayout::kMK, BLayout::kNK, 1>(seed++);
+  check_warp_mma_tf32<ALayout::kMK, BLayout::kNK, 2>(seed++);
+  check_warp_mma_tf32<ALayout::kMK, BLayout::kNK, 4>(seed++);
+  check_warp_mma_tf32<ALayout::kMK, BLayout::kKN, 1>(seed++);
+  check_warp_mma_tf32<ALayout::kMK, BLayout::kKN, 2>(seed++);
+  check_warp_mma_tf32<ALayout::kKM, BLayout::kKN, 1>(seed++);
+  check_warp_mma_tf32<ALayout::kKM, BLayout::kKN, 4>(seed++);
+  check_warp_mma_tf32<ALayout::kKM, BLayout::kNK, 2>(seed++);
 }
 
 // ---- 2. copy_tile_async ------------------------------------------------------------------
@@ -517,8 +639,11 @@ std::string tag(DType d) {
 
 std::vector<FastCase> fast_cases() {
   std::vector<FastCase> cases;
-  for (DType x : {DType::f16, DType::bf16}) {
-    for (DType h : {DType::f32, x}) {
+  for (DType x : {DType::f16, DType::bf16, DType::f32}) {
+    // h in float32, and in X where that differs (float32 X: the 3xTF32 kernel).
+    const std::vector<DType> hs =
+        x == DType::f32 ? std::vector<DType>{DType::f32} : std::vector<DType>{DType::f32, x};
+    for (DType h : hs) {
       const std::string hn = h == DType::f32 ? "_hfp32" : "_hx";
       for (int64_t bt : {16, 32, 64}) {
         for (auto [K, V] :
@@ -660,8 +785,10 @@ TEST(CudaFastUnits, BitwiseDeterministic) {
 // bytes, the floor at 4.27 TB/s and fla's time from SPEC.md. No pass bar: a measurement.
 TEST(CudaFastUnits, ModelShapeTiming) {
   SKIP_WITHOUT_GPU();
-  for (auto [x, h] :
-       {std::pair{DType::bf16, DType::f32}, {DType::f16, DType::f32}, {DType::bf16, DType::bf16}}) {
+  for (auto [x, h] : {std::pair{DType::bf16, DType::f32},
+                      {DType::f16, DType::f32},
+                      {DType::bf16, DType::bf16},
+                      {DType::f32, DType::f32}}) {
     WyDqkgConfig c;
     c.x_dtype = x;
     c.h_dtype = h;
@@ -693,7 +820,10 @@ TEST(CudaFastUnits, ModelShapeTiming) {
         "    model shape X=%s h=%s: %.1f us median, %.0f MB, floor %.1f us (%.0f%%), "
         "%.0f GB/s; fla: %s\n",
         tag(x).c_str(), tag(h).c_str(), us, bytes / 1e6, floor_us, 100.0 * floor_us / us,
-        bytes / us / 1e3, h == DType::f32 ? (x == DType::bf16 ? "357 us" : "361 us") : "333 us");
+        bytes / us / 1e3,
+        x == DType::f32   ? "725 us (tf32)"
+        : h == DType::f32 ? (x == DType::bf16 ? "357 us" : "361 us")
+                          : "333 us");
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
   }
@@ -721,7 +851,17 @@ TEST(CudaFastPathSupports, TakesAndRefuses) {
   check(base, true, {}, "bf16, h f32, K = V = 128");
   WyDqkgConfig c = base;
   c.x_dtype = c.beta_dtype = DType::f32;
-  check(c, false, {}, "float32 X stays on the general path");
+  check(c, true, {}, "float32 X (the 3xTF32 kernel)");
+  c.state_v_first = true;
+  c.BT = 16;
+  check(c, true, {}, "float32 X, BT = 16, state_v_first");
+  c = base;
+  c.x_dtype = c.beta_dtype = DType::f32;
+  c.K = 32;
+  check(c, false, {}, "float32 X, K = 32");
+  c = base;
+  c.x_dtype = c.beta_dtype = DType::f32;
+  check(c, false, {"A"}, "float32 X, A rows 4 bytes off");
   c = base;
   c.K = 100;
   check(c, false, {}, "K = 100");

@@ -114,18 +114,19 @@ def test_golden(case):
     assert_close_all(to_float64(outputs), expected, GOLDEN_BAR[x])
 
 
-@pytest.mark.parametrize("x", ["bfloat16", "float16"])
+@pytest.mark.parametrize("x", ["bfloat16", "float16", "float32"])
 @pytest.mark.parametrize("kernel", ["auto", "simt", "sm80_mma"])
 def test_kernel_choice(kernel, x):
     """Each kernel, chosen through the kernel= keyword in one process, meets the bar on a
-    problem the tensor-core kernel takes (K = V = 128, X in float16/bfloat16)."""
+    problem the tensor-core kernel takes (K = V = 128; float32 X runs its 3xTF32 form)."""
     inputs, options = torch_problem(device="cuda", T=256, H=2, K=128, V=128, BT=64, x=x)
     assert_close_all(to_float64(op(inputs, options, kernel=kernel)), reference(inputs, options),
                      PASS_BAR[x], kernel)
 
 
 def test_sm80_mma_refuses_what_it_cannot_take():
-    inputs, options = torch_problem(device="cuda", T=128, K=64, V=64, BT=64, x="float32")
+    # K = 32 is outside its head dims (64, 128) for every X; simt takes it.
+    inputs, options = torch_problem(device="cuda", T=128, K=32, V=64, BT=64, x="float32")
     with pytest.raises(NotImplementedError, match="sm80_mma"):
         op(inputs, options, kernel="sm80_mma")
     assert_close_all(to_float64(op(inputs, options, kernel="simt")), reference(inputs, options),

@@ -1,7 +1,7 @@
 #pragma once
 // Work units of chunk_bwd_wy_dqkg: unit u = chunk * HV + hv, one CTA each. This file maps a unit
 // to its rows of the inputs (the bounds-checked chunk walk of cuda/common/chunk_units.cuh) and to
-// its h/dh slice.
+// its h/dh slice, and the strides the kernels' K loops keep in shared memory.
 
 #include <cstdint>
 
@@ -90,5 +90,15 @@ __device__ inline void publish_unit(const WyDqkgParams& p, int64_t unit, int chu
     if (resolved.valid) origins_shared = unit_origins(p, resolved);
   }
 }
+
+// Strides the K loop needs, kept in shared memory and re-read after each barrier: as kernel
+// parameters the compiler hoists them and their per-row products out of the loop into registers,
+// 13 more than this way for BT = 64 (128, the budget, against 115).
+struct LoopStrides {
+  int64_t g_row, q_row, k_row;   // token stride of g, q, k
+  int64_t out_row;               // HV * K: between rows i and i + 1 of dq, dk, dg
+  int64_t dv_row;                // HV * V: between rows of dv_out
+  int64_t h_k, h_v, dh_k, dh_v;  // h, dh as S[k][v]
+};
 
 }  // namespace kda::cuda

@@ -1,7 +1,7 @@
 #pragma once
-// Device building blocks of the chunk_bwd_intra kernel: exp2 and TF32 tensor-core helpers, the
-// asynchronous tile copies into shared memory, L2 prefetches, and the resolution of a work unit
-// from device-resident index tensors (every index bounds-checked).
+// Device building blocks of the chunk_bwd_intra kernel: exp2, the TF32 tensor-core helpers (from
+// cuda/common/tf32_mma.cuh), the asynchronous tile copies into shared memory, L2 prefetches, and
+// the resolution of a work unit from device-resident index tensors (every index bounds-checked).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -11,6 +11,7 @@
 #include "cuda/common/chunk_units.cuh"
 #include "cuda/common/device_access.cuh"
 #include "cuda/common/mma_fragments.cuh"
+#include "cuda/common/tf32_mma.cuh"
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/params.hpp"
 
 namespace kda::cuda::intra {
@@ -25,64 +26,11 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
-// x rounded to TF32 (10 mantissa bits), to nearest with ties away from zero.
-__device__ __forceinline__ uint32_t tf32_rna(float x) {
-  uint32_t y;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(y) : "f"(x));
-  return y;
-}
-
-// d += A · B for one m16n8k8 tile with TF32 inputs and float32 accumulation. Fragments (PTX ISA,
-// "Matrix Fragments for mma.m16n8k8", .tf32), g = lane / 4, q = lane % 4:
-//   A 16 x 8: a[0] = (g, q), a[1] = (g + 8, q), a[2] = (g, q + 4), a[3] = (g + 8, q + 4)
-//   B  8 x 8: b0 = (q, g), b1 = (q + 4, g)
-//   C 16 x 8: d[0] = (g, 2q), d[1] = (g, 2q + 1), d[2] = (g + 8, 2q), d[3] = (g + 8, 2q + 1)
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// An mma operand split for kSplit products: kSplit == 1 is plain TF32 (x rounded once);
-// kSplit == 3 is "3xTF32", x = hi + lo with both parts TF32, and a product a·b taken as
-// a_lo·b_hi + a_hi·b_lo + a_hi·b_hi (float32-level accuracy: the dropped a_lo·b_lo is 2^-22
-// relative).
-template <int kSplit>
-struct Tf32Split {
-  uint32_t hi;
-  uint32_t lo;
-  __device__ __forceinline__ explicit Tf32Split(float x) {
-    if constexpr (kSplit == 1) {
-      // Round half away from zero in one integer add: the tensor cores read a TF32 operand's
-      // top 19 bits and ignore the 13 below, so adding half of the dropped range and letting
-      // them truncate rounds as cvt.rna does for every finite x (cvt.rna costs a compare and a
-      // predicated add; an infinite or NaN x, which no read input holds, may come out NaN).
-      hi = __float_as_uint(x) + 0x1000u;
-      lo = 0u;
-    } else {
-      hi = tf32_rna(x);
-      lo = tf32_rna(x - __uint_as_float(hi));
-    }
-  }
-};
-
-template <int kSplit>
-__device__ __forceinline__ void mma_split(float (&d)[4], const Tf32Split<kSplit> (&a)[4],
-                                          const Tf32Split<kSplit>& b0,
-                                          const Tf32Split<kSplit>& b1) {
-  const uint32_t a_hi[4] = {a[0].hi, a[1].hi, a[2].hi, a[3].hi};
-  if constexpr (kSplit == 3) {
-    const uint32_t a_lo[4] = {a[0].lo, a[1].lo, a[2].lo, a[3].lo};
-    mma_tf32(d, a_lo, b0.hi, b1.hi);
-    mma_tf32(d, a_hi, b0.lo, b1.lo);
-  } else {
-    static_assert(kSplit == 1, "kSplit is 1 (TF32) or 3 (3xTF32)");
-  }
-  mma_tf32(d, a_hi, b0.hi, b1.hi);
-}
+// The TF32 and 3xTF32 tensor-core pieces (shared with chunk_bwd_wy_dqkg's float32 kernel).
+using mma::mma_split;
+using mma::mma_tf32;
+using mma::tf32_rna;
+using mma::Tf32Split;
 
 // --- copies into shared memory ----------------------------------------------------------------
 

@@ -1,17 +1,21 @@
 // chunk_bwd_wy_dqkg's sm80_mma kernel: which problems it takes (sm80_mma_supports) and the
 // dispatch of runtime options (X dtype, h dtype, chunk size, V, state_v_first) to one compiled
-// kernel (launch_sm80_mma).
+// kernel (launch_sm80_mma): the 16-bit kernel (wy_dqkg_mma_kernel) for float16/bfloat16 X, the
+// 3xTF32 kernel (tf32x3/, wy_dqkg_tf32x3_kernel) for float32 X. Both are "sm80_mma" to users, as
+// chunk_bwd_intra's float32 3xTF32 path is: one tensor-core kernel choice whatever the dtype.
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "cuda/common/dispatch.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/make_params.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/params.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/dispatch.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/launch.hpp"
+#include "ops/chunk_bwd_wy_dqkg/cuda/tf32x3/launch.hpp"
 
 namespace kda::detail {
 
@@ -50,9 +54,10 @@ bool refuse(std::string* why_not, const Reason& reason) {
 
 bool sm80_mma_supports(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d,
                        std::string* why_not) {
-  if (d.x_dtype != DType::f16 && d.x_dtype != DType::bf16) {
+  if (d.x_dtype != DType::f16 && d.x_dtype != DType::bf16 && d.x_dtype != DType::f32) {
     return refuse(why_not, [&] {
-      return "X is " + std::string(dtype_name(d.x_dtype)) + " (it takes float16 and bfloat16)";
+      return "X is " + std::string(dtype_name(d.x_dtype)) +
+             " (it takes float16, bfloat16 and float32)";
     });
   }
   if (d.h_dtype != DType::f32 && d.h_dtype != d.x_dtype) {
@@ -96,19 +101,31 @@ Status launch_sm80_mma(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims&
   }
   const cuda::WyDqkgParams params = cuda::make_wy_dqkg_params(p, d);
   const int device = p.q.device.index;
-  return cuda::dispatch_x_dtype</*kWithFloat32=*/false>(d.x_dtype, [&](auto x) {
+  return cuda::dispatch_x_dtype(d.x_dtype, [&](auto x) {
     using XT = typename decltype(x)::type;
-    return cuda::dispatch_f32_or_x<XT>("h", d.h_dtype, d.x_dtype, [&](auto h) {
-      using HT = typename decltype(h)::type;
+    if constexpr (std::is_same_v<XT, float>) {
+      // float32 X (beta, h and dh are then float32 too): the 3xTF32 kernel.
       return cuda::dispatch_int<16, 32, 64>("chunk_size", d.BT, [&](auto bt) {
         return cuda::dispatch_int<64, 128>("V", d.V, [&](auto v) {
           return cuda::dispatch_bool(p.state_v_first, [&](auto svf) {
-            return cuda::launch_wy_dqkg_mma<XT, HT, decltype(bt)::value, decltype(v)::value,
-                                            decltype(svf)::value>(params, device, stream);
+            return cuda::launch_wy_dqkg_tf32x3<decltype(bt)::value, decltype(v)::value,
+                                               decltype(svf)::value>(params, device, stream);
           });
         });
       });
-    });
+    } else {
+      return cuda::dispatch_f32_or_x<XT>("h", d.h_dtype, d.x_dtype, [&](auto h) {
+        using HT = typename decltype(h)::type;
+        return cuda::dispatch_int<16, 32, 64>("chunk_size", d.BT, [&](auto bt) {
+          return cuda::dispatch_int<64, 128>("V", d.V, [&](auto v) {
+            return cuda::dispatch_bool(p.state_v_first, [&](auto svf) {
+              return cuda::launch_wy_dqkg_mma<XT, HT, decltype(bt)::value, decltype(v)::value,
+                                              decltype(svf)::value>(params, device, stream);
+            });
+          });
+        });
+      });
+    }
   });
 }
 

@@ -1,6 +1,7 @@
 #pragma once
-// chunk_bwd_wy_dqkg's sm80_mma kernel (mma.sync, 16-bit X): which validated problems it takes,
-// and the dispatch of a problem's runtime options to one compiled kernel.
+// chunk_bwd_wy_dqkg's sm80_mma kernel (mma.sync: 16-bit products for float16/bfloat16 X, 3xTF32
+// products for float32 X): which validated problems it takes, and the dispatch of a problem's
+// runtime options to one compiled kernel.
 
 #include <cuda_runtime.h>
 
@@ -11,9 +12,9 @@
 
 namespace kda::detail {
 
-// True when the kernel handles this validated problem: X float16 or bfloat16; h, dh float32 or
-// X; K and V 64 or 128; every input's last dimension contiguous and its data pointer and other
-// strides 16-byte aligned (strides of extent-1 dimensions are not looked at); output pointers
+// True when the kernel handles this validated problem: X float16, bfloat16 or float32; h, dh
+// float32 or X; K and V 64 or 128; every input's last dimension contiguous and its data pointer and
+// other strides 16-byte aligned (strides of extent-1 dimensions are not looked at); output pointers
 // 16-byte aligned. Otherwise false, with the first reason in *why_not when given.
 bool sm80_mma_supports(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d,
                        std::string* why_not = nullptr);

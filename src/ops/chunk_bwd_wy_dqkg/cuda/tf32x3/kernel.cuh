@@ -1,0 +1,487 @@
+#pragma once
+// The float32 tensor-core kernel of chunk_kda_bwd_wy_dqkg_fused (SPEC.md steps 1..12 per chunk),
+// for float32 X: every product on mma.sync m16n8k8 with the 3xTF32 split (float32 operands from
+// shared memory split into hi + lo TF32 parts as their fragments are loaded, three products per
+// k8 step, float32 accumulators; cuda/common/tf32_mma.cuh), so that the results keep
+// float32-level accuracy (SPEC's 1e-5 bar, where plain TF32 gives ~1e-3). Nothing is rounded
+// between products (h, dh, dW, KG, X and Y stay float32); the elementwise math (exp2f of gates, β
+// scaling, the dk/dg/db combinations, Σ S⊙dS) is float32 as in the simt kernel. No atomics, and
+// every sum has a fixed order: results are bitwise reproducible.
+//
+// The structure follows the 16-bit sm80_mma kernel (phase 0, a K loop over slabs of h, phase 2);
+// tile ownership and the shared-memory map are in traits.cuh, README.md in this folder walks
+// through one unit. L = valid rows of the chunk (<= BT); rows >= L of every staged tile are zero
+// and are never read from global memory nor written back.
+
+#include <cstdint>
+
+#include "cuda/common/device_access.cuh"
+#include "cuda/common/mma_fragments.cuh"
+#include "cuda/common/tf32_mma.cuh"
+#include "ops/chunk_bwd_wy_dqkg/cuda/copy_tile.cuh"
+#include "ops/chunk_bwd_wy_dqkg/cuda/params.hpp"
+#include "ops/chunk_bwd_wy_dqkg/cuda/tf32x3/traits.cuh"
+#include "ops/chunk_bwd_wy_dqkg/cuda/unit.cuh"
+
+namespace kda::cuda {
+namespace tf32x3 {
+
+// Queues the copies of slab k0 .. k0 + kSlabK - 1 of h and dh, float32 as stored ([kSlabK k][V],
+// or [V][kSlabK k] for state_v_first), into rows of kSlabLd floats at dst_S / dst_dS. The same
+// thread copies the same chunk positions of S and dS, so slab_sds can read both back after its
+// own cp.async wait, without a barrier.
+template <typename Tr>
+__device__ __forceinline__ void issue_slab(const WyDqkgParams& p, const UnitOrigins& o,
+                                           const LoopStrides& st, int k0, float* dst_S,
+                                           float* dst_dS, int tid) {
+  constexpr int kE = Tr::kChunkElems;
+#pragma unroll
+  for (int n = 0; n < Tr::kSlabIters; ++n) {
+    const int c = tid + n * Tr::kThreads;
+    if (Tr::kSlabChunks % Tr::kThreads != 0 && c >= Tr::kSlabChunks) break;
+    const int row = c / Tr::kChunksPerRow;
+    const int ch = c % Tr::kChunksPerRow;
+    const int k = k0 + (Tr::kStateVFirst ? ch * kE : row);
+    const int v = Tr::kStateVFirst ? row : ch * kE;
+    const int dst = row * Tr::kSlabLd + ch * kE;
+    mma::cp_async_16(dst_S + dst,
+                     static_cast<const float*>(p.h.data) + o.h + k * st.h_k + v * st.h_v, 16);
+    mma::cp_async_16(dst_dS + dst,
+                     static_cast<const float*>(p.dh.data) + o.dh + k * st.dh_k + v * st.dh_v, 16);
+  }
+}
+
+// After this thread's copies of a slab landed: Σ_v S⊙dS in float32 for each k of the slab, from
+// the chunks this thread copied (issue_slab's positions):
+//   k-first slabs: the lanes of a warp that share a k row reduce by butterfly; sds_out[k] = sum;
+//   state_v_first: per-warp partials, sds_out[warp * kSlabK + k] (summed over warps by the
+//   reader, in warp order).
+template <typename Tr>
+__device__ __forceinline__ void slab_sds(const float* slab_S, const float* slab_dS, float* sds_out,
+                                         int tid) {
+  constexpr int kE = Tr::kChunkElems;
+  constexpr unsigned kFullMask = 0xffffffffu;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  float col_sum[kE];  // state_v_first: Σ over this thread's rows v for its chunk's k columns
+#pragma unroll
+  for (int e = 0; e < kE; ++e) col_sum[e] = 0.0f;
+#pragma unroll
+  for (int n = 0; n < Tr::kSlabIters; ++n) {
+    const int c = tid + n * Tr::kThreads;
+    // Warp-uniform (kSlabChunks is a multiple of 32), so the shuffles below see whole warps.
+    if (Tr::kSlabChunks % Tr::kThreads != 0 && c >= Tr::kSlabChunks) break;
+    const int row = c / Tr::kChunksPerRow;
+    const int ch = c % Tr::kChunksPerRow;
+    const int at = row * Tr::kSlabLd + ch * kE;
+    const float4 sv = *reinterpret_cast<const float4*>(slab_S + at);
+    const float4 dsv = *reinterpret_cast<const float4*>(slab_dS + at);
+    const float s[kE] = {sv.x, sv.y, sv.z, sv.w};
+    const float ds[kE] = {dsv.x, dsv.y, dsv.z, dsv.w};
+    if constexpr (!Tr::kStateVFirst) {
+      float part = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kE; ++e) part = fmaf(s[e], ds[e], part);
+        // The kChunksPerRow lanes of one k row are an aligned group of the warp.
+#pragma unroll
+      for (int offset = Tr::kChunksPerRow / 2; offset > 0; offset /= 2) {
+        part += __shfl_xor_sync(kFullMask, part, offset);
+      }
+      if (ch == 0) sds_out[row] = part;
+    } else {
+#pragma unroll
+      for (int e = 0; e < kE; ++e) col_sum[e] = fmaf(s[e], ds[e], col_sum[e]);
+    }
+  }
+  if constexpr (Tr::kStateVFirst) {
+    // Lanes with equal lane % kChunksPerRow hold the same k columns: reduce across the others.
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+#pragma unroll
+      for (int offset = Tr::kChunksPerRow; offset < 32; offset *= 2) {
+        col_sum[e] += __shfl_xor_sync(kFullMask, col_sum[e], offset);
+      }
+    }
+    if (lane < Tr::kChunksPerRow) {
+#pragma unroll
+      for (int e = 0; e < kE; ++e) sds_out[warp * Tr::kSlabK + lane * kE + e] = col_sum[e];
+    }
+  }
+}
+
+}  // namespace tf32x3
+
+template <typename Tr>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
+    wy_dqkg_tf32x3_kernel(const WyDqkgParams p) {
+  using mma::ALayout;
+  using mma::BLayout;
+  using Split = mma::Tf32x3Split;  // every operand's split, as in warp_mma_tf32
+  constexpr int kBT = Tr::kBT;
+  constexpr int kV = Tr::kV;
+  constexpr int kTokLd = Tr::kTokLd;
+  constexpr int kALd = Tr::kALd;
+  constexpr int kSlabLd = Tr::kSlabLd;
+  constexpr int kJSteps = Tr::kJSteps;
+  constexpr int kJTiles = Tr::kJTiles;
+  constexpr int kTiles = Tr::kWarpTiles;
+  constexpr unsigned kFullMask = 0xffffffffu;
+  // S as the B operand of dO·Sᵀ: element (v, k) of the slab at [k][v] (B [n][k]) or, stored
+  // state_v_first, at [v][k] (B [k][n]).
+  constexpr BLayout kSlabLayout = Tr::kStateVFirst ? BLayout::kKN : BLayout::kNK;
+  static_assert(
+      sizeof(WorkUnit) + sizeof(UnitOrigins) + sizeof(LoopStrides) + 64 <= Tr::kStaticSmemBound,
+      "static shared memory within the bound the traits' CTA count assumes");
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ WorkUnit unit_shared;
+  __shared__ UnitOrigins origins_shared;
+  __shared__ LoopStrides strides_shared;
+
+  auto& sh = *reinterpret_cast<typename Tr::Shared*>(smem);
+  float* const sA = &sh.A[0][0];            // Ā [BT][kALd], Ā[j][i]
+  float* const sDo = &sh.dO[0][0];          // dO [BT][kTokLd]
+  float* const sVn = &sh.Vn[0][0];          // Vn [BT][kTokLd]
+  float* const sDv = &sh.dV[0][0];          // dV [BT][kTokLd]
+  float* const sVv = &sh.ring[1].Vv[0][0];  // Vv [BT][kTokLd], phase 0 only (ring slot 1)
+  float* const sDw = &sh.dW[0][0];          // dW of the slab [BT][kDwLd]
+  float* const sKg = &sh.KG[0][0];          // KG of the slab [BT][kKgLd]
+  float* const sX = &sh.X[0][0];            // X [BT][kXLd] (after the K loop, in dO's place)
+  float* const sY = &sh.Y[0][0];            // Y [BT][kYLd] (after the K loop, in Vn's place)
+  float* const sBeta = &sh.beta[0];         // β [BT], 0 beyond L
+  float* const sSds = &sh.sds[0][0][0];     // [2][kSdsParts][kSlabK]
+  float* const sKdk = &sh.kdk[0][0];        // [kRowBlocks][kSlabK]
+  float* const sDb = &sh.db[0][0];          // [2][BT]
+  // Ring slot `slot`: S and dS of a slab, [kSlabRows][kSlabLd] each.
+  auto slab_S = [&](int slot) { return &sh.ring[slot].slab[0][0][0]; };
+  auto slab_dS = [&](int slot) { return &sh.ring[slot].slab[1][0][0]; };
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int cg = warp % Tr::kColGroups;  // column group
+  const int rb = warp / Tr::kColGroups;  // row block
+  const int m0 = rb * 16;                // first row of the warp's row block
+  const int grp = lane / 4;              // fragment row within 8
+  const int quad = lane % 4;             // fragment column pair
+  if (tid == 0) {
+    strides_shared = {p.g.stride_token, p.q.stride_token, p.k.stride_token,
+                      p.HV * p.K,       p.HV * p.V,       p.h.stride_k,
+                      p.h.stride_v,     p.dh.stride_k,    p.dh.stride_v};
+  }
+  const LoopStrides& st = strides_shared;  // read after the first barrier
+
+  // One unit per CTA (a 2D grid when there are more than 2^31 - 1 units), as in sm80_mma.
+  const int64_t unit = blockIdx.x + static_cast<int64_t>(blockIdx.y) * gridDim.x;
+  if (unit >= p.num_units) return;  // uniform over the CTA
+  publish_unit(p, unit, kBT, warp, lane, unit_shared, origins_shared);
+  __syncthreads();
+  if (!unit_shared.valid) return;  // inconsistent index tensors: see unit.cuh
+  const UnitOrigins& o = origins_shared;
+  const int L = unit_shared.len;
+  const int num_slabs = static_cast<int>(p.K / Tr::kSlabK);
+  auto out_row = [&](int i) { return o.out_row0 + static_cast<int64_t>(i) * p.HV; };
+
+  // --- copies: group 1 = Ā, dV, Vv (phase 0); group 2 = dO, Vn, slab 0 ----------------------
+  // Ā columns >= L are zero-filled too: they are not part of the chunk, and a NaN there would
+  // reach valid rows through X·Āᵀ (0 · NaN).
+  copy_tile_async<kBT, kBT, Tr::kThreads>(sA, kALd, static_cast<const float*>(p.A.data) + o.A,
+                                          p.A.stride_token, L, L, tid);
+  copy_tile_async<kBT, kV, Tr::kThreads>(sDv, kTokLd, static_cast<const float*>(p.dv.data) + o.dv,
+                                         p.dv.stride_token, L, kV, tid);
+  copy_tile_async<kBT, kV, Tr::kThreads>(sVv, kTokLd, static_cast<const float*>(p.v.data) + o.v,
+                                         p.v.stride_token, L, kV, tid);
+  mma::cp_async_commit();
+  copy_tile_async<kBT, kV, Tr::kThreads>(sDo, kTokLd, static_cast<const float*>(p.do_.data) + o.do_,
+                                         p.do_.stride_token, L, kV, tid);
+  copy_tile_async<kBT, kV, Tr::kThreads>(sVn, kTokLd,
+                                         static_cast<const float*>(p.v_new.data) + o.v_new,
+                                         p.v_new.stride_token, L, kV, tid);
+  tf32x3::issue_slab<Tr>(p, o, st, 0, slab_S(0), slab_dS(0), tid);
+  mma::cp_async_commit();
+  if (tid < kBT) {
+    // β is float32 here (X is float32, and float32 β is float32 whatever X is).
+    sBeta[tid] =
+        tid < L ? load_float<float>(p.beta.data, o.beta + tid * p.beta.stride_token) : 0.0f;
+  }
+  mma::cp_async_wait<1>();  // group 1 landed (this thread's copies)
+  __syncthreads();          // ... and everyone's
+
+  // --- phase 0: steps 4, 6 (first term), 11 (first term) -------------------------------
+  float db_part[2] = {0.0f, 0.0f};  // rows m0 + grp and m0 + grp + 8: this lane's share of db
+  // dvb = Āᵀ·dV; dv_out = β ⊙ dvb; db += rowsum(dvb ⊙ Vv): the warp's V/2 columns, 32 at a time.
+#pragma unroll 1
+  for (int v0 = cg * Tr::kWarpV; v0 < (cg + 1) * Tr::kWarpV; v0 += 8 * Tr::kDvbTiles) {
+    float acc[Tr::kDvbTiles][4] = {};
+    mma::warp_mma_tf32<ALayout::kKM, BLayout::kKN, kJSteps, Tr::kDvbTiles>(acc, sA + m0, kALd,
+                                                                           sDv + v0, kTokLd, lane);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = m0 + grp + 8 * h;
+      if (i >= L) continue;
+      const float beta_i = sBeta[i];
+#pragma unroll
+      for (int nt = 0; nt < Tr::kDvbTiles; ++nt) {
+        const int v = v0 + 8 * nt + 2 * quad;
+        const float d0 = acc[nt][2 * h];
+        const float d1 = acc[nt][2 * h + 1];
+        *reinterpret_cast<float2*>(static_cast<float*>(p.dv_out) + o.out_row0 * kV + i * st.dv_row +
+                                   v) = make_float2(beta_i * d0, beta_i * d1);
+        const float2 vv = *reinterpret_cast<const float2*>(sVv + i * kTokLd + v);
+        db_part[h] = fmaf(d0, vv.x, db_part[h]);
+        db_part[h] = fmaf(d1, vv.y, db_part[h]);
+      }
+    }
+  }
+  // D = dV·Vvᵀ: the warp's rows x columns j = cg * BT/2 .. (BT/2 of them), reduced over V.
+  float acc_D[kJTiles][4] = {};
+  mma::warp_mma_tf32<ALayout::kMK, BLayout::kNK, Tr::kVSteps, kJTiles>(
+      acc_D, sDv + m0 * kTokLd, kTokLd, sVv + cg * Tr::kWarpJ * kTokLd, kTokLd, lane);
+  __syncthreads();  // Vv is dead: ring slot 1 takes slab 1
+  if (num_slabs > 1) tf32x3::issue_slab<Tr>(p, o, st, Tr::kSlabK, slab_S(1), slab_dS(1), tid);
+  mma::cp_async_commit();
+
+  // --- the K loop: slab kb = rows k0 .. k0+kSlabK-1 of h, dh; steps 1-3, 5, 7-9, 11 (2nd term)
+#pragma unroll 1
+  for (int kb = 0; kb < num_slabs; ++kb) {
+    const int ring = kb & 1;
+    const int k0 = kb * Tr::kSlabK;
+    float* const sds = sSds + ring * Tr::kSdsParts * Tr::kSlabK;  // this slab's Σ S⊙dS parts
+    // Epilogue inputs at this thread's C-fragment positions: rows i_h = m0 + grp + 8h,
+    // columns kc_j, kc_j + 1 of each of the warp's n8 tiles j. Loaded first, so that the slab's
+    // wait, the barrier and the products below hide their latency.
+    int kl[kTiles];  // column within the slab, per tile
+    int kc[kTiles];  // column of k
+    float2 g_in[kTiles][2];
+    float2 q_in[kTiles][2];
+    float2 k_in[kTiles][2];
+    float2 gn[kTiles];
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      kl[j] = cg * Tr::kWarpK + 8 * j + 2 * quad;
+      kc[j] = k0 + kl[j];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = m0 + grp + 8 * h;
+        g_in[j][h] = make_float2(0.0f, 0.0f);
+        q_in[j][h] = make_float2(0.0f, 0.0f);
+        k_in[j][h] = make_float2(0.0f, 0.0f);
+        if (i < L) {
+          g_in[j][h] = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.g.data) +
+                                                             o.g + i * st.g_row + kc[j]));
+          q_in[j][h] = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.q.data) +
+                                                             o.q + i * st.q_row + kc[j]));
+          k_in[j][h] = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.k.data) +
+                                                             o.k + i * st.k_row + kc[j]));
+        }
+      }
+      gn[j] = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.g.data) + o.g +
+                                                    (L - 1) * st.g_row + kc[j]));
+    }
+
+    // Slab kb (and, for kb = 0, dO and Vn) landed for this thread; slab kb + 1's group may still
+    // be pending.
+    mma::cp_async_wait<1>();
+    tf32x3::slab_sds<Tr>(slab_S(ring), slab_dS(ring), sds, tid);
+    __syncthreads();  // the slab, its Σ S⊙dS and (kb = 0) dO, Vn are complete
+    const float* const cur_S = slab_S(ring);
+    const float* const cur_dS = slab_dS(ring);
+
+    // Steps 1-3 before gating: dO·Sᵀ, Vn·dSᵀ, dV·Sᵀ for the warp's 16 rows x its n8 tiles
+    // (acc[j][2 h + e]: row m0 + grp + 8 h, column kl[j] + e). Each A fragment (split once)
+    // serves the warp's kTiles tiles, each B fragment its three products.
+    float acc_dq[kTiles][4] = {};
+    float acc_dk0[kTiles][4] = {};
+    float acc_dw[kTiles][4] = {};
+    const int kl0 = cg * Tr::kWarpK;  // the warp's first column of the slab
+#pragma unroll
+    for (int s = 0; s < Tr::kVSteps; ++s) {
+      Split a_do[4];
+      Split a_dv[4];
+      Split a_vn[4];
+      mma::load_a_tf32<ALayout::kMK>(a_do, sDo + m0 * kTokLd + 8 * s, kTokLd, lane);
+      mma::load_a_tf32<ALayout::kMK>(a_dv, sDv + m0 * kTokLd + 8 * s, kTokLd, lane);
+      mma::load_a_tf32<ALayout::kMK>(a_vn, sVn + m0 * kTokLd + 8 * s, kTokLd, lane);
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        // B origin: element (v, k) = (8 s, kl0 + 8 j) of the slab.
+        const int b_at = kSlabLayout == BLayout::kNK ? (kl0 + 8 * j) * kSlabLd + 8 * s
+                                                     : 8 * s * kSlabLd + kl0 + 8 * j;
+        Split bs0;
+        Split bs1;
+        Split bds0;
+        Split bds1;
+        mma::load_b_tf32<kSlabLayout>(bs0, bs1, cur_S + b_at, kSlabLd, lane);
+        mma::load_b_tf32<kSlabLayout>(bds0, bds1, cur_dS + b_at, kSlabLd, lane);
+        mma::mma_split(acc_dq[j], a_do, bs0, bs1);
+        mma::mma_split(acc_dw[j], a_dv, bs0, bs1);
+        mma::mma_split(acc_dk0[j], a_vn, bds0, bds1);
+      }
+    }
+
+    // Epilogue, first half (steps 1, 2, 3, 5's KG, 9's first terms, 8's row sums).
+    float dk0[kTiles][2][2];  // dK0 = (Vn·dSᵀ) ⊙ exp2(gn − G), 0 on rows >= L
+    float kg[kTiles][2][2];   // KG = Kk ⊙ E, 0 on rows >= L
+    float eb[kTiles][2][2];   // E ⊙ β
+    float dgf[kTiles][2][2];  // Q ⊙ dQ − Kk ⊙ dK0
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      float kdk[2] = {0.0f, 0.0f};  // Σ over this thread's rows of Kk ⊙ dK0, per column
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = m0 + grp + 8 * h;
+        const bool valid = i < L;
+        const float beta_i = sBeta[i];
+        float dq[2];
+        float dw[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float G = e == 0 ? g_in[j][h].x : g_in[j][h].y;
+          const float gne = e == 0 ? gn[j].x : gn[j].y;
+          const float Q = e == 0 ? q_in[j][h].x : q_in[j][h].y;
+          const float Kk = e == 0 ? k_in[j][h].x : k_in[j][h].y;
+          const float E = exp2f(G);
+          dq[e] = acc_dq[j][2 * h + e] * E * p.scale;
+          // Rows >= L stay exactly zero (never 0 · exp2(...) of padding).
+          dk0[j][h][e] = valid ? acc_dk0[j][2 * h + e] * exp2f(gne - G) : 0.0f;
+          dw[e] = valid ? -acc_dw[j][2 * h + e] : 0.0f;
+          kg[j][h][e] = valid ? Kk * E : 0.0f;
+          eb[j][h][e] = E * beta_i;
+          dgf[j][h][e] = fmaf(Q, dq[e], -(Kk * dk0[j][h][e]));
+          kdk[e] = fmaf(Kk, dk0[j][h][e], kdk[e]);
+        }
+        if (valid) {
+          *reinterpret_cast<float2*>(p.dq + o.out_row0 * p.K + i * st.out_row + kc[j]) =
+              make_float2(dq[0], dq[1]);
+        }
+        *reinterpret_cast<float2*>(sDw + i * Tr::kDwLd + kl[j]) = make_float2(dw[0], dw[1]);
+        *reinterpret_cast<float2*>(sKg + i * Tr::kKgLd + kl[j]) =
+            make_float2(kg[j][h][0], kg[j][h][1]);
+      }
+      // Σ_rows Kk ⊙ dK0 of the row block: lanes with equal quad share columns.
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+#pragma unroll
+        for (int offset = 4; offset < 32; offset *= 2) {
+          kdk[e] += __shfl_xor_sync(kFullMask, kdk[e], offset);
+        }
+      }
+      if (grp == 0) {
+        sKdk[rb * Tr::kSlabK + kl[j]] = kdk[0];
+        sKdk[rb * Tr::kSlabK + kl[j] + 1] = kdk[1];
+      }
+    }
+    __syncthreads();  // dW, KG and the Σ Kk⊙dK0 parts of the slab are complete
+
+    // Every warp is past its products of slab kb: its ring slot takes slab kb + 2.
+    if (kb + 2 < num_slabs) {
+      tf32x3::issue_slab<Tr>(p, o, st, k0 + 2 * Tr::kSlabK, slab_S(ring), slab_dS(ring), tid);
+    }
+    mma::cp_async_commit();
+
+    // Step 5: dkgb = Āᵀ·dW (rows m0.., the warp's columns), reduced over j.
+    float acc_kgb[kTiles][4] = {};
+    mma::warp_mma_tf32<ALayout::kKM, BLayout::kKN, kJSteps, kTiles>(
+        acc_kgb, sA + m0, kALd, sDw + cg * Tr::kWarpK, Tr::kDwLd, lane);
+    // Step 11, second term: D += dW·KGᵀ over the slab's k.
+    mma::warp_mma_tf32<ALayout::kMK, BLayout::kNK, Tr::kSlabSteps, kJTiles>(
+        acc_D, sDw + m0 * Tr::kDwLd, Tr::kDwLd, sKg + cg * Tr::kWarpJ * Tr::kKgLd, Tr::kKgLd, lane);
+
+    // Epilogue, second half: steps 6 (second term), 7, 8, 9.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = m0 + grp + 8 * h;
+      if (i >= L) continue;
+      const float beta_i = sBeta[i];
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        float dk[2];
+        float dg[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float dkgb = acc_kgb[j][2 * h + e];
+          db_part[h] = fmaf(dkgb, kg[j][h][e], db_part[h]);
+          dk[e] = fmaf(dkgb, eb[j][h][e], dk0[j][h][e]);
+          dg[e] = fmaf(kg[j][h][e] * dkgb, beta_i, dgf[j][h][e]);
+          if (i == L - 1) {
+            // dgk = exp2(gn) ⊙ Σ_v S⊙dS + Σ_i Kk⊙dK0, partial sums added in a fixed order.
+            float sds_sum = 0.0f;
+#pragma unroll
+            for (int part = 0; part < Tr::kSdsParts; ++part)
+              sds_sum += sds[part * Tr::kSlabK + kl[j] + e];
+            float kdk_sum = 0.0f;
+#pragma unroll
+            for (int r = 0; r < Tr::kRowBlocks; ++r) kdk_sum += sKdk[r * Tr::kSlabK + kl[j] + e];
+            const float dgk = fmaf(exp2f(e == 0 ? gn[j].x : gn[j].y), sds_sum, kdk_sum);
+            dg[e] += dgk;
+          }
+        }
+        const int64_t out = o.out_row0 * p.K + i * st.out_row + kc[j];
+        *reinterpret_cast<float2*>(p.dk + out) = make_float2(dk[0], dk[1]);
+        *reinterpret_cast<float2*>(p.dg + out) = make_float2(dg[0], dg[1]);
+      }
+    }
+  }
+
+  // --- db: row sums over the quad lanes, then over the two column groups (fixed order) ------
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sum = db_part[h];
+    sum += __shfl_xor_sync(kFullMask, sum, 1);
+    sum += __shfl_xor_sync(kFullMask, sum, 2);
+    if (quad == 0) sDb[cg * kBT + m0 + grp + 8 * h] = sum;
+  }
+  // --- steps 11, 12: X = strict-lower(D) ⊙ β[j]; dA = −strict-lower(Āᵀ·X·Āᵀ) -------------
+  // X goes to the dead dO tile: the last slab's products read it before its second barrier.
+#pragma unroll
+  for (int nt = 0; nt < kJTiles; ++nt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = m0 + grp + 8 * h;
+      const int j = cg * Tr::kWarpJ + 8 * nt + 2 * quad;
+      const float x0 = (i > j && i < L) ? acc_D[nt][2 * h] * sBeta[j] : 0.0f;
+      const float x1 = (i > j + 1 && i < L) ? acc_D[nt][2 * h + 1] * sBeta[j + 1] : 0.0f;
+      *reinterpret_cast<float2*>(sX + i * Tr::kXLd + j) = make_float2(x0, x1);
+    }
+  }
+  __syncthreads();  // X and the db parts are complete
+  if (tid < L) p.db[out_row(tid)] = sDb[tid] + sDb[kBT + tid];
+  // Y = X·Āᵀ: Y[i][j] = Σ_n X[i][n] Ā[j][n]; B element (n, j) at Ā[j][n]. Y goes to the dead Vn
+  // tile.
+  {
+    float acc_Y[kJTiles][4] = {};
+    mma::warp_mma_tf32<ALayout::kMK, BLayout::kNK, kJSteps, kJTiles>(
+        acc_Y, sX + m0 * Tr::kXLd, Tr::kXLd, sA + cg * Tr::kWarpJ * kALd, kALd, lane);
+#pragma unroll
+    for (int nt = 0; nt < kJTiles; ++nt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = m0 + grp + 8 * h;
+        const int j = cg * Tr::kWarpJ + 8 * nt + 2 * quad;
+        *reinterpret_cast<float2*>(sY + i * Tr::kYLd + j) =
+            make_float2(acc_Y[nt][2 * h], acc_Y[nt][2 * h + 1]);
+      }
+    }
+  }
+  __syncthreads();  // Y is complete
+  // Z = Āᵀ·Y: Z[i][j] = Σ_n Ā[n][i] Y[n][j]; dA[i][j] = −Z[i][j] for j < i, else 0.
+  {
+    float acc_Z[kJTiles][4] = {};
+    mma::warp_mma_tf32<ALayout::kKM, BLayout::kKN, kJSteps, kJTiles>(
+        acc_Z, sA + m0, kALd, sY + cg * Tr::kWarpJ, Tr::kYLd, lane);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = m0 + grp + 8 * h;
+      if (i >= L) continue;
+      const int64_t out = out_row(i) * kBT;
+#pragma unroll
+      for (int nt = 0; nt < kJTiles; ++nt) {
+        const int j = cg * Tr::kWarpJ + 8 * nt + 2 * quad;
+        *reinterpret_cast<float2*>(p.dA + out + j) =
+            make_float2(j < i ? -acc_Z[nt][2 * h] : 0.0f, j + 1 < i ? -acc_Z[nt][2 * h + 1] : 0.0f);
+      }
+    }
+  }
+}
+
+}  // namespace kda::cuda
