@@ -34,6 +34,7 @@
 #                     the model shape (T=8192 bf16); report, details and the SASS table in logs
 #   ncu-wy            the same on one chunk_bwd_wy_dqkg launch at its model shape (B=1 T=2048
 #                     H=32 K=V=128 bf16, h float32): the data for issue 12's v3 design
+#   ncu-wy-fp32       the same in float32 (the 3xTF32 kernel)
 #   host-perf         `perf record` (when the machine has perf) over host_cost.py's compiled-op
 #                     layer of chunk_bwd_wy_dqkg: where the host time per call goes
 #   host-cost         bench/host_cost.py --device cuda for both operators: host time per call of
@@ -427,6 +428,11 @@ fi
 if want ncu-wy; then
   ncu_profile ncu-wy wy_dqkg "ncu chunk_bwd_wy_dqkg model bf16" \
     "$kda" run chunk_bwd_wy_dqkg --shape 1,2048,32,128,128 --backend cuda --repeat 10
+fi
+# The float32 kernel (3xTF32) at the model shape.
+if want ncu-wy-fp32; then
+  ncu_profile ncu-wy-fp32 wy_dqkg "ncu chunk_bwd_wy_dqkg model fp32" \
+    "$kda" run chunk_bwd_wy_dqkg --shape 1,2048,32,128,128 --dtype fp32 --backend cuda --repeat 10
 fi
 
 # --- where the compiled op's host time goes (issue 13): perf over host_cost.py ----------------

@@ -14,6 +14,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda_device.hpp"
@@ -379,6 +380,17 @@ std::vector<Case> sanitizer_subset() {
   w.V = 128;
   w.seqlens = {1, 61, 70};
   cases.push_back({"wgmma_varlen_bf16_hx", w});
+  // The small-chunk layouts at the model's head dims: BT = 32 with float32 h (one staging slot,
+  // swizzled token tiles) and BT = 16 with h in X (Vv in ring slot 1), short sequences included.
+  for (const auto& [bt, h, tag] : {std::tuple{int64_t{32}, DType::f32, "bt32_varlen_fp16"},
+                                   std::tuple{int64_t{16}, DType::f16, "bt16_varlen_fp16_hx"}}) {
+    WyDqkgConfig s = base(DType::f16, h, bt);
+    s.H = 1;
+    s.K = 128;
+    s.V = 128;
+    s.seqlens = {1, bt - 1, bt + 3};
+    cases.push_back({tag, s});
+  }
   WyDqkgConfig d = base(DType::f16, DType::f32, 64);
   d.B = 1;
   d.H = 1;
