@@ -1,6 +1,7 @@
 // torch.ops.kda_kernels.chunk_kda_bwd_intra: chunk_bwd_intra on torch tensors.
 
-#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include <array>
@@ -9,6 +10,7 @@
 #include <tuple>
 
 #include "kda/ops/chunk_bwd_intra.hpp"
+#include "torch_op/not_differentiable.hpp"
 #include "torch_op/options.hpp"
 #include "torch_op/outputs.hpp"
 #include "torch_op/probe.hpp"
@@ -71,6 +73,31 @@ Outputs chunk_kda_bwd_intra(const at::Tensor& q, const at::Tensor& k, const at::
   return {out[0], out[1], out[2], out[3]};
 }
 
+// The Autograd kernel (not_differentiable.hpp): the op below autograd, then a raising backward
+// node only where grad mode is on and an input requires grad.
+Outputs chunk_kda_bwd_intra_autograd(
+    c10::DispatchKeySet keys, const at::Tensor& q, const at::Tensor& k, const at::Tensor& g,
+    const at::Tensor& beta, const at::Tensor& dAqk, const at::Tensor& dAkk, const at::Tensor& dq,
+    const at::Tensor& dk, const at::Tensor& db, const at::Tensor& dg,
+    const std::optional<at::Tensor>& cu_seqlens, const std::optional<at::Tensor>& chunk_indices,
+    int64_t chunk_size, bool safe_gate, std::optional<std::string_view> backend_name,
+    std::string_view kernel_name) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("kda_kernels::chunk_kda_bwd_intra", "")
+                             .typed<decltype(chunk_kda_bwd_intra)>();
+  Outputs out;
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    out =
+        op.redispatch(keys & c10::after_autograd_keyset, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg,
+                      cu_seqlens, chunk_indices, chunk_size, safe_gate, backend_name, kernel_name);
+  }
+  mark_not_differentiable(
+      kOp, {&q, &k, &g, &beta, &dAqk, &dAkk, &dq, &dk, &db, &dg},
+      {&std::get<0>(out), &std::get<1>(out), &std::get<2>(out), &std::get<3>(out)});
+  return out;
+}
+
 }  // namespace
 
 }  // namespace kda::torch_op
@@ -97,5 +124,5 @@ TORCH_LIBRARY_IMPL(kda_kernels, CUDA, m) {
 // outputs whose backward raises, as the python op's does, instead of torch's default fallback,
 // which only warns and lets gradients through it be silently wrong.
 TORCH_LIBRARY_IMPL(kda_kernels, Autograd, m) {
-  m.impl("chunk_kda_bwd_intra", torch::autograd::autogradNotImplementedFallback());
+  m.impl("chunk_kda_bwd_intra", TORCH_FN(kda::torch_op::chunk_kda_bwd_intra_autograd));
 }

@@ -1,6 +1,7 @@
 // torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused: chunk_bwd_wy_dqkg on torch tensors.
 
-#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include <array>
@@ -9,6 +10,7 @@
 #include <tuple>
 
 #include "kda/ops/chunk_bwd_wy_dqkg.hpp"
+#include "torch_op/not_differentiable.hpp"
 #include "torch_op/options.hpp"
 #include "torch_op/outputs.hpp"
 #include "torch_op/probe.hpp"
@@ -75,6 +77,31 @@ Outputs chunk_kda_bwd_wy_dqkg_fused(
   return {out[0], out[1], out[2], out[3], out[4], out[5]};
 }
 
+// The Autograd kernel (not_differentiable.hpp): the op below autograd, then a raising backward
+// node only where grad mode is on and an input requires grad.
+Outputs chunk_kda_bwd_wy_dqkg_fused_autograd(
+    c10::DispatchKeySet keys, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& v_new, const at::Tensor& g, const at::Tensor& beta, const at::Tensor& A,
+    const at::Tensor& h, const at::Tensor& do_, const at::Tensor& dh, const at::Tensor& dv,
+    std::optional<double> scale, const std::optional<at::Tensor>& cu_seqlens, int64_t chunk_size,
+    const std::optional<at::Tensor>& chunk_indices, bool state_v_first,
+    std::optional<std::string_view> backend_name, std::string_view kernel_name) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("kda_kernels::chunk_kda_bwd_wy_dqkg_fused", "")
+                             .typed<decltype(chunk_kda_bwd_wy_dqkg_fused)>();
+  Outputs out;
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    out = op.redispatch(keys & c10::after_autograd_keyset, q, k, v, v_new, g, beta, A, h, do_, dh,
+                        dv, scale, cu_seqlens, chunk_size, chunk_indices, state_v_first,
+                        backend_name, kernel_name);
+  }
+  mark_not_differentiable(kOp, {&q, &k, &v, &v_new, &g, &beta, &A, &h, &do_, &dh, &dv},
+                          {&std::get<0>(out), &std::get<1>(out), &std::get<2>(out),
+                           &std::get<3>(out), &std::get<4>(out), &std::get<5>(out)});
+  return out;
+}
+
 }  // namespace
 
 }  // namespace kda::torch_op
@@ -102,5 +129,6 @@ TORCH_LIBRARY_IMPL(kda_kernels, CUDA, m) {
 // outputs whose backward raises, as the python op's does, instead of torch's default fallback,
 // which only warns and lets gradients through it be silently wrong.
 TORCH_LIBRARY_IMPL(kda_kernels, Autograd, m) {
-  m.impl("chunk_kda_bwd_wy_dqkg_fused", torch::autograd::autogradNotImplementedFallback());
+  m.impl("chunk_kda_bwd_wy_dqkg_fused",
+         TORCH_FN(kda::torch_op::chunk_kda_bwd_wy_dqkg_fused_autograd));
 }
