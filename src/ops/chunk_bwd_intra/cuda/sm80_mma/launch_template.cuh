@@ -13,23 +13,12 @@
 #include <type_traits>
 
 #include "cuda/common/cuda_status.hpp"
+#include "cuda/common/dtype_tag.cuh"
 #include "cuda/common/kernel_attributes.hpp"
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/kernel.cuh"
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/launch.hpp"
 
 namespace kda::cuda::intra {
-
-template <typename T>
-constexpr const char* intra_dtype_tag() {
-  if constexpr (std::is_same_v<T, float>) {
-    return "f32";
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return "f16";
-  } else {
-    static_assert(std::is_same_v<T, __nv_bfloat16>, "X is float, __half or __nv_bfloat16");
-    return "bf16";
-  }
-}
 
 // Per (device): SM count and the opt-in per-block shared-memory limit; per (kernel, device,
 // bytes): resident CTAs per SM. Queried once (no synchronization), under a lock.
@@ -47,7 +36,7 @@ Status launch_intra_kernel(const IntraParams& params, const DeviceFacts& facts, 
                            cudaStream_t stream) {
   // Worded once per instantiation (no string built per call).
   static const std::string name =
-      std::string("chunk_bwd_intra_kernel<X=") + intra_dtype_tag<typename Tr::XT>() +
+      std::string("chunk_bwd_intra_kernel<X=") + dtype_tag<typename Tr::XT>() +
       ", BT=" + std::to_string(Tr::kBT) + ", split=" + std::to_string(Tr::kSplit) +
       (Tr::kBulk ? ", bulk copies, stages=" + std::to_string(Tr::kBulkStages)
                  : std::string(", cp.async")) +

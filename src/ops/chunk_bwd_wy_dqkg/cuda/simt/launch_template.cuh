@@ -6,26 +6,14 @@
 #include <cstdint>
 #include <limits>
 #include <string>
-#include <type_traits>
 
 #include "cuda/common/cuda_status.hpp"
 #include "cuda/common/kernel_attributes.hpp"
+#include "ops/chunk_bwd_wy_dqkg/cuda/launch_units.cuh"
 #include "ops/chunk_bwd_wy_dqkg/cuda/simt/kernel.cuh"
 #include "ops/chunk_bwd_wy_dqkg/cuda/simt/launch.hpp"
 
 namespace kda::cuda {
-
-template <typename T>
-constexpr const char* dtype_tag() {
-  if constexpr (std::is_same_v<T, float>) {
-    return "f32";
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return "f16";
-  } else {
-    static_assert(std::is_same_v<T, __nv_bfloat16>, "X is float, __half or __nv_bfloat16");
-    return "bf16";
-  }
-}
 
 template <typename XT, typename HT, int kBT>
 Status launch_wy_dqkg(const WyDqkgParams& params, int device, cudaStream_t stream) {
