@@ -19,6 +19,7 @@
 #include "cuda/common/mma_fragments.cuh"
 #include "cuda/common/tf32_mma.cuh"
 #include "ops/chunk_bwd_wy_dqkg/cuda/copy_tile.cuh"
+#include "ops/chunk_bwd_wy_dqkg/cuda/epilogues.cuh"
 #include "ops/chunk_bwd_wy_dqkg/cuda/params.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/tf32x3/traits.cuh"
 #include "ops/chunk_bwd_wy_dqkg/cuda/unit.cuh"
@@ -60,7 +61,6 @@ template <typename Tr>
 __device__ __forceinline__ void slab_sds(const float* slab_S, const float* slab_dS, float* sds_out,
                                          int tid) {
   constexpr int kE = Tr::kChunkElems;
-  constexpr unsigned kFullMask = 0xffffffffu;
   const int warp = tid / 32;
   const int lane = tid % 32;
   float col_sum[kE];  // state_v_first: Σ over this thread's rows v for its chunk's k columns
@@ -78,35 +78,9 @@ __device__ __forceinline__ void slab_sds(const float* slab_S, const float* slab_
     const float4 dsv = *reinterpret_cast<const float4*>(slab_dS + at);
     const float s[kE] = {sv.x, sv.y, sv.z, sv.w};
     const float ds[kE] = {dsv.x, dsv.y, dsv.z, dsv.w};
-    if constexpr (!Tr::kStateVFirst) {
-      float part = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kE; ++e) part = fmaf(s[e], ds[e], part);
-        // The kChunksPerRow lanes of one k row are an aligned group of the warp.
-#pragma unroll
-      for (int offset = Tr::kChunksPerRow / 2; offset > 0; offset /= 2) {
-        part += __shfl_xor_sync(kFullMask, part, offset);
-      }
-      if (ch == 0) sds_out[row] = part;
-    } else {
-#pragma unroll
-      for (int e = 0; e < kE; ++e) col_sum[e] = fmaf(s[e], ds[e], col_sum[e]);
-    }
+    wy::sds_add_chunk<Tr>(s, ds, row, ch, 0, col_sum, sds_out);
   }
-  if constexpr (Tr::kStateVFirst) {
-    // Lanes with equal lane % kChunksPerRow hold the same k columns: reduce across the others.
-#pragma unroll
-    for (int e = 0; e < kE; ++e) {
-#pragma unroll
-      for (int offset = Tr::kChunksPerRow; offset < 32; offset *= 2) {
-        col_sum[e] += __shfl_xor_sync(kFullMask, col_sum[e], offset);
-      }
-    }
-    if (lane < Tr::kChunksPerRow) {
-#pragma unroll
-      for (int e = 0; e < kE; ++e) sds_out[warp * Tr::kSlabK + lane * kE + e] = col_sum[e];
-    }
-  }
+  wy::sds_finish<Tr>(col_sum, 0, sds_out, warp, lane);
 }
 
 }  // namespace tf32x3
@@ -164,6 +138,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   const int m0 = rb * 16;                // first row of the warp's row block
   const int grp = lane / 4;              // fragment row within 8
   const int quad = lane % 4;             // fragment column pair
+  const wy::WarpPos pos{cg, rb, m0, grp, quad};
   if (tid == 0) {
     strides_shared = {p.g.stride_token, p.q.stride_token, p.k.stride_token,
                       p.HV * p.K,       p.HV * p.V,       p.h.stride_k,
@@ -247,37 +222,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     const int ring = kb & 1;
     const int k0 = kb * Tr::kSlabK;
     float* const sds = sSds + ring * Tr::kSdsParts * Tr::kSlabK;  // this slab's Σ S⊙dS parts
-    // Epilogue inputs at this thread's C-fragment positions: rows i_h = m0 + grp + 8h,
-    // columns kc_j, kc_j + 1 of each of the warp's n8 tiles j. Loaded first, so that the slab's
-    // wait, the barrier and the products below hide their latency.
+    // Epilogue inputs at this thread's C-fragment positions (load_epilogue_inputs). Loaded
+    // first, so that the slab's wait, the barrier and the products below hide their latency.
     int kl[kTiles];  // column within the slab, per tile
     int kc[kTiles];  // column of k
     float2 g_in[kTiles][2];
     float2 q_in[kTiles][2];
     float2 k_in[kTiles][2];
     float2 gn[kTiles];
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      kl[j] = cg * Tr::kWarpK + 8 * j + 2 * quad;
-      kc[j] = k0 + kl[j];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int i = m0 + grp + 8 * h;
-        g_in[j][h] = make_float2(0.0f, 0.0f);
-        q_in[j][h] = make_float2(0.0f, 0.0f);
-        k_in[j][h] = make_float2(0.0f, 0.0f);
-        if (i < L) {
-          g_in[j][h] = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.g.data) +
-                                                             o.g + i * st.g_row + kc[j]));
-          q_in[j][h] = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.q.data) +
-                                                             o.q + i * st.q_row + kc[j]));
-          k_in[j][h] = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.k.data) +
-                                                             o.k + i * st.k_row + kc[j]));
-        }
-      }
-      gn[j] = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.g.data) + o.g +
-                                                    (L - 1) * st.g_row + kc[j]));
-    }
+    wy::load_epilogue_inputs<Tr, float>(kl, kc, g_in, q_in, k_in, gn, p, o, st, k0, L, pos);
 
     // Slab kb (and, for kb = 0, dO and Vn) landed for this thread; slab kb + 1's group may still
     // be pending.
@@ -423,27 +376,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     }
   }
 
-  // --- db: row sums over the quad lanes, then over the two column groups (fixed order) ------
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float sum = db_part[h];
-    sum += __shfl_xor_sync(kFullMask, sum, 1);
-    sum += __shfl_xor_sync(kFullMask, sum, 2);
-    if (quad == 0) sDb[cg * kBT + m0 + grp + 8 * h] = sum;
-  }
-  // --- steps 11, 12: X = strict-lower(D) ⊙ β[j]; dA = −strict-lower(Āᵀ·X·Āᵀ) -------------
+  // --- db; steps 11, 12: X = strict-lower(D) ⊙ β[j]; dA = −strict-lower(Āᵀ·X·Āᵀ) --------
+  wy::store_db_parts(db_part, sDb, kBT, pos);
   // X goes to the dead dO tile: the last slab's products read it before its second barrier.
-#pragma unroll
-  for (int nt = 0; nt < kJTiles; ++nt) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int i = m0 + grp + 8 * h;
-      const int j = cg * Tr::kWarpJ + 8 * nt + 2 * quad;
-      const float x0 = (i > j && i < L) ? acc_D[nt][2 * h] * sBeta[j] : 0.0f;
-      const float x1 = (i > j + 1 && i < L) ? acc_D[nt][2 * h + 1] * sBeta[j + 1] : 0.0f;
-      *reinterpret_cast<float2*>(sX + i * Tr::kXLd + j) = make_float2(x0, x1);
-    }
-  }
+  wy::store_x<Tr, Tr::kXLd>(acc_D, sX, sBeta, L, pos);
   __syncthreads();  // X and the db parts are complete
   if (tid < L) p.db[out_row(tid)] = sDb[tid] + sDb[kBT + tid];
   // Y = X·Āᵀ: Y[i][j] = Σ_n X[i][n] Ā[j][n]; B element (n, j) at Ā[j][n]. Y goes to the dead Vn
@@ -452,35 +388,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     float acc_Y[kJTiles][4] = {};
     mma::warp_mma_tf32<ALayout::kMK, BLayout::kNK, kJSteps, kJTiles>(
         acc_Y, sX + m0 * Tr::kXLd, Tr::kXLd, sA + cg * Tr::kWarpJ * kALd, kALd, lane);
-#pragma unroll
-    for (int nt = 0; nt < kJTiles; ++nt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int i = m0 + grp + 8 * h;
-        const int j = cg * Tr::kWarpJ + 8 * nt + 2 * quad;
-        *reinterpret_cast<float2*>(sY + i * Tr::kYLd + j) =
-            make_float2(acc_Y[nt][2 * h], acc_Y[nt][2 * h + 1]);
-      }
-    }
+    wy::store_y<Tr, Tr::kYLd>(acc_Y, sY, pos);
   }
   __syncthreads();  // Y is complete
-  // Z = Āᵀ·Y: Z[i][j] = Σ_n Ā[n][i] Y[n][j]; dA[i][j] = −Z[i][j] for j < i, else 0.
+  // Z = Āᵀ·Y: Z[i][j] = Σ_n Ā[n][i] Y[n][j].
   {
     float acc_Z[kJTiles][4] = {};
     mma::warp_mma_tf32<ALayout::kKM, BLayout::kKN, kJSteps, kJTiles>(
         acc_Z, sA + m0, kALd, sY + cg * Tr::kWarpJ, Tr::kYLd, lane);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int i = m0 + grp + 8 * h;
-      if (i >= L) continue;
-      const int64_t out = out_row(i) * kBT;
-#pragma unroll
-      for (int nt = 0; nt < kJTiles; ++nt) {
-        const int j = cg * Tr::kWarpJ + 8 * nt + 2 * quad;
-        *reinterpret_cast<float2*>(p.dA + out + j) =
-            make_float2(j < i ? -acc_Z[nt][2 * h] : 0.0f, j + 1 < i ? -acc_Z[nt][2 * h + 1] : 0.0f);
-      }
-    }
+    wy::store_da<Tr>(acc_Z, p, out_row, L, pos);
   }
 }
 

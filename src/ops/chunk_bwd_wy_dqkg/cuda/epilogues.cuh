@@ -1,0 +1,224 @@
+#pragma once
+// Elementwise pieces shared by chunk_bwd_wy_dqkg's two tensor-core kernels, sm80_mma (16-bit X,
+// mma.sync m16n8k16 or wgmma) and tf32x3 (float32 X, 3xTF32). Both keep every accumulator in the
+// C-fragment layout of mma.sync (rows m0 + grp and m0 + grp + 8 of the warp's row block, columns
+// 2 quad and 2 quad + 1 of each n8 tile), so the float32 math around their products is one code:
+// the slab's Σ S⊙dS, the K loop's epilogue inputs, and phase 2's db, X, Y and dA stores. What
+// differs is passed in: the element type X of the shared tiles (float, __half or
+// __nv_bfloat16) and their pitches. Each kernel's README walks through one unit; the step
+// numbers are SPEC.md's.
+//
+// The kernels' SASS is the same as when this code was written out in each of them (checked with
+// cuobjdump for every instantiation). That took some care, and is why the pieces are cut as they
+// are: the epilogue inputs are the caller's arrays (a struct of them changed register
+// allocation); the products and barriers of phase 2 stay in the kernels; phase 0's dv_out/db and
+// the K loop's two epilogue halves are still written out in each kernel (as helpers they moved
+// instructions in the sm80_mma SASS).
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/mma_fragments.cuh"
+#include "cuda/common/tf32_mma.cuh"
+#include "ops/chunk_bwd_wy_dqkg/cuda/params.hpp"
+#include "ops/chunk_bwd_wy_dqkg/cuda/unit.cuh"
+
+namespace kda::cuda::wy {
+
+// --- pairs of X: columns c, c + 1 of a row, as float32 --------------------------------------
+
+// A pair as loaded from global memory before it is widened: float2, or the two 16-bit halves of
+// one 32-bit word.
+template <typename XT>
+using RawPair = std::conditional_t<std::is_same_v<XT, float>, float2, uint32_t>;
+
+template <typename XT>
+__device__ __forceinline__ RawPair<XT> ldg_pair(const XT* at) {
+  return __ldg(reinterpret_cast<const RawPair<XT>*>(at));
+}
+
+// The pair as stored: rounded to X (to nearest) for 16-bit X. Written as
+// `pair_at<XT>(address) = pack_pair<XT>(lo, hi)`: the right side is evaluated first (C++17), as
+// in the kernels before these helpers; the other order moved instructions in the SASS.
+template <typename XT>
+__device__ __forceinline__ RawPair<XT> pack_pair(float lo, float hi) {
+  if constexpr (std::is_same_v<XT, float>) {
+    return make_float2(lo, hi);
+  } else {
+    return mma::pack2<XT>(lo, hi);
+  }
+}
+
+template <typename XT>
+__device__ __forceinline__ RawPair<XT>& pair_at(XT* at) {
+  return *reinterpret_cast<RawPair<XT>*>(at);
+}
+
+// The warp's place in the CTA's tiles and the lane's in the C fragments.
+struct WarpPos {
+  int cg;    // column group
+  int rb;    // row block
+  int m0;    // first row of the row block (16 rb)
+  int grp;   // fragment row within 8 (lane / 4)
+  int quad;  // fragment column pair (lane % 4)
+};
+
+// --- Σ_v S⊙dS of a slab, in float32, for each k -----------------------------------------------
+
+// One chunk of kChunkElems elements, (row, ch) of the slab as issue_slab copied it, S in s and dS
+// in ds. k-first slabs: the lanes of a warp that share a k row reduce by butterfly and
+// sds_out[k_row0 + row] = the sum; state_v_first: accumulated into col_sum (sds_finish).
+// Called for all of a warp's lanes at once (the shuffles see whole warps).
+template <typename Tr>
+__device__ __forceinline__ void sds_add_chunk(const float (&s)[Tr::kChunkElems],
+                                              const float (&ds)[Tr::kChunkElems], int row, int ch,
+                                              int k_row0, float (&col_sum)[Tr::kChunkElems],
+                                              float* sds_out) {
+  constexpr int kE = Tr::kChunkElems;
+  constexpr unsigned kFullMask = 0xffffffffu;
+  if constexpr (!Tr::kStateVFirst) {
+    float part = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) part = fmaf(s[e], ds[e], part);
+      // The kChunksPerRow lanes of one k row are an aligned group of the warp.
+#pragma unroll
+    for (int offset = Tr::kChunksPerRow / 2; offset > 0; offset /= 2) {
+      part += __shfl_xor_sync(kFullMask, part, offset);
+    }
+    if (ch == 0) sds_out[k_row0 + row] = part;
+  } else {
+#pragma unroll
+    for (int e = 0; e < kE; ++e) col_sum[e] = fmaf(s[e], ds[e], col_sum[e]);
+  }
+}
+
+// state_v_first, after the thread's last chunk: per-warp partials,
+// sds_out[warp * kSlabK + k_row0 + k] (summed over warps by the reader, in warp order).
+template <typename Tr>
+__device__ __forceinline__ void sds_finish(float (&col_sum)[Tr::kChunkElems], int k_row0,
+                                           float* sds_out, int warp, int lane) {
+  constexpr int kE = Tr::kChunkElems;
+  constexpr unsigned kFullMask = 0xffffffffu;
+  if constexpr (Tr::kStateVFirst) {
+    // Lanes with equal lane % kChunksPerRow hold the same k columns: reduce across the others.
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+#pragma unroll
+      for (int offset = Tr::kChunksPerRow; offset < 32; offset *= 2) {
+        col_sum[e] += __shfl_xor_sync(kFullMask, col_sum[e], offset);
+      }
+    }
+    if (lane < Tr::kChunksPerRow) {
+#pragma unroll
+      for (int e = 0; e < kE; ++e) {
+        sds_out[warp * Tr::kSlabK + k_row0 + lane * kE + e] = col_sum[e];
+      }
+    }
+  }
+}
+
+// --- the K loop's epilogues -------------------------------------------------------------------
+
+// Epilogue inputs at this thread's C-fragment positions: rows i_h = m0 + grp + 8h, columns
+// kc_j, kc_j + 1 of each of the warp's n8 tiles j (kl_j within the slab); g, q, k are 0 on rows
+// >= L, gn is g of the chunk's last row L - 1. Arrays of the caller rather than one struct: in a
+// struct the K loop's SASS changed (tf32x3, BT = 16).
+template <typename Tr, typename XT>
+__device__ __forceinline__ void load_epilogue_inputs(
+    int (&kl)[Tr::kWarpTiles], int (&kc)[Tr::kWarpTiles], float2 (&g_in)[Tr::kWarpTiles][2],
+    RawPair<XT> (&q_in)[Tr::kWarpTiles][2], RawPair<XT> (&k_in)[Tr::kWarpTiles][2],
+    float2 (&gn)[Tr::kWarpTiles], const WyDqkgParams& p, const UnitOrigins& o,
+    const LoopStrides& st, int k0, int L, const WarpPos& w) {
+#pragma unroll
+  for (int j = 0; j < Tr::kWarpTiles; ++j) {
+    kl[j] = w.cg * Tr::kWarpK + 8 * j + 2 * w.quad;
+    kc[j] = k0 + kl[j];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = w.m0 + w.grp + 8 * h;
+      g_in[j][h] = make_float2(0.0f, 0.0f);
+      q_in[j][h] = RawPair<XT>{};
+      k_in[j][h] = RawPair<XT>{};
+      if (i < L) {
+        g_in[j][h] = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.g.data) +
+                                                           o.g + i * st.g_row + kc[j]));
+        q_in[j][h] = ldg_pair<XT>(static_cast<const XT*>(p.q.data) + o.q + i * st.q_row + kc[j]);
+        k_in[j][h] = ldg_pair<XT>(static_cast<const XT*>(p.k.data) + o.k + i * st.k_row + kc[j]);
+      }
+    }
+    gn[j] = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.g.data) + o.g +
+                                                  (L - 1) * st.g_row + kc[j]));
+  }
+}
+
+// --- phase 2: db, steps 11, 12 ----------------------------------------------------------------
+// The products (Y = X·Āᵀ, Z = Āᵀ·Y) and the barriers stay in the kernels; these are the
+// elementwise steps around them.
+
+// db, first step: the lanes' shares summed over the quad lanes; sDb[cg][row] (the two column
+// groups are added after the barrier, in a fixed order).
+__device__ __forceinline__ void store_db_parts(const float (&db_part)[2], float* sDb, int bt,
+                                               const WarpPos& w) {
+  constexpr unsigned kFullMask = 0xffffffffu;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sum = db_part[h];
+    sum += __shfl_xor_sync(kFullMask, sum, 1);
+    sum += __shfl_xor_sync(kFullMask, sum, 2);
+    if (w.quad == 0) sDb[w.cg * bt + w.m0 + w.grp + 8 * h] = sum;
+  }
+}
+
+// X = strict-lower(D) ⊙ β[j] (0 on rows >= L) from acc_D = D, into sX (pitch kXLd).
+template <typename Tr, int kXLd, typename XT>
+__device__ __forceinline__ void store_x(const float (&acc_D)[Tr::kJTiles][4], XT* sX,
+                                        const float* sBeta, int L, const WarpPos& w) {
+#pragma unroll
+  for (int nt = 0; nt < Tr::kJTiles; ++nt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = w.m0 + w.grp + 8 * h;
+      const int j = w.cg * Tr::kWarpJ + 8 * nt + 2 * w.quad;
+      const float x0 = (i > j && i < L) ? acc_D[nt][2 * h] * sBeta[j] : 0.0f;
+      const float x1 = (i > j + 1 && i < L) ? acc_D[nt][2 * h + 1] * sBeta[j + 1] : 0.0f;
+      pair_at<XT>(sX + i * kXLd + j) = pack_pair<XT>(x0, x1);
+    }
+  }
+}
+
+// Y = acc_Y into sY (pitch kYLd), rounded to X.
+template <typename Tr, int kYLd, typename XT>
+__device__ __forceinline__ void store_y(const float (&acc_Y)[Tr::kJTiles][4], XT* sY,
+                                        const WarpPos& w) {
+#pragma unroll
+  for (int nt = 0; nt < Tr::kJTiles; ++nt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = w.m0 + w.grp + 8 * h;
+      const int j = w.cg * Tr::kWarpJ + 8 * nt + 2 * w.quad;
+      pair_at<XT>(sY + i * kYLd + j) = pack_pair<XT>(acc_Y[nt][2 * h], acc_Y[nt][2 * h + 1]);
+    }
+  }
+}
+
+// dA[i][j] = −Z[i][j] for j < i, else 0, from acc_Z = Z = Āᵀ·Y; rows < L. out_row(i) is the
+// output row of chunk row i.
+template <typename Tr, typename OutRow>
+__device__ __forceinline__ void store_da(const float (&acc_Z)[Tr::kJTiles][4],
+                                         const WyDqkgParams& p, OutRow out_row, int L,
+                                         const WarpPos& w) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int i = w.m0 + w.grp + 8 * h;
+    if (i >= L) continue;
+    const int64_t out = out_row(i) * Tr::kBT;
+#pragma unroll
+    for (int nt = 0; nt < Tr::kJTiles; ++nt) {
+      const int j = w.cg * Tr::kWarpJ + 8 * nt + 2 * w.quad;
+      *reinterpret_cast<float2*>(p.dA + out + j) =
+          make_float2(j < i ? -acc_Z[nt][2 * h] : 0.0f, j + 1 < i ? -acc_Z[nt][2 * h + 1] : 0.0f);
+    }
+  }
+}
+
+}  // namespace kda::cuda::wy
