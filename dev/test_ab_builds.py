@@ -96,3 +96,37 @@ def test_time_left_counts_down(tmp_path):
     left = int(stdout.strip().splitlines()[0])
     assert 45 <= left <= 49, stdout
     assert time.monotonic() - started < 30
+
+
+def test_every_build_is_tested_before_any_sanitizer_run(tmp_path):
+    """A tight deadline must drop sanitizer runs, not an experiment's tests; a build whose tests
+    did not pass is named UNTESTED (fake test binary and compute-sanitizer, no GPU)."""
+    root = workdir(tmp_path)
+    out = tmp_path / "out"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "exp").mkdir()
+    fake_test = bin_dir / "test_fake"
+    fake_test.write_text('#!/usr/bin/env bash\n'
+                         'case "$LD_LIBRARY_PATH" in\n'
+                         '  */exp) echo "[  FAILED  ] 1 test" ;;\n'
+                         '  *) echo "[  PASSED  ] 3 tests." ;;\n'
+                         'esac\n')
+    sanitizer = bin_dir / "compute-sanitizer"
+    sanitizer.write_text('#!/usr/bin/env bash\necho "========= ERROR SUMMARY: 0 errors"\n')
+    for script in (fake_test, sanitizer):
+        script.chmod(0o755)
+    env = dict(os.environ, OUT=str(out), KDA_AB_SECONDS="100",
+               PATH=f"{bin_dir}:{os.environ['PATH']}")
+    script = (f". dev/ab-builds.sh\nab_builds t exp={tmp_path / 'exp'}\n"
+              f"ab_check_builds {fake_test} 30 'Subset.*'\n")
+    proc = subprocess.run(["bash", "-c", script], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = (out / "t" / "summary.txt").read_text().splitlines()
+    tests = [i for i, line in enumerate(lines) if ": test_fake rc" in line]
+    sanitizers = [i for i, line in enumerate(lines) if "check rc" in line]
+    assert len(tests) == 2 and len(sanitizers) == 4, lines
+    assert max(tests) < min(sanitizers), lines
+    assert "UNTESTED: exp (test_fake did not pass or did not run)" in lines
+    assert not any(line.startswith("UNTESTED: base") for line in lines), lines
