@@ -136,9 +136,10 @@ struct WyDqkgMmaTraits {
   // 16-bit slab copies (S_x and dS_x): one pair for float32 h (converted from the staging ring),
   // two for X h (they are the cp.async ring themselves).
   static constexpr int kSlabXSlots = kStateF32 ? 1 : 2;
-  // Float32 h's staging ring: two slots (two slabs in flight per CTA), or at BT = 16 one (a
-  // slab's copy is issued as soon as the previous one is converted, one in flight per CTA), so
-  // that five CTAs fit an SM.
+  // Float32 h's staging ring: one slot (a slab's copy is issued as soon as the previous one is
+  // converted, one in flight per CTA) at BT <= 32, so that five (BT = 16) or four (BT = 32) CTAs
+  // fit an SM, and for slab pairs (kHalfSlabs: a pair's two 16-row halves pass through it in
+  // turn), so that two fit; two slots (two slabs in flight) only for state_v_first at BT = 64.
   static constexpr int kStageSlots = kBT <= 32 || kHalfSlabs ? 1 : 2;
   // With float32 h, Vv lives in staging slot 1 during phase 0 (before slab 1 is copied), or
   // with one staging slot in the 16-bit slab copy (before slab 0 is converted into it).
