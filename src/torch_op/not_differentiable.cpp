@@ -10,7 +10,6 @@
 
 #include <memory>
 #include <utility>
-#include <vector>
 
 namespace kda::torch_op {
 
@@ -27,9 +26,7 @@ void mark_not_differentiable(const char* op, std::initializer_list<const at::Ten
   std::shared_ptr<torch::autograd::NotImplemented> node(new torch::autograd::NotImplemented(op),
                                                         torch::autograd::deleteNode);
   node->set_next_edges(std::move(edges));
-  std::vector<at::Tensor> results;
-  for (at::Tensor* t : outputs) results.push_back(*t);
-  torch::autograd::set_history(results, node);
+  for (at::Tensor* t : outputs) torch::autograd::set_history(*t, node);
 }
 
 }  // namespace kda::torch_op
