@@ -52,6 +52,14 @@ ab_builds() {
       mkdir -p "$carry/ab/$name" && tar -xJf "$dir" -C "$carry/ab/$name"
       dir=$carry/ab/$name
     fi
+    # A build that is not there must stop the run: with an empty library path the binaries load
+    # the carried build through their RUNPATH, and its rows would read as the experiment's
+    # (eleventh session, call 1: .carry/ab had been emptied by a later stage-carry.sh).
+    if [ ! -f "$dir/libkda.so.0.2" ]; then
+      echo "ab_builds: $spec: no libkda.so.0.2 there (expected NAME=DIR or NAME=FILE.tar.xz)" |
+        tee -a "$summary" >&2
+      exit 2
+    fi
     names+=("$name")
     dirs+=("$(cd "$dir" && pwd)")
   done

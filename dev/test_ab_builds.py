@@ -106,6 +106,7 @@ def test_every_build_is_tested_before_any_sanitizer_run(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "libkda.so.0.2").write_text("")
     fake_test = bin_dir / "test_fake"
     fake_test.write_text('#!/usr/bin/env bash\n'
                          'case "$LD_LIBRARY_PATH" in\n'
@@ -130,3 +131,22 @@ def test_every_build_is_tested_before_any_sanitizer_run(tmp_path):
     assert max(tests) < min(sanitizers), lines
     assert "UNTESTED: exp (test_fake did not pass or did not run)" in lines
     assert not any(line.startswith("UNTESTED: base") for line in lines), lines
+
+
+@pytest.mark.parametrize("spec", ["missing=DIR/none.tar.xz", "empty=DIR"])
+def test_a_build_that_is_not_there_stops_the_run(tmp_path, spec):
+    """A missing NAME=FILE.tar.xz (or a folder without the library) must not fall back to the
+    carried build, whose rows would then read as the experiment's."""
+    root = workdir(tmp_path)
+    out = tmp_path / "out"
+    (tmp_path / "empty").mkdir()
+    spec = spec.replace("DIR", str(tmp_path / "empty") if spec.startswith("empty") else
+                        str(tmp_path))
+    env = dict(os.environ, OUT=str(out), KDA_AB_SECONDS="100")
+    script = f'. dev/ab-builds.sh\nab_builds t {spec}\necho "went on" >>"$summary"\n'
+    proc = subprocess.run(["bash", "-c", script], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    summary = (out / "t" / "summary.txt").read_text()
+    assert "no libkda.so.0.2 there" in summary
+    assert "went on" not in summary
