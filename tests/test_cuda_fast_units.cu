@@ -214,9 +214,10 @@ TEST(CudaFastUnits, WarpMmaAllLayoutsFp16) {
 
 // ---- 1b. warp_mma_tf32 (3xTF32, float32 operands) in every layout --------------------------
 
-// One warp: copies the two float32 tiles into shared memory, runs the 3xTF32 warp_mma_tf32 from
-// the offset origins and stores the 16 x 8 kNTiles result row-major from the C fragments.
-template <ALayout kA, BLayout kB, int kKSteps, int kNTiles>
+// One warp: copies the two float32 tiles into shared memory, runs the 3xTF32 warp_mma_tf32 (or,
+// kPaired, warp_mma_tf32_k16: the k-paired 128-bit loads) from the offset origins and stores the
+// 16 x 8 kNTiles result row-major from the C fragments.
+template <ALayout kA, BLayout kB, int kKSteps, int kNTiles, bool kPaired>
 __global__ void warp_mma_tf32_kernel(const float* a_tile, int a_ld, int a_elems,
                                      const float* b_tile, int b_ld, int b_elems, float* c) {
   __shared__ __align__(16) float sa[48 * 48];
@@ -226,9 +227,16 @@ __global__ void warp_mma_tf32_kernel(const float* a_tile, int a_ld, int a_elems,
   for (int e = lane; e < b_elems; e += 32) sb[e] = b_tile[e];
   __syncwarp();
   float acc[kNTiles][4] = {};
-  kda::cuda::mma::warp_mma_tf32<kA, kB, kKSteps, kNTiles>(
-      acc, sa + kOperandOffset * a_ld + kOperandOffset, a_ld,
-      sb + kOperandOffset * b_ld + kOperandOffset, b_ld, lane);
+  if constexpr (kPaired) {
+    static_assert(kA == ALayout::kMK, "the k-paired loads take A [m][k]");
+    kda::cuda::mma::warp_mma_tf32_k16<kB, kKSteps, kNTiles>(
+        acc, sa + kOperandOffset * a_ld + kOperandOffset, a_ld,
+        sb + kOperandOffset * b_ld + kOperandOffset, b_ld, lane);
+  } else {
+    kda::cuda::mma::warp_mma_tf32<kA, kB, kKSteps, kNTiles>(
+        acc, sa + kOperandOffset * a_ld + kOperandOffset, a_ld,
+        sb + kOperandOffset * b_ld + kOperandOffset, b_ld, lane);
+  }
   constexpr int kN = 8 * kNTiles;
   const int g = lane / 4;
   const int t = lane % 4;
@@ -241,8 +249,10 @@ __global__ void warp_mma_tf32_kernel(const float* a_tile, int a_ld, int a_elems,
 
 // Full float32 operands (not TF32-representable): the 3xTF32 product must be within 2e-6 of the
 // float64 one relative to Σ|a||b| (its error is about 2^-21 of that; plain TF32's, 2^-11, and a
-// layout error, O(1), are far above).
-template <ALayout kA, BLayout kB, int kNTiles>
+// layout error, O(1), are far above). kPaired: the k-paired loads (warp_mma_tf32_k16), which pair
+// each physical k of A with the same of B in another order; a mismatch (a permuted A against an
+// unpermuted B) is an O(1) error.
+template <ALayout kA, BLayout kB, int kNTiles, bool kPaired = false>
 void check_warp_mma_tf32(uint64_t seed) {
   constexpr int kKSteps = 4;
   constexpr int M = 16;
@@ -255,7 +265,8 @@ void check_warp_mma_tf32(uint64_t seed) {
   for (float& x : a) x = normal(rng);
   for (float& x : b) x = normal(rng);
 
-  // Tiles as the kernel stores them: pitch = stored columns + offset + 4, the operand at (8, 8).
+  // Tiles as the kernel stores them: pitch = stored columns + offset + 4, the operand at (8, 8)
+  // (16-byte aligned rows and origin, as the 128-bit loads need).
   const int a_rows = (kA == ALayout::kMK ? M : K) + kOperandOffset;
   const int a_ld = (kA == ALayout::kMK ? K : M) + kOperandOffset + 4;
   const int b_rows = (kB == BLayout::kNK ? N : K) + kOperandOffset;
@@ -284,7 +295,7 @@ void check_warp_mma_tf32(uint64_t seed) {
   ASSERT_CUDA(cudaMemcpy(d_a.get(), a_tile.data(), d_a.bytes(), cudaMemcpyHostToDevice));
   ASSERT_CUDA(cudaMemcpy(d_b.get(), b_tile.data(), d_b.bytes(), cudaMemcpyHostToDevice));
   ASSERT_CUDA(cudaMemset(d_c.get(), 0xff, d_c.bytes()));  // NaN poison
-  warp_mma_tf32_kernel<kA, kB, kKSteps, kNTiles>
+  warp_mma_tf32_kernel<kA, kB, kKSteps, kNTiles, kPaired>
       <<<1, 32>>>(d_a.get<float>(), a_ld, static_cast<int>(a_tile.size()), d_b.get<float>(), b_ld,
                   static_cast<int>(b_tile.size()), d_c.get<float>());
   ASSERT_CUDA(cudaGetLastError());
@@ -306,7 +317,8 @@ void check_warp_mma_tf32(uint64_t seed) {
       worst = std::max(worst, rel);
       if (!(rel <= 2e-6)) {
         if (++bad <= 5) {
-          ADD_FAILURE() << "tf32x3 A " << (kA == ALayout::kMK ? "[m][k]" : "[k][m]") << " B "
+          ADD_FAILURE() << "tf32x3" << (kPaired ? " k-paired" : "") << " A "
+                        << (kA == ALayout::kMK ? "[m][k]" : "[k][m]") << " B "
                         << (kB == BLayout::kNK ? "[n][k]" : "[k][n]") << " tiles " << kNTiles
                         << ": C[" << m << "][" << n << "] = " << got << ", expected " << ref;
         }
@@ -314,7 +326,7 @@ void check_warp_mma_tf32(uint64_t seed) {
     }
   }
   EXPECT_EQ(bad, 0) << "wrong elements of " << M * N;
-  std::printf("    A %s B %s x%d: worst |error| / sum|a||b| = %.2e\n",
+  std::printf("    %sA %s B %s x%d: worst |error| / sum|a||b| = %.2e\n", kPaired ? "k-paired " : "",
               kA == ALayout::kMK ? "[m][k]" : "[k][m]", kB == BLayout::kNK ? "[n][k]" : "[k][n]",
               kNTiles, worst);
 }
@@ -330,6 +342,12 @@ TEST(CudaFastUnits, WarpMmaTf32x3AllLayouts) {
   check_warp_mma_tf32<ALayout::kKM, BLayout::kKN, 1>(seed++);
   check_warp_mma_tf32<ALayout::kKM, BLayout::kKN, 4>(seed++);
   check_warp_mma_tf32<ALayout::kKM, BLayout::kNK, 2>(seed++);
+  // The k-paired 128-bit loads (A [m][k] only; B [k][n] by 32-bit loads of the paired rows).
+  check_warp_mma_tf32<ALayout::kMK, BLayout::kNK, 1, true>(seed++);
+  check_warp_mma_tf32<ALayout::kMK, BLayout::kNK, 2, true>(seed++);
+  check_warp_mma_tf32<ALayout::kMK, BLayout::kNK, 4, true>(seed++);
+  check_warp_mma_tf32<ALayout::kMK, BLayout::kKN, 1, true>(seed++);
+  check_warp_mma_tf32<ALayout::kMK, BLayout::kKN, 2, true>(seed++);
 }
 
 // ---- 2. copy_tile_async ------------------------------------------------------------------

@@ -3,8 +3,10 @@
 // used on sm_90a): the TF32 rounding, one m16n8k8 product, the "3xTF32" split that recovers
 // float32-level accuracy from TF32 tensor cores (x = hi + lo, both TF32; a·b taken as
 // a_lo·b_hi + a_hi·b_lo + a_hi·b_hi), and warp-level fragment loads from float32 tiles in shared
-// memory with plain 32-bit loads. Shared by chunk_bwd_intra's float32 path and chunk_bwd_wy_dqkg's
-// float32 kernel; tests/test_cuda_fast_units.cu checks warp_mma_tf32 against float64 products.
+// memory with plain 32-bit loads or (k-paired, where k is a tile's contiguous dimension) 128-bit
+// loads. Shared by chunk_bwd_intra's float32 path and chunk_bwd_wy_dqkg's float32 kernel;
+// tests/test_cuda_fast_units.cu checks warp_mma_tf32 and warp_mma_tf32_k16 against float64
+// products.
 //
 // Fragments of mma.m16n8k8 with .tf32 inputs (PTX ISA, "Matrix Fragments for mma.m16n8k8"),
 // g = lane / 4, q = lane % 4:
@@ -155,6 +157,102 @@ __device__ __forceinline__ void warp_mma_tf32(float (&acc)[kNTiles][4], const fl
       Split b1;
       load_b_tf32<kB>(b0, b1, b, b_ld, lane);
       mma_split(acc[nt], a, b0, b1);
+    }
+  }
+}
+
+// --- k-paired fragment loads: two k8 steps from 128-bit loads ---------------------------------
+// The order of the reduction index k does not matter, inside one m16n8k8 product nor across the
+// k8 steps of a sum, as long as A and B pair the same physical k. The k-paired loads take a k16
+// block (two k8 steps, s = 0, 1) and give lane q its logical k = q and q + 4 of step s at the
+// physical k = 4q + 2s and 4q + 2s + 1 (physical k relative to the block; steps s = 0 and 1
+// together cover the 16 k's once). Where k is a tile's contiguous dimension, each fragment row
+// of a lane is then one 128-bit load for both steps:
+//   A [m][k] (kMK): a_s[0], a_s[2] = (g, 4q + 2s), (g, 4q + 2s + 1); a_s[1], a_s[3] the same on
+//     row g + 8: two LDS.128 for two steps (the plain loads: eight LDS.32);
+//   B [n][k] (kNK): b_s0, b_s1 = (k, n) = (4q + 2s, g), (4q + 2s + 1, g): one LDS.128 (plain:
+//   four).
+// B [k][n] (kKN) has k on its rows: 32-bit loads from rows 4q + 2s and 4q + 2s + 1 (the same
+// physical k's), as many as before.
+// Bank conflicts: a warp's LDS.128 is served per quarter warp (8 lanes: g = 2i, 2i + 1, q = 0..3);
+// lane (g, q) reads words g ld + 4q .. + 3, so a row pitch ld ≡ 16 mod 32 words puts the two rows
+// of a quarter on disjoint halves of the 32 banks: conflict-free (the plain loads' ld ≡ 4 would be
+// 2-way). kKN rows 4q + r are 4 ld apart, and 4 ld mod 32 is 0 or 16 for any ld that keeps rows
+// 16-byte aligned, so a kKN tile needs a column swizzle to be conflict-free: the kKN load takes the
+// lane's column (n, swizzled by the caller) explicitly.
+
+// A fragments of the two k8 steps of the 16 x 16 block whose (m, k) = (0, 0) element is at
+// `origin`, A [m][k] (kMK) only; `origin` 16-byte aligned, ld a multiple of 4.
+template <typename Split>
+__device__ __forceinline__ void load_a_tf32_k16(Split (&a)[2][4], const float* origin, int ld,
+                                                int lane) {
+  const int g = lane / 4;
+  const int q = lane % 4;
+  const float4 lo_row = *reinterpret_cast<const float4*>(origin + g * ld + 4 * q);
+  const float4 hi_row = *reinterpret_cast<const float4*>(origin + (g + 8) * ld + 4 * q);
+  a[0][0] = Split(lo_row.x);
+  a[0][1] = Split(hi_row.x);
+  a[0][2] = Split(lo_row.y);
+  a[0][3] = Split(hi_row.y);
+  a[1][0] = Split(lo_row.z);
+  a[1][1] = Split(hi_row.z);
+  a[1][2] = Split(lo_row.w);
+  a[1][3] = Split(hi_row.w);
+}
+
+// B fragments b[s] = (b0, b1) of the two k8 steps of the 16 x 8 block whose (k, n) = (0, 0)
+// element is at `origin`, B [n][k] (kNK): element (k, n) at origin[n * ld + k]; `origin` 16-byte
+// aligned, ld a multiple of 4.
+template <typename Split>
+__device__ __forceinline__ void load_b_tf32_k16_nk(Split (&b)[2][2], const float* origin, int ld,
+                                                   int lane) {
+  const int g = lane / 4;
+  const int q = lane % 4;
+  const float4 v = *reinterpret_cast<const float4*>(origin + g * ld + 4 * q);
+  b[0][0] = Split(v.x);
+  b[0][1] = Split(v.y);
+  b[1][0] = Split(v.z);
+  b[1][1] = Split(v.w);
+}
+
+// The same for B [k][n] (kKN): element (k, n) of the block at k_rows[k * ld + column], `column`
+// being where this lane's n = g sits in the rows (n0 + g for a plain tile, or swizzled).
+template <typename Split>
+__device__ __forceinline__ void load_b_tf32_k16_kn(Split (&b)[2][2], const float* k_rows, int ld,
+                                                   int column, int lane) {
+  const float* at = k_rows + 4 * (lane % 4) * ld + column;
+  b[0][0] = Split(at[0]);
+  b[0][1] = Split(at[ld]);
+  b[1][0] = Split(at[2 * ld]);
+  b[1][1] = Split(at[3 * ld]);
+}
+
+// warp_mma_tf32 with the k-paired loads: acc[nt] += A (16 x 8 kKSteps) · B (8 kKSteps x
+// 8 kNTiles), A [m][k] only, kKSteps even. B kKN is read unswizzled (column n0 + g). The same
+// products in the same order per accumulator as warp_mma_tf32; only the k's inside each k8 step
+// differ (so the sums' rounding differs, within the same bound).
+template <BLayout kB, int kKSteps, int kNTiles, typename Split = Tf32x3Split>
+__device__ __forceinline__ void warp_mma_tf32_k16(float (&acc)[kNTiles][4], const float* a_origin,
+                                                  int a_ld, const float* b_origin, int b_ld,
+                                                  int lane) {
+  static_assert(kKSteps % 2 == 0, "k-paired loads take k8 steps in pairs");
+#pragma unroll
+  for (int s = 0; s < kKSteps; s += 2) {
+    Split a[2][4];
+    load_a_tf32_k16(a, a_origin + 8 * s, a_ld, lane);
+    Split b[kNTiles][2][2];
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+      if constexpr (kB == BLayout::kNK) {
+        load_b_tf32_k16_nk(b[nt], b_origin + 8 * nt * b_ld + 8 * s, b_ld, lane);
+      } else {
+        load_b_tf32_k16_kn(b[nt], b_origin + 8 * s * b_ld, b_ld, 8 * nt + lane / 4, lane);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) mma_split(acc[nt], a[h], b[nt][h][0], b[nt][h][1]);
     }
   }
 }

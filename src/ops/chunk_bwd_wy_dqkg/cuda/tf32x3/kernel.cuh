@@ -28,7 +28,8 @@ namespace kda::cuda {
 namespace tf32x3 {
 
 // Queues the copies of slab k0 .. k0 + kSlabK - 1 of h and dh, float32 as stored ([kSlabK k][V],
-// or [V][kSlabK k] for state_v_first), into rows of kSlabLd floats at dst_S / dst_dS. The same
+// or [V][kSlabK k] for state_v_first, columns swizzled by Tr::slab_col_xor), into rows of kSlabLd
+// floats at dst_S / dst_dS. The same
 // thread copies the same chunk positions of S and dS, so slab_sds can read both back after its
 // own cp.async wait, without a barrier.
 template <typename Tr>
@@ -44,7 +45,7 @@ __device__ __forceinline__ void issue_slab(const WyDqkgParams& p, const UnitOrig
     const int ch = c % Tr::kChunksPerRow;
     const int k = k0 + (Tr::kStateVFirst ? ch * kE : row);
     const int v = Tr::kStateVFirst ? row : ch * kE;
-    const int dst = row * Tr::kSlabLd + ch * kE;
+    const int dst = row * Tr::kSlabLd + ((ch * kE) ^ Tr::slab_col_xor(row));
     mma::cp_async_16(dst_S + dst,
                      static_cast<const float*>(p.h.data) + o.h + k * st.h_k + v * st.h_v, 16);
     mma::cp_async_16(dst_dS + dst,
@@ -73,7 +74,7 @@ __device__ __forceinline__ void slab_sds(const float* slab_S, const float* slab_
     if (Tr::kSlabChunks % Tr::kThreads != 0 && c >= Tr::kSlabChunks) break;
     const int row = c / Tr::kChunksPerRow;
     const int ch = c % Tr::kChunksPerRow;
-    const int at = row * Tr::kSlabLd + ch * kE;
+    const int at = row * Tr::kSlabLd + ((ch * kE) ^ Tr::slab_col_xor(row));  // issue_slab's
     const float4 sv = *reinterpret_cast<const float4*>(slab_S + at);
     const float4 dsv = *reinterpret_cast<const float4*>(slab_dS + at);
     const float s[kE] = {sv.x, sv.y, sv.z, sv.w};
@@ -210,8 +211,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   }
   // D = dV·Vvᵀ: the warp's rows x columns j = cg * BT/2 .. (BT/2 of them), reduced over V.
   float acc_D[kJTiles][4] = {};
-  mma::warp_mma_tf32<ALayout::kMK, BLayout::kNK, Tr::kVSteps, kJTiles>(
-      acc_D, sDv + m0 * kTokLd, kTokLd, sVv + cg * Tr::kWarpJ * kTokLd, kTokLd, lane);
+  if constexpr (Tr::kPairedLoads) {
+    // k-paired 128-bit loads (v is contiguous in both tiles).
+    mma::warp_mma_tf32_k16<BLayout::kNK, Tr::kVSteps, kJTiles>(
+        acc_D, sDv + m0 * kTokLd, kTokLd, sVv + cg * Tr::kWarpJ * kTokLd, kTokLd, lane);
+  } else {
+    mma::warp_mma_tf32<ALayout::kMK, BLayout::kNK, Tr::kVSteps, kJTiles>(
+        acc_D, sDv + m0 * kTokLd, kTokLd, sVv + cg * Tr::kWarpJ * kTokLd, kTokLd, lane);
+  }
   __syncthreads();  // Vv is dead: ring slot 1 takes slab 1
   if (num_slabs > 1) tf32x3::issue_slab<Tr>(p, o, st, Tr::kSlabK, slab_S(1), slab_dS(1), tid);
   mma::cp_async_commit();
@@ -242,33 +249,79 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
 
     // Steps 1-3 before gating: dO·Sᵀ, Vn·dSᵀ, dV·Sᵀ for the warp's 16 rows x its n8 tiles
     // (acc[j][2 h + e]: row m0 + grp + 8 h, column kl[j] + e). Each A fragment (split once)
-    // serves the warp's kTiles tiles, each B fragment its three products.
+    // serves the warp's kTiles tiles, each B fragment its three products. The k8 steps over v go
+    // in pairs with the k-paired loads (cuda/common/tf32_mma.cuh): lane q's logical k's q, q + 4
+    // of step 2p + u are v = 16 p + 4q + 2u, + 1 in A and B alike, so a fragment row of dO, dV, Vn
+    // and (k-first) of S, dS is one LDS.128 for both steps; state_v_first's slab has v on its rows
+    // and is read by 32-bit loads of those rows (columns swizzled, see Tr::slab_col_xor).
+    // Without Tr::kPairedLoads (k-first only), one k8 step at a time by 32-bit loads.
     float acc_dq[kTiles][4] = {};
     float acc_dk0[kTiles][4] = {};
     float acc_dw[kTiles][4] = {};
     const int kl0 = cg * Tr::kWarpK;  // the warp's first column of the slab
+    if constexpr (Tr::kPairedLoads) {
+      static_assert(Tr::kVSteps % 2 == 0, "k8 steps over V go in pairs");
 #pragma unroll
-    for (int s = 0; s < Tr::kVSteps; ++s) {
-      Split a_do[4];
-      Split a_dv[4];
-      Split a_vn[4];
-      mma::load_a_tf32<ALayout::kMK>(a_do, sDo + m0 * kTokLd + 8 * s, kTokLd, lane);
-      mma::load_a_tf32<ALayout::kMK>(a_dv, sDv + m0 * kTokLd + 8 * s, kTokLd, lane);
-      mma::load_a_tf32<ALayout::kMK>(a_vn, sVn + m0 * kTokLd + 8 * s, kTokLd, lane);
+      for (int s = 0; s < Tr::kVSteps; s += 2) {
+        Split a_do[2][4];
+        Split a_dv[2][4];
+        Split a_vn[2][4];
+        mma::load_a_tf32_k16(a_do, sDo + m0 * kTokLd + 8 * s, kTokLd, lane);
+        mma::load_a_tf32_k16(a_dv, sDv + m0 * kTokLd + 8 * s, kTokLd, lane);
+        mma::load_a_tf32_k16(a_vn, sVn + m0 * kTokLd + 8 * s, kTokLd, lane);
+        Split bs[kTiles][2][2];  // [tile][step of the pair][b0, b1]
+        Split bds[kTiles][2][2];
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        // B origin: element (v, k) = (8 s, kl0 + 8 j) of the slab.
-        const int b_at = kSlabLayout == BLayout::kNK ? (kl0 + 8 * j) * kSlabLd + 8 * s
-                                                     : 8 * s * kSlabLd + kl0 + 8 * j;
-        Split bs0;
-        Split bs1;
-        Split bds0;
-        Split bds1;
-        mma::load_b_tf32<kSlabLayout>(bs0, bs1, cur_S + b_at, kSlabLd, lane);
-        mma::load_b_tf32<kSlabLayout>(bds0, bds1, cur_dS + b_at, kSlabLd, lane);
-        mma::mma_split(acc_dq[j], a_do, bs0, bs1);
-        mma::mma_split(acc_dw[j], a_dv, bs0, bs1);
-        mma::mma_split(acc_dk0[j], a_vn, bds0, bds1);
+        for (int j = 0; j < kTiles; ++j) {
+          if constexpr (kSlabLayout == BLayout::kNK) {
+            // Element (v, k) = (8 s, kl0 + 8 j) of the slab at [k][v].
+            const int b_at = (kl0 + 8 * j) * kSlabLd + 8 * s;
+            mma::load_b_tf32_k16_nk(bs[j], cur_S + b_at, kSlabLd, lane);
+            mma::load_b_tf32_k16_nk(bds[j], cur_dS + b_at, kSlabLd, lane);
+          } else {
+            // Rows v = 8 s + 4 quad + r: slab_col_xor(v) is the same for the four r (8 s is a
+            // multiple of 16), and kl0 + 8 j is a multiple of 8, so column kl0 + 8 j + grp is
+            // stored at ((kl0 + 8 j) ^ xor) + grp.
+            const int column = ((kl0 + 8 * j) ^ Tr::slab_col_xor(4 * quad)) + grp;
+            mma::load_b_tf32_k16_kn(bs[j], cur_S + 8 * s * kSlabLd, kSlabLd, column, lane);
+            mma::load_b_tf32_k16_kn(bds[j], cur_dS + 8 * s * kSlabLd, kSlabLd, column, lane);
+          }
+        }
+        // The products in warp_mma_tf32's order: step by step, the tiles within a step.
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+#pragma unroll
+          for (int j = 0; j < kTiles; ++j) {
+            mma::mma_split(acc_dq[j], a_do[u], bs[j][u][0], bs[j][u][1]);
+            mma::mma_split(acc_dw[j], a_dv[u], bs[j][u][0], bs[j][u][1]);
+            mma::mma_split(acc_dk0[j], a_vn[u], bds[j][u][0], bds[j][u][1]);
+          }
+        }
+      }
+    } else {
+      static_assert(kSlabLayout == BLayout::kNK, "state_v_first always pairs");
+#pragma unroll
+      for (int s = 0; s < Tr::kVSteps; ++s) {
+        Split a_do[4];
+        Split a_dv[4];
+        Split a_vn[4];
+        mma::load_a_tf32<ALayout::kMK>(a_do, sDo + m0 * kTokLd + 8 * s, kTokLd, lane);
+        mma::load_a_tf32<ALayout::kMK>(a_dv, sDv + m0 * kTokLd + 8 * s, kTokLd, lane);
+        mma::load_a_tf32<ALayout::kMK>(a_vn, sVn + m0 * kTokLd + 8 * s, kTokLd, lane);
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+          // B origin: element (v, k) = (8 s, kl0 + 8 j) of the slab, at [k][v] (k-first only).
+          const int b_at = (kl0 + 8 * j) * kSlabLd + 8 * s;
+          Split bs0;
+          Split bs1;
+          Split bds0;
+          Split bds1;
+          mma::load_b_tf32<kSlabLayout>(bs0, bs1, cur_S + b_at, kSlabLd, lane);
+          mma::load_b_tf32<kSlabLayout>(bds0, bds1, cur_dS + b_at, kSlabLd, lane);
+          mma::mma_split(acc_dq[j], a_do, bs0, bs1);
+          mma::mma_split(acc_dw[j], a_dv, bs0, bs1);
+          mma::mma_split(acc_dk0[j], a_vn, bds0, bds1);
+        }
       }
     }
 

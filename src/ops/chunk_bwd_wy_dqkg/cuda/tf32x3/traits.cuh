@@ -21,7 +21,7 @@
 // Occupancy against residency (BT = 64, V = 128): the three float32 token tiles alone are 99 KiB,
 // so two CTAs per SM (<= 113 KiB each) cannot keep them resident, and streaming them instead
 // would re-read each of them K / kSlabK times from L2 or keep dQ/dK0/dW for all K in registers.
-// We keep them resident and run one CTA of 8 warps per SM (~204 KiB); to make that CTA's loads of
+// We keep them resident and run one CTA of 8 warps per SM (~219 KiB); to make that CTA's loads of
 // A fragments count, a slab is 32 rows of h (each warp two n8 tiles per A fragment, half the
 // barriers of 16-row slabs), which the 1-CTA budget affords. BT = 32 and 16 keep 16-row slabs
 // (one n8 tile per warp) so that two (BT = 32) or three (BT = 16, V = 128) CTAs fit an SM.
@@ -58,21 +58,49 @@ struct WyDqkgTf32x3Traits {
   static constexpr int kSlabSteps = kSlabK / 8;       // k8 steps of D += dW·KGᵀ
   static_assert(kWarpV % (8 * kDvbTiles) == 0, "dvb column blocks split a warp's columns");
 
-  // --- row pitches in floats (32-bit words), cuda/common/tf32_mma.cuh's rule: ≡ 4 (or 20) mod 32
-  // for tiles read with rows walked by the fragment row g (A [m][k], B [n][k]), ≡ 8 (or 24) for
-  // tiles read with rows walked by the fragment column q (A [k][m], B [k][n]). Every pitch is a
-  // multiple of 4 floats, so rows start 16-byte aligned for cp.async.
-  static constexpr int kTokLd = kV + 4;  // dO, Vn, dV, Vv [BT][V]: A [m][k] (K loop, D), B [n][k]
-  static constexpr int kALd = kBT + 8;   // Ā[j][i]: read as Āᵀ (A [k][m]) in dvb, dkgb and Z
-  static constexpr int kXLd = kBT + 4;   // X [i][n]: A [m][k] of Y = X·Āᵀ
-  static constexpr int kYLd = kBT + 8;   // Y [n][j]: B [k][n] of Z = Āᵀ·Y
+  // The V reductions of the K loop (and D = dV·Vvᵀ) read their fragments by the k-paired 128-bit
+  // loads of cuda/common/tf32_mma.cuh, which want token rows (and k-first slab rows) of pitch
+  // ≡ 16 mod 32 words, 12 more floats than the plain loads' ≡ 4. Where that would cost a CTA per SM
+  // (k-first, V = 64, BT = 32: 4 -> 3 CTAs; BT = 16: 6 -> 5), the kernel keeps the plain 32-bit
+  // loads and pitches instead. (state_v_first has a swizzled, unpadded slab, so it never loses.)
+  static constexpr bool kPairedLoads = kStateVFirst || kBT == 64 || kV == 128;
+
+  // --- row pitches in floats (32-bit words), cuda/common/tf32_mma.cuh's rules: ≡ 4 (or 20) mod 32
+  // for tiles read by plain 32-bit loads with rows walked by the fragment row g (A [m][k],
+  // B [n][k]), ≡ 8 (or 24) for those with rows walked by the fragment column q (A [k][m],
+  // B [k][n]), ≡ 16 for tiles read by the k-paired 128-bit loads (A [m][k], B [n][k]: each quarter
+  // warp's two rows g on disjoint halves of the banks). Every pitch is a multiple of 4 floats, so
+  // rows start 16-byte aligned for cp.async and the 128-bit loads.
+  // dO, Vn, dV, Vv [BT][V]: A [m][k] of the K loop's products and of D = dV·Vvᵀ, B [n][k] (Vv) of
+  // D, by k-paired 128-bit loads (conflict-free at ≡ 16) or, without kPairedLoads, 32-bit loads
+  // (≡ 4). dV is also B [k][n] of dvb = Āᵀ·dV by 32-bit loads, 2-way at either pitch (≡ 16: rows
+  // q and q + 2 on the same banks; ≡ 4: rows q and q + 1 half overlapping): once per unit, against
+  // the K loop's loads once per slab.
+  static constexpr int kTokLd = kPairedLoads ? kV + 16 : kV + 4;
+  static constexpr int kALd = kBT + 8;      // Ā[j][i]: read as Āᵀ (A [k][m]) in dvb, dkgb and Z
+  static constexpr int kXLd = kBT + 4;      // X [i][n]: A [m][k] of Y = X·Āᵀ
+  static constexpr int kYLd = kBT + 8;      // Y [n][j]: B [k][n] of Z = Āᵀ·Y
   static constexpr int kDwLd = kSlabK + 8;  // dW [j][k]: B [k][n] of dkgb (and A [m][k] of D)
   static constexpr int kKgLd = kSlabK + 4;  // KG [j][k]: B [n][k] of D += dW·KGᵀ
-  // A slab of h or dh as stored: [kSlabK k][V] (B [n][k] of dO·Sᵀ) or, state_v_first,
-  // [V][kSlabK k] (B [k][n]).
+  // A slab of h or dh as stored: [kSlabK k][V] (B [n][k] of dO·Sᵀ, k-paired 128-bit loads at pitch
+  // ≡ 16 mod 32, or 32-bit loads at ≡ 4) or, state_v_first, [V][kSlabK k] (B [k][n]: 32-bit loads
+  // of rows v = 4q + r, the k-paired physical order, with the columns swizzled, see slab_col_xor).
   static constexpr int kSlabRows = kStateVFirst ? kV : kSlabK;
   static constexpr int kSlabCols = kStateVFirst ? kSlabK : kV;
-  static constexpr int kSlabLd = kStateVFirst ? kSlabK + 8 : kV + 4;
+  static constexpr int kSlabLd =
+      kStateVFirst ? (kSlabK == 32 ? 32 : 20) : (kPairedLoads ? kV + 16 : kV + 4);
+  // state_v_first: column k of slab row v is stored at k ^ slab_col_xor(v) (16-byte chunks stay
+  // whole: the xor is a multiple of 8 floats). The K loop's B loads read, for one register, rows
+  // v = 16 p + 4q + r (r fixed) at columns c0 + g (c0 a multiple of 8): the four q's must land on
+  // four different 8-bank groups. kSlabK = 32, pitch 32: rows add nothing mod 32, xor 8q (q =
+  // (v >> 2) & 3) moves q to block (c0 / 8) ^ q. kSlabK = 16, pitch 20: rows 4q add 16q mod 32
+  // (0, 16, 0, 16), xor 8 (q >> 1) (= (v >> 3) & 1) moves q = 2, 3 to the other 8-column block.
+  static constexpr int slab_col_xor(int v) {
+    if (!kStateVFirst) return 0;
+    return kSlabK == 32 ? 8 * ((v >> 2) & 3) : 8 * ((v >> 3) & 1);
+  }
+  static_assert(!kPairedLoads || (kTokLd % 32 == 16 && (kStateVFirst || kSlabLd % 32 == 16)),
+                "the k-paired 128-bit loads' conflict-free pitch");
 
   // --- slab copies: 16-byte chunks (4 floats), the same chunks for S and dS -----------------
   static constexpr int kChunkElems = 4;
