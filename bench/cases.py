@@ -160,6 +160,8 @@ CASES = (
          about="GVA H=16, HV=32, T=8192, bf16"),
     Case("small-bf16", "bfloat16", T=512, H=8, target_speedup=2.0,
          about="B=1, T=512, H=8, bf16: too few chunks to fill the GPU"),
+    Case("mid-bf16", "bfloat16", T=1024, H=8, target_speedup=2.0,
+         about="B=1, T=1024, H=8, bf16: 128 units, fewer than the GPU's CTA slots"),
 )
 
 # chunk_bwd_intra: SPEC-chunk-bwd-intra.md's performance table (H=32, K=128, BT=64, bf16; fla's

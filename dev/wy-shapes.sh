@@ -12,6 +12,9 @@ wy_shapes=(
   "bt32-fp16-hx --shape 1,2048,32,128,128 --dtype fp16 --chunk-size 32 --h-dtype x"
   "heads16-k64 --shape 2,4096,16,64,64 --dtype bf16"
   "varlen-bf16 --shape 1,8192,32,128,128 --dtype bf16 --seqlens 1300,547,2048,963,271,3063"
+  "small-bf16 --shape 1,512,8,128,128 --dtype bf16"
+  "small-bf16-hx --shape 1,512,8,128,128 --dtype bf16 --h-dtype x"
+  "mid-bf16 --shape 1,1024,8,128,128 --dtype bf16"
 )
 
 # wy_shape_options NAME: that shape's `kda run` options (status 1 for an unknown name).

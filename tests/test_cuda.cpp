@@ -41,7 +41,22 @@ struct Case {
   WyDqkgConfig config;
   std::vector<std::string> padded = {};  // inputs stored with a padded head stride
   bool int32_indices = false;            // cu_seqlens / chunk_indices as int32
-  bool strong_decay = false;  // g redrawn as steep chunk-local cumsums (with_strong_decay)
+  bool strong_decay = false;       // g redrawn as steep chunk-local cumsums (with_strong_decay)
+  const char* wy_split = nullptr;  // KDA_WY_SPLIT for the run (nullptr: unset, the size rule)
+};
+
+// Sets KDA_WY_SPLIT (the split-unit kernel's CTAs per unit, sm80_mma/dispatch.cu) for a scope, or
+// leaves it unset for nullptr; unset afterwards.
+class WySplitEnv {
+ public:
+  explicit WySplitEnv(const char* value) {
+    if (value != nullptr) {
+      EXPECT_EQ(setenv("KDA_WY_SPLIT", value, 1), 0);
+    }
+  }
+  ~WySplitEnv() { unsetenv("KDA_WY_SPLIT"); }
+  WySplitEnv(const WySplitEnv&) = delete;
+  WySplitEnv& operator=(const WySplitEnv&) = delete;
 };
 
 // Printed by its name (gtest would print a hex dump of the struct in every test listing and skip
@@ -234,28 +249,34 @@ std::vector<Case> matrix() {
   // The wgmma K loop at BT = 64 (sm80_mma traits' kWgmmaLoop: h k-first, float32 or X) at the
   // model's head dims and with one of them 64: fixed length with a tail, varlen with sequences
   // of length 1, < BT, = BT and > 4 BT, and GVA. h in X is the stored form fla's own pipeline
-  // hands over (and the one the slab-pair experiment changes).
+  // hands over (and the one the slab-pair experiment changes). These problems have few units,
+  // so the size rule splits them over clusters of 4 CTAs (K = 128) or 2 (K = 64); each case runs
+  // also with one CTA per unit (KDA_WY_SPLIT=1) and with two CTAs per unit (two slab pairs each
+  // at K = 128: the ring and the float32 halves inside a CTA's share).
   const std::pair<int64_t, int64_t> wgmma_kv[] = {{128, 128}, {64, 128}, {128, 64}};
   for (DType x : {DType::f16, DType::bf16}) {
     for (DType h : state_dtypes(x)) {
       const std::string tag = dtype_tag(x) + (h == DType::f32 ? "_hfp32" : "_hx");
-      for (auto [K, V] : wgmma_kv) {
-        WyDqkgConfig c = base(x, h, 64);
-        c.K = K;
-        c.V = V;
-        const std::string dims = "_k" + std::to_string(K) + "_v" + std::to_string(V);
-        cases.push_back({"wgmma_" + tag + dims, c});
-        c.B = 1;
-        c.seqlens = {1, 61, 64, 263, 1, 128};
-        cases.push_back({"wgmma_varlen_" + tag + dims, c});
+      for (const char* split : {static_cast<const char*>(nullptr), "1", "2"}) {
+        const std::string stag = split == nullptr ? "" : std::string("_split") + split;
+        for (auto [K, V] : wgmma_kv) {
+          WyDqkgConfig c = base(x, h, 64);
+          c.K = K;
+          c.V = V;
+          const std::string dims = "_k" + std::to_string(K) + "_v" + std::to_string(V);
+          cases.push_back({"wgmma_" + tag + dims + stag, c, {}, false, false, split});
+          c.B = 1;
+          c.seqlens = {1, 61, 64, 263, 1, 128};
+          cases.push_back({"wgmma_varlen_" + tag + dims + stag, c, {}, false, false, split});
+        }
+        WyDqkgConfig g = base(x, h, 64);
+        g.K = 128;
+        g.V = 128;
+        g.H = 1;
+        g.HV = 2;
+        g.seqlens = {70, 1, 130};
+        cases.push_back({"wgmma_gva_varlen_" + tag + stag, g, {}, false, false, split});
       }
-      WyDqkgConfig g = base(x, h, 64);
-      g.K = 128;
-      g.V = 128;
-      g.H = 1;
-      g.HV = 2;
-      g.seqlens = {70, 1, 130};
-      cases.push_back({"wgmma_gva_varlen_" + tag, g});
     }
   }
   // The small chunks (BT = 16, 32) at the model's head dims and with state_v_first: their
@@ -352,6 +373,7 @@ TEST_P(CudaMatrix, MatchesFloat64Reference) {
   HostProblem hp = kda::io::make_random_problem(c.config);
   if (c.int32_indices) use_int32_indices(hp);
   if (c.strong_decay) with_strong_decay(hp, c.config.BT);
+  const WySplitEnv split(c.wy_split);
   check_against_reference(std::move(hp), c.padded, sm80_mma_takes(c.config, c.padded));
 }
 
@@ -374,12 +396,16 @@ std::vector<Case> sanitizer_subset() {
   v.seqlens = {1, 31, 32, 70};
   cases.push_back({"varlen_bf16", v});
   // The wgmma K loop with h in X at the model's head dims, short chunks included.
+  // (Few units: split over clusters of 4 CTAs; also with one CTA per unit, and float32 h at two.)
   WyDqkgConfig w = base(DType::bf16, DType::bf16, 64);
   w.H = 1;
   w.K = 128;
   w.V = 128;
   w.seqlens = {1, 61, 70};
   cases.push_back({"wgmma_varlen_bf16_hx", w});
+  cases.push_back({"wgmma_varlen_bf16_hx_split1", w, {}, false, false, "1"});
+  w.h_dtype = DType::f32;
+  cases.push_back({"wgmma_varlen_bf16_hfp32_split2", w, {}, false, false, "2"});
   // The small-chunk layouts at the model's head dims: BT = 32 with float32 h (one staging slot,
   // swizzled token tiles) and BT = 16 with h in X (Vv in ring slot 1), short sequences included.
   for (const auto& [bt, h, tag] : {std::tuple{int64_t{32}, DType::f32, "bt32_varlen_fp16"},
@@ -408,6 +434,7 @@ TEST_P(CudaSanitizerSubset, MatchesFloat64Reference) {
   Case c = GetParam();
   c.config.seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(c.config.seed));
+  const WySplitEnv split(c.wy_split);
   check_against_reference(kda::io::make_random_problem(c.config), c.padded,
                           sm80_mma_takes(c.config, c.padded));
 }
@@ -485,6 +512,56 @@ TEST(Cuda, Tf32x3BitwiseDeterministic) {
       }
     }
   }
+}
+
+// Split units (BT = 64, h k-first, 16-bit X): KDA_WY_SPLIT picks the CTAs per unit. Each split
+// is bitwise reproducible; a split run differs from the one-CTA run in D's and db's summation
+// order (so the split path was taken: dA's bits differ), and both meet the bars (the matrix
+// checks them against float64); a value other than auto, 1, 2, 4 is an error naming the variable.
+TEST(Cuda, SplitUnits) {
+  SKIP_WITHOUT_GPU();
+  WyDqkgConfig c = base(DType::bf16, DType::f32, 64);
+  c.B = 1;
+  c.T = 300;
+  c.H = 2;
+  c.HV = 4;
+  c.K = 128;
+  c.V = 128;
+  c.seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(c.seed));
+  HostProblem hp = kda::io::make_random_problem(c);
+  DeviceProblem dev(hp);
+  std::map<std::string, HostProblem> outputs;
+  for (const char* split : {"1", "2", "4", "auto"}) {
+    const WySplitEnv env(split);
+    for (int run = 0; run < 2; ++run) {
+      dev.poison_outputs();
+      const kda::Status s = dev.run(kda::Backend::cuda, nullptr, Kernel::sm80_mma);
+      ASSERT_TRUE(s.ok()) << "KDA_WY_SPLIT=" << split << ": " << s.message;
+      kda::testing::check_cuda(cudaDeviceSynchronize(), "sync");
+      HostProblem out = dev.download_outputs();
+      if (run == 0) {
+        outputs[split] = std::move(out);
+        continue;
+      }
+      for (const std::string& name : kda::testing::wy_outputs()) {
+        EXPECT_EQ(out.get(name).bytes, outputs[split].get(name).bytes)
+            << "KDA_WY_SPLIT=" << split << ": " << name << " differs between two runs";
+      }
+    }
+  }
+  // 20 units: the size rule takes 4 CTAs per unit on any GPU with >= 40 SMs.
+  EXPECT_EQ(outputs["auto"].get("out.dA").bytes, outputs["4"].get("out.dA").bytes);
+  EXPECT_NE(outputs["1"].get("out.dA").bytes, outputs["4"].get("out.dA").bytes);
+  EXPECT_NE(outputs["1"].get("out.dA").bytes, outputs["2"].get("out.dA").bytes);
+  // dq, dk, dg, dv_out come from one CTA's products whatever the split: the same bits.
+  for (const char* name : {"out.dq", "out.dk", "out.dg", "out.dv_out"}) {
+    EXPECT_EQ(outputs["1"].get(name).bytes, outputs["4"].get(name).bytes) << name;
+  }
+  const WySplitEnv bad_env("3");
+  const kda::Status bad = dev.run(kda::Backend::cuda, nullptr, Kernel::sm80_mma);
+  EXPECT_EQ(bad.code, kda::StatusCode::invalid_argument) << bad.message;
+  EXPECT_NE(bad.message.find("KDA_WY_SPLIT"), std::string::npos) << bad.message;
 }
 
 // KDA_CUDA_KERNEL names the kernel auto runs; an unknown value is an error naming the variable,

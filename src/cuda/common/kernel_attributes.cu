@@ -33,4 +33,29 @@ Status ensure_max_dynamic_smem(const void* kernel, int device, int bytes, const 
   return Status::Ok();
 }
 
+Status device_facts(int device, DeviceFacts* out) {
+  static std::mutex mutex;
+  static std::map<int, DeviceFacts> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = known.find(device); it != known.end()) {
+    *out = it->second;
+    return Status::Ok();
+  }
+  DeviceFacts f;
+  if (Status s = cuda_status(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device),
+                             "cudaDeviceGetAttribute(MultiProcessorCount)");
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = cuda_status(
+          cudaDeviceGetAttribute(&f.max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+          "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+      !s.ok()) {
+    return s;
+  }
+  known[device] = f;
+  *out = f;
+  return Status::Ok();
+}
+
 }  // namespace kda::cuda

@@ -20,13 +20,8 @@
 
 namespace kda::cuda::intra {
 
-// Per (device): SM count and the opt-in per-block shared-memory limit; per (kernel, device,
-// bytes): resident CTAs per SM. Queried once (no synchronization), under a lock.
-struct DeviceFacts {
-  int sms = 0;
-  int max_smem = 0;
-};
-Status device_facts(int device, DeviceFacts* out);
+// Per (kernel, device, bytes): resident CTAs per SM, queried once (no synchronization) under a
+// lock. (The device's SM count and shared-memory limit: device_facts, kernel_attributes.hpp.)
 Status resident_ctas(const void* kernel, int device, int threads, int smem_bytes, int* out);
 
 // Launches the kernel of traits Tr (params.smem filled): a persistent grid of as many CTAs as

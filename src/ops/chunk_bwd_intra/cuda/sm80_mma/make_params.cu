@@ -173,31 +173,6 @@ std::string IntraVariant::describe() const {
          ",diag=" + std::to_string(diag);
 }
 
-Status device_facts(int device, DeviceFacts* out) {
-  static std::mutex mutex;
-  static std::map<int, DeviceFacts> known;
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = known.find(device); it != known.end()) {
-    *out = it->second;
-    return Status::Ok();
-  }
-  DeviceFacts f;
-  if (Status s = cuda_status(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device),
-                             "cudaDeviceGetAttribute(MultiProcessorCount)");
-      !s.ok()) {
-    return s;
-  }
-  if (Status s = cuda_status(
-          cudaDeviceGetAttribute(&f.max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-          "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
-      !s.ok()) {
-    return s;
-  }
-  known[device] = f;
-  *out = f;
-  return Status::Ok();
-}
-
 Status resident_ctas(const void* kernel, int device, int threads, int smem_bytes, int* out) {
   static std::mutex mutex;
   static std::map<std::tuple<const void*, int, int>, int> known;

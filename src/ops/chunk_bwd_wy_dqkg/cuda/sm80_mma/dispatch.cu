@@ -7,10 +7,12 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
 #include "cuda/common/dispatch.hpp"
+#include "cuda/common/kernel_attributes.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/make_params.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/params.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/dispatch.hpp"
@@ -48,6 +50,44 @@ template <typename Reason>
 bool refuse(std::string* why_not, const Reason& reason) {
   if (why_not != nullptr) *why_not = reason();
   return false;
+}
+
+// CTAs per unit for the split-unit kernel (BT = 64, h stored [K][V], 16-bit X): 4 or 2 (dividing
+// the unit's slab pairs) when that many CTAs per unit still fit the GPU at once (two per SM), so a
+// problem with fewer units than CTA slots is not left to a few CTAs' serial chains; else 1 (one
+// CTA per unit). KDA_WY_SPLIT overrides the size rule, for tests and measurements: 1 never
+// splits, 2 or 4 split into the largest of 4, 2 not above it that divides the slab pairs, auto
+// (or unset) is the rule; any other value is an error.
+Status wy_split_ranks(const cuda::WyDqkgParams& params, int device, int* ranks) {
+  constexpr int kSlabK = 32;  // slab pairs
+  constexpr int kCtasPerSm = 2;
+  const int64_t num_slabs = params.K / kSlabK;
+  int at_most = 4;
+  bool by_size = true;
+  if (const char* env = std::getenv("KDA_WY_SPLIT"); env != nullptr && *env != '\0') {
+    const std::string value(env);
+    if (value == "1" || value == "2" || value == "4") {
+      at_most = value[0] - '0';
+      by_size = false;
+    } else if (value != "auto") {
+      return invalid_argument("environment variable KDA_WY_SPLIT: '" + value +
+                              "' is not one of auto, 1, 2, 4");
+    }
+  }
+  int slots = 0;
+  if (by_size) {
+    cuda::DeviceFacts facts;
+    if (Status s = cuda::device_facts(device, &facts); !s.ok()) return s;
+    slots = kCtasPerSm * facts.sms;
+  }
+  *ranks = 1;
+  for (int n : {4, 2}) {
+    if (n <= at_most && num_slabs % n == 0 && (!by_size || params.num_units * n <= slots)) {
+      *ranks = n;
+      break;
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -116,6 +156,16 @@ Status launch_sm80_mma(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims&
     } else {
       return cuda::dispatch_f32_or_x<XT>("h", d.h_dtype, d.x_dtype, [&](auto h) {
         using HT = typename decltype(h)::type;
+        if (d.BT == 64 && !p.state_v_first) {
+          int ranks = 1;
+          if (Status s = wy_split_ranks(params, device, &ranks); !s.ok()) return s;
+          if (ranks > 1) {
+            return cuda::dispatch_int<64, 128>("V", d.V, [&](auto v) {
+              return cuda::launch_wy_dqkg_mma_split<XT, HT, decltype(v)::value>(params, ranks,
+                                                                                device, stream);
+            });
+          }
+        }
         return cuda::dispatch_int<16, 32, 64>("chunk_size", d.BT, [&](auto bt) {
           return cuda::dispatch_int<64, 128>("V", d.V, [&](auto v) {
             return cuda::dispatch_bool(p.state_v_first, [&](auto svf) {

@@ -9,6 +9,7 @@
 // walks through one unit. Shapes: L = valid rows of the chunk (<= BT); rows >= L of every staged
 // tile are zero and are never read from global memory nor written back.
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -208,17 +209,37 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   }
   const LoopStrides& st = strides_shared;  // read after the first barrier
 
-  // One unit per CTA (a 2D grid when there are more than 2^31 - 1 units). No loop over units on
-  // purpose: around one the compiler hoists every lane's ldmatrix addresses out of it, and the
-  // BT = 64 kernel spilled.
-  const int64_t unit = blockIdx.x + static_cast<int64_t>(blockIdx.y) * gridDim.x;
-  if (unit >= p.num_units) return;  // uniform over the CTA
+  // One unit per CTA (a 2D grid when there are more than 2^31 - 1 units), or with split units
+  // one per cluster of `ranks` CTAs (a 1D grid). No loop over units on purpose: around one the
+  // compiler hoists every lane's ldmatrix addresses out of it, and the BT = 64 kernel spilled.
+  int rank = 0;   // this CTA's rank in its cluster (split units)
+  int ranks = 1;  // CTAs per unit
+  if constexpr (Tr::kSplitUnits) {
+    rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
+    ranks = static_cast<int>(cooperative_groups::this_cluster().num_blocks());
+  }
+  const int64_t unit = Tr::kSplitUnits ? static_cast<int64_t>(blockIdx.x / ranks)
+                                       : blockIdx.x + static_cast<int64_t>(blockIdx.y) * gridDim.x;
+  // Uniform over the CTA, and over a cluster (whose CTAs share the unit, so that none waits at a
+  // cluster barrier for one that left).
+  if (unit >= p.num_units) return;
   publish_unit(p, unit, kBT, warp, lane, unit_shared, origins_shared);
   __syncthreads();
   if (!unit_shared.valid) return;  // inconsistent index tensors: see wy_dqkg_unit.cuh
   const UnitOrigins& o = origins_shared;
   const int L = unit_shared.len;
   const int num_slabs = static_cast<int>(p.K / Tr::kSlabK);
+  // This CTA's slabs: all of them, or its rank's share (the launcher makes `ranks` divide them).
+  const int slab_begin = Tr::kSplitUnits ? rank * num_slabs / ranks : 0;
+  const int slab_end = Tr::kSplitUnits ? (rank + 1) * num_slabs / ranks : num_slabs;
+  // Whether h row k is one of this CTA's slabs' (k past the first slab's start).
+  auto own_k = [&](int k) {
+    if constexpr (Tr::kSplitUnits) {
+      return k < slab_end * Tr::kSlabK;
+    } else {
+      return k < p.K;
+    }
+  };
   auto out_row = [&](int i) { return o.out_row0 + static_cast<int64_t>(i) * p.HV; };
 
   // --- copies: group 1 = Ā, dV, Vv (phase 0); group 2 = dO, Vn, slab 0; [group 3 = slab 1] --
@@ -238,13 +259,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
                                               static_cast<const XT*>(p.v_new.data) + o.v_new,
                                               p.v_new.stride_token, L, kV, tid);
   if constexpr (Tr::kStateF32) {
-    issue_slab<Tr, Tr::kSlabCols>(p, o, st, 0, stage_S(0), stage_dS(0), tid);
+    issue_slab<Tr, Tr::kSlabCols>(p, o, st, slab_begin * Tr::kSlabK, stage_S(0), stage_dS(0), tid);
   } else {
-    issue_slab<Tr, kSlabXLd>(p, o, st, 0, slab_S(0), slab_dS(0), tid);
+    issue_slab<Tr, kSlabXLd>(p, o, st, slab_begin * Tr::kSlabK, slab_S(0), slab_dS(0), tid);
   }
   mma::cp_async_commit();
   if constexpr (!Tr::kVvLate) {
-    if (num_slabs > 1) issue_slab<Tr, kSlabXLd>(p, o, st, Tr::kSlabK, slab_S(1), slab_dS(1), tid);
+    if (slab_begin + 1 < slab_end) {
+      issue_slab<Tr, kSlabXLd>(p, o, st, (slab_begin + 1) * Tr::kSlabK, slab_S(1), slab_dS(1), tid);
+    }
     mma::cp_async_commit();
   }
   if (tid < kBT) {
@@ -272,9 +295,17 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
 
   // --- phase 0: steps 4, 6 (first term), 11 (first term) -------------------------------
   float db_part[2] = {0.0f, 0.0f};  // rows m0 + grp and m0 + grp + 8: this lane's share of db
-  // dvb = Āᵀ·dV; dv_out = β ⊙ dvb; db += rowsum(dvb ⊙ Vv): the warp's V/2 columns, 16 at a time.
+  // dvb = Āᵀ·dV; dv_out = β ⊙ dvb; db += rowsum(dvb ⊙ Vv): the warp's V/2 columns, 16 at a time
+  // (split units: the rank's share of those 16-column steps).
+  int v_first = cg * Tr::kWarpV;
+  int v_end = (cg + 1) * Tr::kWarpV;
+  if constexpr (Tr::kSplitUnits) {
+    constexpr int kSteps = Tr::kWarpV / 16;
+    v_first = cg * Tr::kWarpV + 16 * (rank * kSteps / ranks);
+    v_end = cg * Tr::kWarpV + 16 * ((rank + 1) * kSteps / ranks);
+  }
 #pragma unroll 1
-  for (int v0 = cg * Tr::kWarpV; v0 < (cg + 1) * Tr::kWarpV; v0 += 16) {
+  for (int v0 = v_first; v0 < v_end; v0 += 16) {
     float acc[2][4] = {};  // (16 rows, 16 columns v0 ..)
     if constexpr (Tr::kSwTok) {
       // The same product with dV read from its swizzled atoms (B element (j, v) at dV[j][v]).
@@ -320,6 +351,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     // The same product with dV read from its swizzled atoms (A element (i, v) at dV[i][v]).
 #pragma unroll
     for (int s = 0; s < Tr::kVSteps; ++s) {
+      if constexpr (Tr::kSplitUnits) {
+        // The rank's share of the reduction over V (the partial D is summed over the cluster).
+        if (s < rank * Tr::kVSteps / ranks || s >= (rank + 1) * Tr::kVSteps / ranks) continue;
+      }
       uint32_t a[4];
       load_tok_a(a, sDv, s);
       uint32_t b[kJTiles][2];
@@ -355,11 +390,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   auto convert_half = [&](int pair, int half) {
     if constexpr (Tr::kHalfSlabs) {
       mma::cp_async_wait<0>();
-      float* const pair_sds = sSds + (pair & 1) * Tr::kSdsParts * Tr::kSlabK;
+      float* const pair_sds = sSds + ((pair - slab_begin) & 1) * Tr::kSdsParts * Tr::kSlabK;
       slab_prepare<Tr>(stage_S(0), stage_dS(0), slab_S(0), slab_dS(0), pair_sds, Tr::kCopyK * half,
                        tid);
       const int next_k = pair * Tr::kSlabK + Tr::kCopyK * (half + 1);
-      if (next_k < p.K) {
+      if (own_k(next_k)) {
         issue_slab<Tr, Tr::kSlabCols>(p, o, st, next_k, stage_S(0), stage_dS(0), tid);
       }
       mma::cp_async_commit();
@@ -367,25 +402,29 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   };
   __syncthreads();  // Vv is dead: with two float32 staging slots its slot takes slab 1
   if constexpr (Tr::kVvInStaging) {
-    if (num_slabs > 1)
-      issue_slab<Tr, Tr::kSlabCols>(p, o, st, Tr::kSlabK, stage_S(1), stage_dS(1), tid);
+    if (slab_begin + 1 < slab_end) {
+      issue_slab<Tr, Tr::kSlabCols>(p, o, st, (slab_begin + 1) * Tr::kSlabK, stage_S(1),
+                                    stage_dS(1), tid);
+    }
     mma::cp_async_commit();
   } else if constexpr (Tr::kHalfSlabs) {
-    // The 16-bit copy held Vv: pair 0 goes into it now, both halves (the second half's copy
-    // waits alone this once).
-    convert_half(0, 0);
-    convert_half(0, 1);
+    // The 16-bit copy held Vv: the first pair goes into it now, both halves (the second half's
+    // copy waits alone this once).
+    convert_half(slab_begin, 0);
+    convert_half(slab_begin, 1);
   } else if constexpr (Tr::kVvInRing) {
     // Ring slot 1 held Vv; the reads above were ordinary loads, so the cp.async writes that
     // follow need no proxy fence.
-    if (num_slabs > 1) issue_slab<Tr, kSlabXLd>(p, o, st, Tr::kSlabK, slab_S(1), slab_dS(1), tid);
+    if (slab_begin + 1 < slab_end) {
+      issue_slab<Tr, kSlabXLd>(p, o, st, (slab_begin + 1) * Tr::kSlabK, slab_S(1), slab_dS(1), tid);
+    }
     mma::cp_async_commit();
   }
 
   // --- the K loop: slab kb = rows k0 .. k0+kSlabK-1 of h, dh; steps 1-3, 5, 7-9, 11 (2nd term)
 #pragma unroll 1
-  for (int kb = 0; kb < num_slabs; ++kb) {
-    const int ring = kb & 1;
+  for (int kb = slab_begin; kb < slab_end; ++kb) {
+    const int ring = (kb - slab_begin) & 1;
     const int k0 = kb * Tr::kSlabK;
     float* const sds = sSds + ring * Tr::kSdsParts * Tr::kSlabK;  // this slab's Σ S⊙dS parts
     // Epilogue inputs at this thread's C-fragment positions (load_epilogue_inputs). Loaded
@@ -412,7 +451,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
       const int slot = Tr::kStageSlots == 1 ? 0 : ring;
       slab_prepare<Tr>(stage_S(slot), stage_dS(slot), slab_S(0), slab_dS(0), sds, 0, tid);
       // This thread's staging chunks are free again: slab kb + kStageSlots takes them.
-      if (kb + Tr::kStageSlots < num_slabs) {
+      if (kb + Tr::kStageSlots < slab_end) {
         issue_slab<Tr, Tr::kSlabCols>(p, o, st, k0 + Tr::kStageSlots * Tr::kSlabK, stage_S(slot),
                                       stage_dS(slot), tid);
       }
@@ -549,14 +588,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
 
     if constexpr (!Tr::kStateF32) {
       // Every warp is past its products of slab kb: its ring slot takes slab kb + 2.
-      if (kb + 2 < num_slabs) {
+      if (kb + 2 < slab_end) {
         issue_slab<Tr, kSlabXLd>(p, o, st, k0 + 2 * Tr::kSlabK, slab_S(ring), slab_dS(ring), tid);
       }
       mma::cp_async_commit();
     } else if constexpr (Tr::kHalfSlabs) {
       // Every warp is past its products of pair kb: the 16-bit copy takes pair kb + 1's first
       // half (its Σ S⊙dS into the other sds slot: epilogue 2 below still reads this pair's).
-      if (kb + 1 < num_slabs) convert_half(kb + 1, 0);
+      if (kb + 1 < slab_end) convert_half(kb + 1, 0);
     }
 
     // Step 5: dkgb = Āᵀ·dW (rows m0.., the warp's columns), reduced over j.
@@ -604,16 +643,51 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     if constexpr (Tr::kHalfSlabs) {
       // Pair kb + 1's second half (its copy was in flight during step 5 and epilogue 2); the
       // next iteration's first barrier publishes the whole pair.
-      if (kb + 1 < num_slabs) convert_half(kb + 1, 1);
+      if (kb + 1 < slab_end) convert_half(kb + 1, 1);
     }
   }
 
   // --- db; steps 11, 12: X = strict-lower(D) ⊙ β[j]; dA = −strict-lower(Āᵀ·X·Āᵀ) --------
   wy::store_db_parts(db_part, sDb, kBT, pos);
+  float db_sum = 0.0f;  // split units: rank 0's db of row tid, the cluster's parts summed
+  if constexpr (Tr::kSplitUnits) {
+    // D and db are sums over the slabs and over V, which the cluster's CTAs split: each CTA puts
+    // its D partial (fragment e of thread t at red[e * kThreads + t]) into its dead slab region
+    // (last read before the last slab's second barrier), and rank 0 adds the others' in rank
+    // order through distributed shared memory. The second cluster barrier keeps every CTA (and
+    // so its shared memory) alive until rank 0 has read it.
+    auto cluster = cooperative_groups::this_cluster();
+    float* const red = reinterpret_cast<float*>(&sh.state);
+    static_assert(sizeof(sh.state) >= sizeof(float) * kJTiles * 4 * Tr::kThreads,
+                  "D's partial fits the slab region");
+#pragma unroll
+    for (int nt = 0; nt < kJTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) red[(nt * 4 + e) * Tr::kThreads + tid] = acc_D[nt][e];
+    }
+    cluster.sync();  // every CTA's D and db parts are written (release / acquire, cluster-wide)
+    if (rank == 0) {
+      if (tid < L) db_sum = sDb[tid] + sDb[kBT + tid];
+      for (int r = 1; r < ranks; ++r) {
+        const float* const peer_red = cluster.map_shared_rank(red, r);
+#pragma unroll
+        for (int nt = 0; nt < kJTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_D[nt][e] += peer_red[(nt * 4 + e) * Tr::kThreads + tid];
+        }
+        if (tid < L) {
+          const float* const peer_db = cluster.map_shared_rank(sDb, r);
+          db_sum += peer_db[tid] + peer_db[kBT + tid];
+        }
+      }
+    }
+    cluster.sync();  // rank 0 has read the others' parts: they may leave
+    if (rank != 0) return;
+  }
   // X goes to the dead dO tile: the last slab's products were read before its second barrier.
   wy::store_x<Tr, kALd>(acc_D, sX, sBeta, L, pos);
   __syncthreads();  // X and the db parts are complete
-  if (tid < L) p.db[out_row(tid)] = sDb[tid] + sDb[kBT + tid];
+  if (tid < L) p.db[out_row(tid)] = Tr::kSplitUnits ? db_sum : sDb[tid] + sDb[kBT + tid];
   // Y = X·Āᵀ: Y[i][j] = Σ_n X[i][n] Ā[j][n]; B element (n, j) at Ā[j][n].
   {
     float acc_Y[kJTiles][4] = {};

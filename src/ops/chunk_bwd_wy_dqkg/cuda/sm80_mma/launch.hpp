@@ -1,6 +1,6 @@
 #pragma once
-// Host launcher of the sm80_mma kernel, explicitly instantiated in one generated file per
-// (X dtype, h dtype), each holding every (BT, V, state_v_first).
+// Host launchers of the sm80_mma kernel, explicitly instantiated in generated files per
+// (X dtype, h dtype): every (BT, V, state_v_first), and the split-unit form per V.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,5 +17,12 @@ namespace kda::cuda {
 // launch fails.
 template <typename XT, typename HT, int kBT, int kV, bool kStateVFirst>
 Status launch_wy_dqkg_mma(const WyDqkgParams& params, int device, cudaStream_t stream);
+
+// The same kernel with split units (BT = 64, h stored [K][V]): clusters of `ranks` CTAs (2, or 4
+// with K = 128), each cluster one unit (traits.cuh, kSplitUnits). For problems with fewer units
+// than CTA slots; wy_split_ranks (dispatch.cu) picks `ranks`.
+template <typename XT, typename HT, int kV>
+Status launch_wy_dqkg_mma_split(const WyDqkgParams& params, int ranks, int device,
+                                cudaStream_t stream);
 
 }  // namespace kda::cuda

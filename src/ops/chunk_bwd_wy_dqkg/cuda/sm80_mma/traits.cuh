@@ -20,7 +20,8 @@
 
 namespace kda::cuda {
 
-template <typename XT_, typename HT_, int kBT_, int kV_, bool kStateVFirst_>
+template <typename XT_, typename HT_, int kBT_, int kV_, bool kStateVFirst_,
+          bool kSplitUnits_ = false>
 struct WyDqkgMmaTraits {
   using XT = XT_;  // X: __half or __nv_bfloat16
   using HT = HT_;  // h, dh: float or XT
@@ -86,6 +87,13 @@ struct WyDqkgMmaTraits {
   // wgmma's K-major tiles with the 128-byte swizzle: atoms of [rows][64] 16-bit elements, atom a
   // holding columns 64 a .. 64 a + 63, 16-byte chunk c of row r at chunk c ^ (r % 8).
   static constexpr bool kWgmmaLoop = kBT == 64 && kSlabXKFirst;
+  // Split units (for problems with fewer units than the GPU has CTA slots): a cluster of n CTAs
+  // (the launch's cluster size: 2, or 4 with K = 128) shares one unit. CTA r takes the r-th n-th
+  // of the slab pairs (the K loop) and of phase 0's V columns; rank 0 sums the cluster's D and db
+  // partials (read from the others' shared memory, in rank order) and runs phase 2 alone. Slab
+  // pairs only (BT = 64, h stored [K][V]).
+  static constexpr bool kSplitUnits = kSplitUnits_;
+  static_assert(!kSplitUnits || kSlabPair, "split units take slab pairs (BT = 64, k-first h)");
   // Token tiles (dO, Vn, dV) in swizzled atoms without the padding, read by ldmatrix through
   // the swizzle: the wgmma loop's form, and at BT = 32 with float32 h 1.5 KB less shared memory,
   // so that four CTAs of four warps fit an SM (128-byte alignment suffices for ldmatrix).
