@@ -516,7 +516,7 @@ TEST(Cuda, Tf32x3BitwiseDeterministic) {
 
 // Split units (BT = 64, h k-first, 16-bit X): KDA_WY_SPLIT picks the CTAs per unit. Each split
 // is bitwise reproducible; a split run differs from the one-CTA run in D's and db's summation
-// order (so the split path was taken: dA's bits differ), and both meet the bars (the matrix
+// order (so the split path was taken: db's bits differ), and both meet the bars (the matrix
 // checks them against float64); a value other than auto, 1, 2, 4 is an error naming the variable.
 TEST(Cuda, SplitUnits) {
   SKIP_WITHOUT_GPU();
@@ -550,10 +550,15 @@ TEST(Cuda, SplitUnits) {
       }
     }
   }
-  // 20 units: the size rule takes 4 CTAs per unit on any GPU with >= 40 SMs.
-  EXPECT_EQ(outputs["auto"].get("out.dA").bytes, outputs["4"].get("out.dA").bytes);
-  EXPECT_NE(outputs["1"].get("out.dA").bytes, outputs["4"].get("out.dA").bytes);
-  EXPECT_NE(outputs["1"].get("out.dA").bytes, outputs["2"].get("out.dA").bytes);
+  // 20 units: the size rule takes 4 CTAs per unit on any GPU with >= 80 SMs.
+  for (const char* name : {"out.db", "out.dA"}) {
+    EXPECT_EQ(outputs["auto"].get(name).bytes, outputs["4"].get(name).bytes) << name;
+  }
+  // db is summed in float32 straight from the parts, so another order changes some of its last
+  // bits (dA passes through X rounded to bf16, which usually hides the difference: an H200 run
+  // once gave split 2 the bits of split 1 there).
+  EXPECT_NE(outputs["1"].get("out.db").bytes, outputs["4"].get("out.db").bytes);
+  EXPECT_NE(outputs["1"].get("out.db").bytes, outputs["2"].get("out.db").bytes);
   // dq, dk, dg, dv_out come from one CTA's products whatever the split: the same bits.
   for (const char* name : {"out.dq", "out.dk", "out.dg", "out.dv_out"}) {
     EXPECT_EQ(outputs["1"].get(name).bytes, outputs["4"].get(name).bytes) << name;

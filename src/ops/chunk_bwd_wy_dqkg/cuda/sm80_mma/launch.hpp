@@ -20,7 +20,7 @@ Status launch_wy_dqkg_mma(const WyDqkgParams& params, int device, cudaStream_t s
 
 // The same kernel with split units (BT = 64, h stored [K][V]): clusters of `ranks` CTAs (2, or 4
 // with K = 128), each cluster one unit (traits.cuh, kSplitUnits). For problems with fewer units
-// than CTA slots; wy_split_ranks (dispatch.cu) picks `ranks`.
+// than SMs; wy_split_ranks (dispatch.cu) picks `ranks`.
 template <typename XT, typename HT, int kV>
 Status launch_wy_dqkg_mma_split(const WyDqkgParams& params, int ranks, int device,
                                 cudaStream_t stream);

@@ -87,7 +87,7 @@ struct WyDqkgMmaTraits {
   // wgmma's K-major tiles with the 128-byte swizzle: atoms of [rows][64] 16-bit elements, atom a
   // holding columns 64 a .. 64 a + 63, 16-byte chunk c of row r at chunk c ^ (r % 8).
   static constexpr bool kWgmmaLoop = kBT == 64 && kSlabXKFirst;
-  // Split units (for problems with fewer units than the GPU has CTA slots): a cluster of n CTAs
+  // Split units (for problems with fewer units than the GPU has SMs): a cluster of n CTAs
   // (the launch's cluster size: 2, or 4 with K = 128) shares one unit. CTA r takes the r-th n-th
   // of the slab pairs (the K loop) and of phase 0's V columns; rank 0 sums the cluster's D and db
   // partials (read from the others' shared memory, in rank order) and runs phase 2 alone. Slab
