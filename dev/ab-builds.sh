@@ -30,8 +30,13 @@ ab_builds() {
   shift
   carry=$(cd .carry && pwd)
   build=$carry/build
-  if [ ! -d "$build" ] && [ -f "$carry/build.tar.xz" ]; then
-    mkdir -p "$build" && tar -xJf "$carry/build.tar.xz" -C "$carry"
+  # Unpacked afresh unless the folder holds this very archive's files (its checksum, written after
+  # unpacking): a machine still warm keeps an earlier call's folder, which held another build or
+  # lacked its symbolic links (eleventh session, calls 4 and 5).
+  if [ -f "$carry/build.tar.xz" ] &&
+    [ "$(cat "$build/.unpacked" 2>/dev/null)" != "$(sha1sum <"$carry/build.tar.xz")" ]; then
+    rm -rf "$build" && mkdir -p "$build" && tar -xJf "$carry/build.tar.xz" -C "$carry" &&
+      sha1sum <"$carry/build.tar.xz" >"$build/.unpacked"
   fi
   # The golden files travel in the carry (../shared does not): the test binaries read them here.
   export KDA_GOLDEN_DIR=$carry/golden/golden KDA_INTRA_GOLDEN_DIR=$carry/golden/golden-intra

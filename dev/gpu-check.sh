@@ -63,9 +63,13 @@ while [ $# -gt 0 ]; do
 done
 carry=$(cd "$carry" && pwd)
 build=$carry/build
-# The builds travel packed (dev/stage-carry.sh): unpack them once.
-if [ ! -d "$build" ] && [ -f "$carry/build.tar.xz" ]; then
-  mkdir -p "$build" && tar -xJf "$carry/build.tar.xz" -C "$carry"
+# The builds travel packed (dev/stage-carry.sh). Unpacked afresh unless the folder holds this very archive's files (its checksum, written after
+# unpacking): a machine still warm keeps an earlier call's folder, which held another build or
+# lacked its symbolic links (eleventh session, calls 4 and 5).
+if [ -f "$carry/build.tar.xz" ] &&
+  [ "$(cat "$build/.unpacked" 2>/dev/null)" != "$(sha1sum <"$carry/build.tar.xz")" ]; then
+  rm -rf "$build" && mkdir -p "$build" && tar -xJf "$carry/build.tar.xz" -C "$carry" &&
+    sha1sum <"$carry/build.tar.xz" >"$build/.unpacked"
 fi
 if [ ! -d "$carry/old" ] && [ -f "$carry/old.tar.xz" ]; then
   mkdir -p "$carry/old" && tar -xJf "$carry/old.tar.xz" -C "$carry/old"
