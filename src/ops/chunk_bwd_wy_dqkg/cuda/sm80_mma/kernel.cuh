@@ -232,7 +232,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   // This CTA's slabs: all of them, or its rank's share (the launcher makes `ranks` divide them).
   const int slab_begin = Tr::kSplitUnits ? rank * num_slabs / ranks : 0;
   const int slab_end = Tr::kSplitUnits ? (rank + 1) * num_slabs / ranks : num_slabs;
-  // Whether h row k is one of this CTA's slabs' (k past the first slab's start).
+  // Whether h row k, at or past this CTA's first slab, still belongs to its slabs (so that its
+  // copy may be issued).
   auto own_k = [&](int k) {
     if constexpr (Tr::kSplitUnits) {
       return k < slab_end * Tr::kSlabK;
