@@ -7,7 +7,7 @@
 //   bench_intra_cuda [--T 8192,2048] [--dtypes bf16,fp16,fp32] [--runs 50]
 //                    [--variants "split=1;split=3;split=1,stages=1;split=1,prefetch=0"]
 // Variants use IntraVariant::parse syntax (split=1|3, stages=0|1|2, prefetch=0|1, fast=0|1,
-// tma=0|1, diag=0|1), ';'-separated.
+// tma=0|1, diag=0|1, grid=0|1), ';'-separated.
 
 #include <cuda_runtime.h>
 

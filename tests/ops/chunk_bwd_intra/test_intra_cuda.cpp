@@ -336,8 +336,9 @@ TEST(IntraCudaDeterminism, TenRunsBitwiseEqual) {
 
 // The copy paths of the kernel: the general routine (any stride, element by element where
 // needed), the compile-time-shaped 16-byte cp.async routine, and the bulk tensor copies (TMA; the
-// kernels of two stages and of one, with and without the bulk L2 prefetch of the incoming rows).
-// All must give the same bits (the copies
+// kernels of two stages and of one, with and without the bulk L2 prefetch of the incoming rows),
+// and the balanced persistent grid (`grid=1`: the same kernel on fewer CTAs, each unit computed
+// alike whichever CTA takes it). All must give the same bits (the copies
 // change no arithmetic; the bulk copies also bring in dA's unread entries, here NaN and Inf, and
 // rows of the next sequence that the threads then zero). Shapes with short chunks (tails, a
 // length-1 sequence), K below and past one pass, every X dtype and chunk size; each first checked
@@ -353,19 +354,24 @@ TEST(IntraCudaCopyPaths, AllCopyPathsBitwiseEqual) {
                                        {DType::f16, 32, 64, 0, {300, 1, 77, 250}},
                                        {DType::f32, 16, 200, 333, {}},
                                        {DType::bf16, 64, 256, 0, {129, 1, 64}},
-                                       {DType::bf16, 64, 128, 0, {70, 200, 3, 100}}};
+                                       {DType::bf16, 64, 128, 0, {70, 200, 3, 100}},
+                                       // more units than CTA slots: several rounds per CTA,
+                                       // where the balanced grid has fewer CTAs
+                                       {DType::bf16, 32, 128, 9000, {}}};
   struct Path {
     const char* name;
     bool fast;
     int tma;
     int stages;  // 0: as many as fit
     bool prefetch;
+    int grid = 0;  // 1: the balanced persistent grid
   };
   const Path paths[] = {{"general", false, 0, 0, true},
                         {"cp.async 16-byte", true, 0, 0, true},
                         {"bulk copies without L2 prefetch", true, 1, 0, false},
                         {"bulk copies, one stage", true, 1, 1, true},
-                        {"bulk copies and bulk prefetch", true, 1, 0, true}};
+                        {"bulk copies and bulk prefetch", true, 1, 0, true},
+                        {"bulk copies, balanced grid", true, 1, 0, true, 1}};
   for (const PathCase& k : cases) {
     Config c;
     c.B = 1;
@@ -392,6 +398,7 @@ TEST(IntraCudaCopyPaths, AllCopyPathsBitwiseEqual) {
       variant.tma = paths[n].tma;
       variant.stages = paths[n].stages;
       variant.l2_prefetch = paths[n].prefetch;
+      variant.grid = paths[n].grid;
       dev.poison_outputs();
       const kda::Status s =
           kda::detail::run_chunk_bwd_intra_cuda_variant(dev.problem(), hp.dims(), nullptr, variant);
@@ -677,8 +684,9 @@ TEST(IntraVariants, ParseAcceptsTheSwitchesAndRefusesTheRest) {
   IntraVariant v;
   ASSERT_TRUE(IntraVariant::parse("", &v));
   EXPECT_EQ(v.describe(), IntraVariant{}.describe());
-  ASSERT_TRUE(IntraVariant::parse("tma=0,split=3,diag=1,stages=1,prefetch=0,fast=0", &v));
+  ASSERT_TRUE(IntraVariant::parse("tma=0,split=3,diag=1,stages=1,prefetch=0,fast=0,grid=1", &v));
   EXPECT_EQ(v.split, 3);
+  EXPECT_EQ(v.grid, 1);
   EXPECT_EQ(v.diag, 1);
   EXPECT_EQ(v.stages, 1);
   EXPECT_FALSE(v.l2_prefetch);
@@ -688,7 +696,7 @@ TEST(IntraVariants, ParseAcceptsTheSwitchesAndRefusesTheRest) {
   ASSERT_TRUE(IntraVariant::parse(v.describe(), &back));
   EXPECT_EQ(back.describe(), v.describe());
   for (const char* bad : {"tma=2", "split=2", "stages=3", "prefetch=yes", "fast", "warps=8",
-                          "split=1,,tma=9", "diag=2"}) {
+                          "split=1,,tma=9", "diag=2", "grid=2"}) {
     IntraVariant out;
     out.split = 7;  // a refused string leaves the output as it was
     EXPECT_FALSE(IntraVariant::parse(bad, &out)) << bad;

@@ -35,9 +35,14 @@ struct IntraVariant {
   // gate keeps the anchored factors finite) and the kernel takes TF32 products with bulk copies,
   // else exact on the CUDA cores; 1 = exact on the CUDA cores always.
   int diag = 0;
+  // The persistent grid: 0 = as many CTAs as fit at once; 1 = the fewest CTAs that still need
+  // the same number of rounds over the units (ceil(units / rounds)), so that no round is left
+  // to a few CTAs (T=8192: 4096 units on 132 CTAs take 32 rounds of which the last has 4 CTAs;
+  // 128 CTAs take 32 full ones). The kernel is the same; only the grid differs.
+  int grid = 0;
 
-  // "split=3,stages=1,prefetch=0,fast=0,tma=0,diag=1" (any subset, any order); false on a malformed
-  // string.
+  // "split=3,stages=1,prefetch=0,fast=0,tma=0,diag=1,grid=1" (any subset, any order); false on
+  // a malformed string.
   static bool parse(const std::string& text, IntraVariant* out);
   std::string describe() const;
 };

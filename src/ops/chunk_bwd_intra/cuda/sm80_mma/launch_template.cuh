@@ -25,10 +25,10 @@ namespace kda::cuda::intra {
 Status resident_ctas(const void* kernel, int device, int threads, int smem_bytes, int* out);
 
 // Launches the kernel of traits Tr (params.smem filled): a persistent grid of as many CTAs as
-// fit at once, each looping over units.
+// fit at once (or, `balanced_grid`, the fewest that need as many rounds), each looping over units.
 template <typename Tr>
 Status launch_intra_kernel(const IntraParams& params, const DeviceFacts& facts, int device,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, bool balanced_grid) {
   // Worded once per instantiation (no string built per call).
   static const std::string name =
       std::string("chunk_bwd_intra_kernel<X=") + dtype_tag<typename Tr::XT>() +
@@ -52,7 +52,12 @@ Status launch_intra_kernel(const IntraParams& params, const DeviceFacts& facts, 
     return s;
   }
   const int64_t slots = static_cast<int64_t>(std::max(per_sm, 1)) * facts.sms;
-  const auto grid = static_cast<unsigned>(std::min(params.num_units, slots));
+  int64_t ctas = std::min(params.num_units, slots);
+  if (balanced_grid && ctas > 0) {
+    const int64_t rounds = (params.num_units + ctas - 1) / ctas;
+    ctas = (params.num_units + rounds - 1) / rounds;
+  }
+  const auto grid = static_cast<unsigned>(ctas);
   chunk_bwd_intra_kernel<Tr><<<grid, Tr::kThreads, params.smem.total_bytes, stream>>>(params);
   return launch_status(name);
 }
@@ -73,17 +78,22 @@ Status launch_chunk_bwd_intra(IntraParams params, const IntraVariant& variant, i
   params.l2_prefetch = variant.l2_prefetch;
   params.fast_copies = params.fast_copies && variant.fast_paths;
   params.fast_prefetch = params.fast_prefetch && variant.fast_paths;
-  if (!params.tma_copies) return launch_intra_kernel<Async>(params, facts, device, stream);
+  const bool balanced = variant.grid == 1;
+  if (!params.tma_copies) {
+    return launch_intra_kernel<Async>(params, facts, device, stream, balanced);
+  }
   if constexpr (kSplit == 1) {
     if (params.diag_tc) {
       using Bulk1Tc = IntraTraits<XT, kBT, kSplit, 1, true>;
       using Bulk2Tc = IntraTraits<XT, kBT, kSplit, 2, true>;
-      return params.smem.stages == 2 ? launch_intra_kernel<Bulk2Tc>(params, facts, device, stream)
-                                     : launch_intra_kernel<Bulk1Tc>(params, facts, device, stream);
+      return params.smem.stages == 2
+                 ? launch_intra_kernel<Bulk2Tc>(params, facts, device, stream, balanced)
+                 : launch_intra_kernel<Bulk1Tc>(params, facts, device, stream, balanced);
     }
   }
-  return params.smem.stages == 2 ? launch_intra_kernel<Bulk2>(params, facts, device, stream)
-                                 : launch_intra_kernel<Bulk1>(params, facts, device, stream);
+  return params.smem.stages == 2
+             ? launch_intra_kernel<Bulk2>(params, facts, device, stream, balanced)
+             : launch_intra_kernel<Bulk1>(params, facts, device, stream, balanced);
 }
 
 }  // namespace kda::cuda::intra

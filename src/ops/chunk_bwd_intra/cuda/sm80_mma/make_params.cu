@@ -158,6 +158,8 @@ bool IntraVariant::parse(const std::string& text, IntraVariant* out) {
       v.tma = std::stoi(value);
     } else if (key == "diag" && (value == "0" || value == "1")) {
       v.diag = std::stoi(value);
+    } else if (key == "grid" && (value == "0" || value == "1")) {
+      v.grid = std::stoi(value);
     } else {
       return false;
     }
@@ -170,7 +172,7 @@ std::string IntraVariant::describe() const {
   return "split=" + std::to_string(split) + ",stages=" + std::to_string(stages) +
          ",prefetch=" + std::to_string(l2_prefetch ? 1 : 0) +
          ",fast=" + std::to_string(fast_paths ? 1 : 0) + ",tma=" + std::to_string(tma) +
-         ",diag=" + std::to_string(diag);
+         ",diag=" + std::to_string(diag) + ",grid=" + std::to_string(grid);
 }
 
 Status resident_ctas(const void* kernel, int device, int threads, int smem_bytes, int* out) {
