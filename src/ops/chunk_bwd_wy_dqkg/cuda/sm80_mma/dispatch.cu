@@ -62,9 +62,8 @@ bool refuse(std::string* why_not, const Reason& reason) {
 // splits, 2 or 4 split into the largest of 4, 2 not above it that divides the slab pairs, auto
 // (or unset) is the rule; any other value is an error.
 Status wy_split_ranks(const cuda::WyDqkgParams& params, int device, int* ranks) {
-  constexpr int kSlabK = 32;  // slab pairs
   constexpr int kCtasPerSm = 1;
-  const int64_t num_slabs = params.K / kSlabK;
+  const int64_t num_slabs = params.K / cuda::kSplitSlabK;
   int at_most = 4;
   bool by_size = true;
   if (const char* env = std::getenv("KDA_WY_SPLIT"); env != nullptr && *env != '\0') {

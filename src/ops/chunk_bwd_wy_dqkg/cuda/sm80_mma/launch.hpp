@@ -18,6 +18,11 @@ namespace kda::cuda {
 template <typename XT, typename HT, int kBT, int kV, bool kStateVFirst>
 Status launch_wy_dqkg_mma(const WyDqkgParams& params, int device, cudaStream_t stream);
 
+// K rows of h per pipeline stage of the split-unit kernel (its slab pairs): a unit's split divides
+// K / kSplitSlabK stages among the CTAs of its cluster (wy_split_ranks picks how many; the launcher
+// checks the traits agree).
+inline constexpr int kSplitSlabK = 32;
+
 // The same kernel with split units (BT = 64, h stored [K][V]): clusters of `ranks` CTAs (2, or 4
 // with K = 128), each cluster one unit (traits.cuh, kSplitUnits). For problems with fewer units
 // than SMs; wy_split_ranks (dispatch.cu) picks `ranks`.

@@ -21,8 +21,8 @@ Status launch_wy_dqkg_tf32x3(const WyDqkgParams& params, int device, cudaStream_
   static const std::string name = std::string("wy_dqkg_tf32x3_kernel<X=f32, BT=") +
                                   std::to_string(kBT) + ", V=" + std::to_string(kV) +
                                   (kStateVFirst ? ", state_v_first>" : ">");
-  return launch_one_cta_per_unit(&wy_dqkg_tf32x3_kernel<Traits>, params, Traits::kThreads,
-                                 Traits::kSmemBytes, device, stream, name);
+  return launch_units(&wy_dqkg_tf32x3_kernel<Traits>, params, Traits::kThreads, Traits::kSmemBytes,
+                      device, stream, name);
 }
 
 }  // namespace kda::cuda
