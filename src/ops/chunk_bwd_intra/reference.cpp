@@ -15,25 +15,16 @@
 
 #include "core/chunk_plan.hpp"
 #include "core/element.hpp"
+#include "core/reference_matrix.hpp"
 #include "ops/chunk_bwd_intra/backends.hpp"
 
 namespace kda::detail {
 
 namespace {
 
-// A dense row-major float64 matrix (a column vector when cols == 1).
-struct Matrix {
-  int64_t rows = 0;
-  int64_t cols = 0;
-  std::vector<double> values;
-
-  Matrix() = default;
-  Matrix(int64_t r, int64_t c) : rows(r), cols(c), values(static_cast<size_t>(r * c), 0.0) {}
-  double& operator()(int64_t i, int64_t j) { return values[static_cast<size_t>(i * cols + j)]; }
-  double operator()(int64_t i, int64_t j) const {
-    return values[static_cast<size_t>(i * cols + j)];
-  }
-};
+using reference::load_rows;
+using reference::Matrix;
+using reference::store_rows;
 
 // The SPEC names of one (chunk, value head)'s inputs.
 struct ChunkInputs {
@@ -62,16 +53,6 @@ struct ChunkResults {
 };
 
 // --- gathering the inputs -----------------------------------------------------------------------
-
-// Rows t0 .. t0+L-1 of head `head` of a [B, T, heads, cols] view, honouring its strides.
-Matrix load_rows(const TensorView& t, int64_t b, int64_t t0, int64_t L, int64_t head,
-                 int64_t cols) {
-  Matrix m(L, cols);
-  for (int64_t i = 0; i < L; ++i) {
-    for (int64_t c = 0; c < cols; ++c) m(i, c) = load_double(t, offset_of(t, b, t0 + i, head, c));
-  }
-  return m;
-}
 
 // Rows t0 .. t0+L-1 of head `head` of a [B, T, heads] view, as an L x 1 matrix.
 Matrix load_column(const TensorView& t, int64_t b, int64_t t0, int64_t L, int64_t head) {
@@ -221,14 +202,6 @@ ChunkResults compute_chunk(const ChunkInputs& in) {
 }
 
 // --- storing the outputs ----------------------------------------------------------------------
-
-void store_rows(const TensorView& t, int64_t b, int64_t t0, int64_t head, const Matrix& m) {
-  for (int64_t i = 0; i < m.rows; ++i) {
-    for (int64_t c = 0; c < m.cols; ++c) {
-      store_float(t, offset_of(t, b, t0 + i, head, c), static_cast<float>(m(i, c)));
-    }
-  }
-}
 
 void store_outputs(const ChunkBwdIntraProblem& p, const ChunkTask& chunk, int64_t hv,
                    const ChunkResults& r) {

@@ -13,25 +13,16 @@
 
 #include "core/chunk_plan.hpp"
 #include "core/element.hpp"
+#include "core/reference_matrix.hpp"
 #include "ops/chunk_bwd_wy_dqkg/backends.hpp"
 
 namespace kda::detail {
 
 namespace {
 
-// A dense row-major float64 matrix (a vector when cols == 1).
-struct Matrix {
-  int64_t rows = 0;
-  int64_t cols = 0;
-  std::vector<double> values;
-
-  Matrix() = default;
-  Matrix(int64_t r, int64_t c) : rows(r), cols(c), values(static_cast<size_t>(r * c), 0.0) {}
-  double& operator()(int64_t i, int64_t j) { return values[static_cast<size_t>(i * cols + j)]; }
-  double operator()(int64_t i, int64_t j) const {
-    return values[static_cast<size_t>(i * cols + j)];
-  }
-};
+using reference::load_rows;
+using reference::Matrix;
+using reference::store_rows;
 
 // The SPEC names of one (chunk, value head)'s inputs.
 struct ChunkInputs {
@@ -69,16 +60,6 @@ struct ChunkResults {
 };
 
 // --- gathering the inputs -----------------------------------------------------------------------
-
-// Rows t0 .. t0+L-1 of head `head` of a [B, T, heads, cols] view, honouring its strides.
-Matrix load_rows(const TensorView& t, int64_t b, int64_t t0, int64_t L, int64_t head,
-                 int64_t cols) {
-  Matrix m(L, cols);
-  for (int64_t i = 0; i < L; ++i) {
-    for (int64_t c = 0; c < cols; ++c) m(i, c) = load_double(t, offset_of(t, b, t0 + i, head, c));
-  }
-  return m;
-}
 
 // The K x V state of one chunk and value head; h/dh is [.., K, V], or [.., V, K] when
 // state_v_first (then S[k][v] = h[b, c, hv, v, k]).
@@ -292,14 +273,6 @@ ChunkResults compute_chunk(const ChunkInputs& in, double scale) {
 }
 
 // --- storing the outputs ----------------------------------------------------------------------
-
-void store_rows(const TensorView& t, int64_t b, int64_t t0, int64_t head, const Matrix& m) {
-  for (int64_t i = 0; i < m.rows; ++i) {
-    for (int64_t c = 0; c < m.cols; ++c) {
-      store_float(t, offset_of(t, b, t0 + i, head, c), static_cast<float>(m(i, c)));
-    }
-  }
-}
 
 void store_outputs(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d,
                    const ChunkTask& task, int64_t hv, const ChunkResults& r) {
