@@ -3,8 +3,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdint>
-#include <limits>
 #include <string>
 
 #include "ops/chunk_bwd_wy_dqkg/cuda/launch_units.cuh"
