@@ -76,12 +76,19 @@ ab_builds() {
 # come before any sanitizer run, so that a tight deadline drops sanitizer runs, not a build's
 # tests (the tenth session's call 4 lost an experiment's test_cuda to the base's sanitizers), and
 # a build whose tests did not pass is named UNTESTED in the summary beside its timings.
+# KDA_AB_SANITIZERS names the sanitizer tools (default "racecheck synccheck"; empty: none, for a
+# timing-first call whose kept build gets its sanitizers in a later call); KDA_AB_TESTS=0 skips
+# the tests too (diagnostic builds whose results are wrong on purpose).
 ab_check_builds() {
   local binary=$1 seconds=$2 filter=$3 label n lib name tool left
   label=$(basename "$binary")
   for n in "${!names[@]}"; do
     lib=${dirs[$n]}
     name=${names[$n]}
+    if [ "${KDA_AB_TESTS:-1}" = 0 ]; then
+      echo "UNTESTED: $name (KDA_AB_TESTS=0: timings only)" >>"$summary"
+      continue
+    fi
     if ab_fits 45 "$name: $label"; then
       left=$(ab_time_left)
       LD_LIBRARY_PATH=$lib timeout "$((left < seconds ? left : seconds))" "$binary" \
@@ -94,7 +101,7 @@ ab_check_builds() {
   for n in "${!names[@]}"; do
     lib=${dirs[$n]}
     name=${names[$n]}
-    for tool in racecheck synccheck; do
+    for tool in ${KDA_AB_SANITIZERS-racecheck synccheck}; do
       ab_fits 60 "$name: $tool" || continue
       LD_LIBRARY_PATH=$lib timeout 120 compute-sanitizer --tool $tool --error-exitcode 99 "$binary" \
         --gtest_color=no "--gtest_filter=$filter" >"$logs/$tool.$name.log" 2>&1
