@@ -123,8 +123,9 @@ Status check_dtype(const char* name, const TensorView& t, std::initializer_list<
               std::string("expected dtype ") + why + ", got " + std::string(dtype_name(t.dtype)));
 }
 
-bool is_x_dtype(DType d) {
-  return d == DType::f16 || d == DType::bf16 || d == DType::f32;
+Status check_x_dtype(const char* name, const TensorView& t) {
+  return check_dtype(name, t, {DType::f16, DType::bf16, DType::f32},
+                     "float16, bfloat16 or float32");
 }
 
 // "is on cuda:1 but q is on cuda:0", or for two host views that differ only in their index

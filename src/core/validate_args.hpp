@@ -45,7 +45,8 @@ Status check_dtype(const char* name, const TensorView& t, std::initializer_list<
   const std::string text = why();
   return check_dtype(name, t, allowed, text.c_str());
 }
-bool is_x_dtype(DType d);  // float16, bfloat16 or float32
+// `name` in an X dtype (float16, bfloat16 or float32): the operators' first dtype rule.
+Status check_x_dtype(const char* name, const TensorView& t);
 
 // Every argument of a table: required ones present with their ranks, optional ones (when given)
 // with theirs, chunk_indices only with cu_seqlens, and all of them on `anchor`'s device.

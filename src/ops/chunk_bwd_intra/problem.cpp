@@ -31,10 +31,7 @@ Status ChunkBwdIntraProblem::validate(ChunkBwdIntraDims* out) const {
   d.varlen = !cu_seqlens.empty_arg();
 
   // --- dtypes ---------------------------------------------------------------------------
-  if (!is_x_dtype(q.dtype)) {
-    return fail("q", "expected dtype float16, bfloat16 or float32, got " +
-                         std::string(dtype_name(q.dtype)));
-  }
+  if (Status s = check_x_dtype("q", q); !s.ok()) return s;
   d.x_dtype = q.dtype;
   // The wording of the X rules, built only when a check fails.
   const auto same_as_q = [&] { return std::string(dtype_name(d.x_dtype)) + " (the dtype of q)"; };
