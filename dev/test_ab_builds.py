@@ -133,6 +133,37 @@ def test_every_build_is_tested_before_any_sanitizer_run(tmp_path):
     assert not any(line.startswith("UNTESTED: base") for line in lines), lines
 
 
+@pytest.mark.parametrize("tests, sanitizers", [("0", ""), ("1", ""), ("1", "memcheck")])
+def test_the_switches_pick_tests_and_sanitizers(tmp_path, tests, sanitizers):
+    """KDA_AB_TESTS=0 (timings only: diagnostic builds) names every build UNTESTED and runs no
+    test; KDA_AB_SANITIZERS names the tools (empty: none)."""
+    root = workdir(tmp_path)
+    out = tmp_path / "out"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_test = bin_dir / "test_fake"
+    fake_test.write_text('#!/usr/bin/env bash\necho "[  PASSED  ] 3 tests."\n')
+    sanitizer = bin_dir / "compute-sanitizer"
+    sanitizer.write_text('#!/usr/bin/env bash\necho "========= ERROR SUMMARY: 0 errors"\n')
+    for script in (fake_test, sanitizer):
+        script.chmod(0o755)
+    env = dict(os.environ, OUT=str(out), KDA_AB_SECONDS="100", KDA_AB_TESTS=tests,
+               KDA_AB_SANITIZERS=sanitizers, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    script = f". dev/ab-builds.sh\nab_builds t\nab_check_builds {fake_test} 30 'Subset.*'\n"
+    proc = subprocess.run(["bash", "-c", script], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = (out / "t" / "summary.txt").read_text().splitlines()
+    test_lines = [line for line in lines if ": test_fake rc" in line]
+    tool_lines = [line for line in lines if " rc " in line and ": test_fake" not in line]
+    if tests == "0":
+        assert test_lines == [], lines
+        assert "UNTESTED: base (KDA_AB_TESTS=0: timings only)" in lines
+    else:
+        assert len(test_lines) == 1 and not any(line.startswith("UNTESTED") for line in lines)
+    assert [line.split(":")[1].split()[0] for line in tool_lines] == sanitizers.split(), lines
+
+
 @pytest.mark.parametrize("spec", ["missing=DIR/none.tar.xz", "empty=DIR"])
 def test_a_build_that_is_not_there_stops_the_run(tmp_path, spec):
     """A missing NAME=FILE.tar.xz (or a folder without the library) must not fall back to the
