@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <exception>
 #include <string>
-#include <vector>
 
 #include "core/chunk_plan.hpp"
 #include "core/element.hpp"
