@@ -92,6 +92,58 @@ __device__ __forceinline__ void sds_add_chunk(const float (&s)[Tr::kChunkElems],
   }
 }
 
+// k-first slabs whose kN = kSlabIters chunks per thread are all in registers (part[n]: this
+// lane's Σ over its chunk n of S⊙dS): the sums of the kN rows a warp holds, reduced over the
+// kChunksPerRow lanes of each row with one transposed butterfly instead of kN separate ones.
+// At each of the first log2(kN) steps a lane keeps half of its values (the upper half where its
+// lane bit is set) and adds its partner's copy of the same half: kN − 1 shuffles in all for
+// those steps, then one per remaining lane bit (BT = 16, V = 128: 9 shuffles for 8 rows instead
+// of 40). The lane whose bits below the last halving step are zero then holds the sum of chunk
+// n = its halving bits read as a number, row (tid / kChunksPerRow) + n · kThreads /
+// kChunksPerRow of the slab, and writes sds_out[k_row0 + row]. Fixed order: deterministic.
+template <typename Tr>
+inline constexpr bool kTransposedSds =
+    !Tr::kStateVFirst && Tr::kSlabIters >= 2 && (Tr::kSlabIters & (Tr::kSlabIters - 1)) == 0 &&
+    Tr::kSlabChunks % Tr::kThreads == 0 && Tr::kSlabIters <= Tr::kChunksPerRow &&
+    Tr::kChunksPerRow <= 32;
+
+template <typename Tr>
+__device__ __forceinline__ void sds_reduce_rows(float (&part)[Tr::kSlabIters], int k_row0,
+                                                float* sds_out, int tid) {
+  constexpr unsigned kFullMask = 0xffffffffu;
+  constexpr int kN = Tr::kSlabIters;
+  constexpr int kLanes = Tr::kChunksPerRow;  // lanes of one row: lane bits [0, log2(kLanes))
+  const int lane = tid % 32;
+  int n = 0;    // the chunk index this lane's value[0] stands for, once the halving is done
+  int m = kN;   // values still held
+  int low = 1;  // the lowest lane bit a halving step used
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o /= 2) {
+    if (m > 1) {
+      const bool upper = (lane & o) != 0;
+#pragma unroll
+      for (int i = 0; i < kN / 2; ++i) {
+        if (i < m / 2) {
+          const float send = upper ? part[i] : part[i + m / 2];
+          const float keep = upper ? part[i + m / 2] : part[i];
+          part[i] = keep + __shfl_xor_sync(kFullMask, send, o);
+        }
+      }
+      m /= 2;
+      if (upper) n += m;
+      low = o;
+    } else {
+      part[0] += __shfl_xor_sync(kFullMask, part[0], o);
+    }
+  }
+  // Lanes that differ only in bits below `low` hold the same sum once the plain steps are done;
+  // the one with those bits zero writes it.
+  if ((lane & (low - 1)) == 0) {
+    const int row = tid / kLanes + n * (Tr::kThreads / kLanes);
+    sds_out[k_row0 + row] = part[0];
+  }
+}
+
 // state_v_first, after the thread's last chunk: per-warp partials,
 // sds_out[warp * kSlabK + k_row0 + k] (summed over warps by the reader, in warp order).
 template <typename Tr>

@@ -70,6 +70,9 @@ __device__ __forceinline__ void slab_prepare(const float* stage_S, const float* 
   float col_sum[kE];  // state_v_first: Σ over this thread's rows v for its chunk's k columns
 #pragma unroll
   for (int e = 0; e < kE; ++e) col_sum[e] = 0.0f;
+  // (Not for float32 h's half slabs: their loop stays rolled, for registers.)
+  constexpr bool kTransposed = !Tr::kHalfSlabs && wy::kTransposedSds<Tr>;
+  float part[Tr::kSlabIters];  // kTransposed: this lane's Σ S⊙dS of each of its chunks
 
   // Slab pairs convert inside the K loop's epilogue state: one chunk at a time keeps that
   // within 128 registers (unrolled, the model shape's kernel spilled 40 bytes).
@@ -118,7 +121,17 @@ __device__ __forceinline__ void slab_prepare(const float* stage_S, const float* 
         ds[2 * w] = b.x, ds[2 * w + 1] = b.y;
       }
     }
-    wy::sds_add_chunk<Tr>(s, ds, row, ch, k_row0, col_sum, sds_out);
+    if constexpr (kTransposed) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kE; ++e) sum = fmaf(s[e], ds[e], sum);
+      part[n] = sum;
+    } else {
+      wy::sds_add_chunk<Tr>(s, ds, row, ch, k_row0, col_sum, sds_out);
+    }
+  }
+  if constexpr (kTransposed) {
+    wy::sds_reduce_rows<Tr>(part, k_row0, sds_out, tid);
   }
   wy::sds_finish<Tr>(col_sum, k_row0, sds_out, warp, lane);
 }

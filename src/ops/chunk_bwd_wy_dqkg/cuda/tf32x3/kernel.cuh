@@ -67,6 +67,8 @@ __device__ __forceinline__ void slab_sds(const float* slab_S, const float* slab_
   float col_sum[kE];  // state_v_first: Σ over this thread's rows v for its chunk's k columns
 #pragma unroll
   for (int e = 0; e < kE; ++e) col_sum[e] = 0.0f;
+  constexpr bool kTransposed = wy::kTransposedSds<Tr>;
+  float part[Tr::kSlabIters];  // kTransposed: this lane's Σ S⊙dS of each of its chunks
 #pragma unroll
   for (int n = 0; n < Tr::kSlabIters; ++n) {
     const int c = tid + n * Tr::kThreads;
@@ -79,8 +81,16 @@ __device__ __forceinline__ void slab_sds(const float* slab_S, const float* slab_
     const float4 dsv = *reinterpret_cast<const float4*>(slab_dS + at);
     const float s[kE] = {sv.x, sv.y, sv.z, sv.w};
     const float ds[kE] = {dsv.x, dsv.y, dsv.z, dsv.w};
-    wy::sds_add_chunk<Tr>(s, ds, row, ch, 0, col_sum, sds_out);
+    if constexpr (kTransposed) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kE; ++e) sum = fmaf(s[e], ds[e], sum);
+      part[n] = sum;
+    } else {
+      wy::sds_add_chunk<Tr>(s, ds, row, ch, 0, col_sum, sds_out);
+    }
   }
+  if constexpr (kTransposed) wy::sds_reduce_rows<Tr>(part, 0, sds_out, tid);
   wy::sds_finish<Tr>(col_sum, 0, sds_out, warp, lane);
 }
 
