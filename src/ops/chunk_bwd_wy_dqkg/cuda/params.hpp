@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/tensor_map.hpp"
 #include "cuda/common/views.hpp"
 
 namespace kda::cuda {
@@ -40,6 +41,12 @@ struct WyDqkgParams {
   int64_t heads_per_group = 1;  // HV / H: value head hv reads query/key head hv / heads_per_group
   int64_t num_units = 0;        // work units = chunks * HV, one CTA each
   float scale = 1.0f;
+  // Float32 h stored [K][V] at BT <= 32: h and dh as rank-4 maps [B*NT][HV][K][V] (batch and
+  // chunk flattened, h_nt chunks per batch row) for boxes of one slab (16 k x V), copied into the
+  // staging slot by one thread's bulk tensor copies. h_maps_ok false: cp.async by every thread.
+  bool h_maps_ok = false;
+  int64_t h_nt = 0;
+  TensorMapBytes h_map, dh_map;
 };
 
 }  // namespace kda::cuda

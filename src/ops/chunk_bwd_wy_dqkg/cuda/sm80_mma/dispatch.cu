@@ -23,6 +23,22 @@ namespace kda::detail {
 
 namespace {
 
+// h or dh [B, NT, HV, K, V] float32 as a rank-4 map with B and NT flattened, for boxes of 16 k x V
+// (one slab of the float32 staging); false when the layout does not allow it.
+bool encode_slab_map(cuda::TensorMapBytes* map, const TensorView& t) {
+  if (t.strides[4] != 1 || (t.shape[0] > 1 && t.strides[0] != t.shape[1] * t.strides[1])) {
+    return false;
+  }
+  const uint64_t dims[4] = {static_cast<uint64_t>(t.shape[4]), static_cast<uint64_t>(t.shape[3]),
+                            static_cast<uint64_t>(t.shape[2]),
+                            static_cast<uint64_t>(t.shape[0] * t.shape[1])};
+  const uint64_t strides[3] = {static_cast<uint64_t>(t.strides[3]) * 4,
+                               static_cast<uint64_t>(t.strides[2]) * 4,
+                               static_cast<uint64_t>(t.strides[1]) * 4};
+  const uint32_t box[4] = {static_cast<uint32_t>(t.shape[4]), 16, 1, 1};
+  return cuda::encode_tile_map_4d(map, t.data, 4, false, dims, strides, box);
+}
+
 constexpr uintptr_t kAlign = 16;  // cp.async copies 16-byte chunks
 
 bool aligned(const void* data) {
@@ -141,7 +157,11 @@ Status launch_sm80_mma(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims&
   if (!sm80_mma_supports(p, d)) {
     return {StatusCode::internal, "cuda sm80_mma: launched for a problem it does not support"};
   }
-  const cuda::WyDqkgParams params = cuda::make_wy_dqkg_params(p, d);
+  cuda::WyDqkgParams params = cuda::make_wy_dqkg_params(p, d);
+  if (d.BT <= 32 && !p.state_v_first && d.x_dtype != DType::f32 && d.h_dtype == DType::f32) {
+    params.h_nt = p.h.shape[1];
+    params.h_maps_ok = encode_slab_map(&params.h_map, p.h) && encode_slab_map(&params.dh_map, p.dh);
+  }
   const int device = p.q.device.index;
   return cuda::dispatch_x_dtype(d.x_dtype, [&](auto x) {
     using XT = typename decltype(x)::type;

@@ -158,6 +158,10 @@ struct WyDqkgMmaTraits {
   static constexpr bool kVvInRing = !kStateF32 && (kSlabPair || kBT <= 32);
   // Vv's region takes slab 1 after phase 0 (float32 staging, or ring slot 1).
   static constexpr bool kVvLate = kStateF32 || kVvInRing;
+  // Float32 h stored [K][V] at BT <= 32 (one staging slot): each slab arrives by two bulk tensor
+  // copies (S, dS) that one thread issues, completing on an mbarrier, when params' maps exist.
+  static constexpr bool kTmaSlab = kStateF32 && kBT <= 32 && !kStateVFirst;
+  static_assert(!kTmaSlab || kStageSlots == 1, "bulk slab copies refill the one staging slot");
   static constexpr bool kVvSwizzled = kSlabPair;
 
   // The shared-memory layout as one struct, every region 128-byte aligned. Regions reused over a

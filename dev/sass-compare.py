@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Compares the SASS of two builds of libkda kernel by kernel: which instantiations are the same
+once addresses, encodings and parameter-block offsets (c[0x0][...]) are set aside. Shows that a
+library combining changes measured in separate builds runs, kernel by kernel, the code that ran
+on the GPU (docs/gpu-validation.md, fourteenth session).
+
+    dev/sass-compare.py A.so B.so [NAME_SUBSTRING]    (default substring: _kernel)
+
+Needs cuobjdump and nvdisasm on PATH (docs/status.md says where the venv has them).
+"""
+
+import re
+import subprocess
+import sys
+
+
+def kernels(lib):
+    """{function name: [normalized instructions]} of every function in lib's fatbins."""
+    out = subprocess.run(["cuobjdump", "-sass", lib], capture_output=True, text=True,
+                         check=True).stdout
+    funcs, name = {}, None
+    for line in out.splitlines():
+        header = re.match(r"\s*Function : (\S+)", line)
+        if header:
+            name = header.group(1)
+            funcs[name] = []
+            continue
+        ins = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?);", line)
+        if name is not None and ins:
+            funcs[name].append(re.sub(r"c\[0x0\]\[0x[0-9a-f]+\]", "c[0x0][P]", ins.group(1)).strip())
+    return funcs
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    a, b = kernels(sys.argv[1]), kernels(sys.argv[2])
+    pattern = sys.argv[3] if len(sys.argv) > 3 else "_kernel"
+    counts = {"same": 0, "DIFF": 0, "only in A": 0}
+    for name in sorted(n for n in a if pattern in n):
+        verdict = "only in A" if name not in b else "same" if a[name] == b[name] else "DIFF"
+        counts[verdict] += 1
+        sizes = f"{len(a[name]):5d} {len(b.get(name, [])):5d}"
+        print(f"{verdict:9s} {sizes} {name}")
+    print(", ".join(f"{k}: {v}" for k, v in counts.items()))
+
+
+if __name__ == "__main__":
+    main()
