@@ -92,6 +92,23 @@ __device__ __forceinline__ void sds_add_chunk(const float (&s)[Tr::kChunkElems],
   }
 }
 
+// One chunk's share of Σ S⊙dS: with kTransposed its own sum, kept in `part` for
+// sds_reduce_rows (below) to reduce with the thread's other chunks; otherwise sds_add_chunk.
+template <typename Tr, bool kTransposed>
+__device__ __forceinline__ void sds_chunk(const float (&s)[Tr::kChunkElems],
+                                          const float (&ds)[Tr::kChunkElems], int row, int ch,
+                                          int k_row0, float (&col_sum)[Tr::kChunkElems],
+                                          float* sds_out, float& part) {
+  if constexpr (kTransposed) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int e = 0; e < Tr::kChunkElems; ++e) sum = fmaf(s[e], ds[e], sum);
+    part = sum;
+  } else {
+    sds_add_chunk<Tr>(s, ds, row, ch, k_row0, col_sum, sds_out);
+  }
+}
+
 // k-first slabs whose kN = kSlabIters chunks per thread are all in registers (part[n]: this
 // lane's Σ over its chunk n of S⊙dS): the sums of the kN rows a warp holds, reduced over the
 // kChunksPerRow lanes of each row with one transposed butterfly instead of kN separate ones.

@@ -123,14 +123,7 @@ __device__ __forceinline__ void slab_prepare(const float* stage_S, const float* 
         ds[2 * w] = b.x, ds[2 * w + 1] = b.y;
       }
     }
-    if constexpr (kTransposed) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kE; ++e) sum = fmaf(s[e], ds[e], sum);
-      part[n] = sum;
-    } else {
-      wy::sds_add_chunk<Tr>(s, ds, row, ch, k_row0, col_sum, sds_out);
-    }
+    wy::sds_chunk<Tr, kTransposed>(s, ds, row, ch, k_row0, col_sum, sds_out, part[n]);
   }
   if constexpr (kTransposed) {
     wy::sds_reduce_rows<Tr>(part, k_row0, sds_out, tid);

@@ -81,14 +81,7 @@ __device__ __forceinline__ void slab_sds(const float* slab_S, const float* slab_
     const float4 dsv = *reinterpret_cast<const float4*>(slab_dS + at);
     const float s[kE] = {sv.x, sv.y, sv.z, sv.w};
     const float ds[kE] = {dsv.x, dsv.y, dsv.z, dsv.w};
-    if constexpr (kTransposed) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kE; ++e) sum = fmaf(s[e], ds[e], sum);
-      part[n] = sum;
-    } else {
-      wy::sds_add_chunk<Tr>(s, ds, row, ch, 0, col_sum, sds_out);
-    }
+    wy::sds_chunk<Tr, kTransposed>(s, ds, row, ch, 0, col_sum, sds_out, part[n]);
   }
   if constexpr (kTransposed) wy::sds_reduce_rows<Tr>(part, 0, sds_out, tid);
   wy::sds_finish<Tr>(col_sum, 0, sds_out, warp, lane);
