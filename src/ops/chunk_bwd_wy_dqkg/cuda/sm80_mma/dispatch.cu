@@ -158,6 +158,8 @@ Status launch_sm80_mma(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims&
     return {StatusCode::internal, "cuda sm80_mma: launched for a problem it does not support"};
   }
   cuda::WyDqkgParams params = cuda::make_wy_dqkg_params(p, d);
+  // The kernels with WyDqkgMmaTraits::kTmaSlab (16-bit X, float32 h stored [K][V], BT <= 32)
+  // read these maps; where they are not encoded, those kernels copy by cp.async instead.
   if (d.BT <= 32 && !p.state_v_first && d.x_dtype != DType::f32 && d.h_dtype == DType::f32) {
     params.h_nt = p.h.shape[1];
     params.h_maps_ok = encode_slab_map(&params.h_map, p.h) && encode_slab_map(&params.dh_map, p.dh);

@@ -155,7 +155,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   // S as the B operand of dO·Sᵀ: element (v, k) of the 16-bit slab at [k][v] or [v][k].
   constexpr BLayout kSlabLayout = Tr::kSlabXKFirst ? BLayout::kNK : BLayout::kKN;
   static_assert(
-      sizeof(WorkUnit) + sizeof(UnitOrigins) + sizeof(LoopStrides) + 8 + 64 <= Tr::kStaticSmemBound,
+      sizeof(WorkUnit) + sizeof(UnitOrigins) + sizeof(LoopStrides) + sizeof(uint64_t) + 64 <=
+          Tr::kStaticSmemBound,
       "static shared memory within the bound the traits' CTA count assumes");
 
   extern __shared__ __align__(128) unsigned char smem[];
