@@ -365,9 +365,13 @@ if want ab; then
 fi
 
 # --- chunk_bwd_intra beside fla's Triton kernel (autotuned here) in one process ----------------
+# The floors use SPEC's H200 copy bandwidth; on any other card (the device tool may lend an H100)
+# the bench measures the card's own, so that the shares stay shares of this card's floor.
+bench_bw=()
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200 || bench_bw=(--bandwidth measured)
 if want bench-py-intra; then
   bounded 240 env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$carry:python" python3 bench/run.py \
-    --op chunk_bwd_intra --kernels auto --fresh --out "$logs/bench-py-intra" \
+    --op chunk_bwd_intra "${bench_bw[@]}" --kernels auto --fresh --out "$logs/bench-py-intra" \
     >"$logs/bench-py-intra.log" 2>&1
   brc=$?
   row "bench/run.py --op chunk_bwd_intra (with fla)" "$([ $brc -eq 0 ] && echo PASS || echo "FAIL (rc $brc)"): see bench-py-intra/"
@@ -376,7 +380,7 @@ fi
 # --- chunk_bwd_wy_dqkg beside fla's Triton kernel pinned to its tuned configs -----------------
 if want bench-py-wy; then
   bounded 240 env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$carry:python" python3 bench/run.py \
-    --op chunk_bwd_wy_dqkg --fla-configs "$carry/fla_best_configs_h200.json" \
+    --op chunk_bwd_wy_dqkg --fla-configs "$carry/fla_best_configs_h200.json" "${bench_bw[@]}" \
     --cases "${KDA_BENCH_WY_CASES:-model-bf16,model-bf16-hx,model-fp32,varlen-bf16,long-bf16}" \
     --kernels auto --fresh --out "$logs/bench-py-wy" >"$logs/bench-py-wy.log" 2>&1
   brc=$?
