@@ -894,4 +894,23 @@ TEST(CudaFastPathSupports, TakesAndRefuses) {
   check(base, false, {"h"}, "h rows 4 bytes off");
 }
 
+// The kernels' per-unit offsets are 32-bit: a token stride whose BT rows reach past 2^31 - 1
+// elements is refused, with the tensor named; one that just fits is taken.
+TEST(CudaFastPathSupports, RefusesOffsetsPast32Bits) {
+  WyDqkgConfig c = small(DType::bf16, DType::f32, 64, 128, 128);
+  HostProblem hp = kda::io::make_random_problem(c);
+  kda::ChunkBwdWyDqkgProblem p = hp.as<kda::ChunkBwdWyDqkgProblem>();
+  kda::ChunkBwdWyDqkgDims d;
+  ASSERT_TRUE(p.validate(&d).ok());
+  // Host views stand in for device ones (only strides are looked at); multiples of 8 elements
+  // keep g's rows 16-byte aligned.
+  const int64_t fits = (int64_t{INT32_MAX} - d.K) / (d.BT - 1) / 8 * 8;
+  p.g.strides[1] = fits;
+  std::string why;
+  EXPECT_TRUE(kda::detail::sm80_mma_supports(p, d, &why)) << why;
+  p.g.strides[1] = fits + 8;
+  EXPECT_FALSE(kda::detail::sm80_mma_supports(p, d, &why));
+  EXPECT_NE(why.find("g reaches past 2^31 - 1"), std::string::npos) << why;
+}
+
 }  // namespace

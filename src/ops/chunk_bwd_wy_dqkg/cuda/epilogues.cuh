@@ -209,14 +209,12 @@ __device__ __forceinline__ void load_epilogue_inputs(
       q_in[j][h] = RawPair<XT>{};
       k_in[j][h] = RawPair<XT>{};
       if (i < L) {
-        g_in[j][h] = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.g.data) +
-                                                           o.g + i * st.g_row + kc[j]));
-        q_in[j][h] = ldg_pair<XT>(static_cast<const XT*>(p.q.data) + o.q + i * st.q_row + kc[j]);
-        k_in[j][h] = ldg_pair<XT>(static_cast<const XT*>(p.k.data) + o.k + i * st.k_row + kc[j]);
+        g_in[j][h] = __ldg(reinterpret_cast<const float2*>(st.g + (i * st.g_row + kc[j])));
+        q_in[j][h] = ldg_pair<XT>(static_cast<const XT*>(st.q) + (i * st.q_row + kc[j]));
+        k_in[j][h] = ldg_pair<XT>(static_cast<const XT*>(st.k) + (i * st.k_row + kc[j]));
       }
     }
-    gn[j] = __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(p.g.data) + o.g +
-                                                  (L - 1) * st.g_row + kc[j]));
+    gn[j] = __ldg(reinterpret_cast<const float2*>(st.g + ((L - 1) * st.g_row + kc[j])));
   }
 }
 

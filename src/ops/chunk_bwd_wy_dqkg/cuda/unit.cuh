@@ -78,27 +78,55 @@ __device__ inline UnitOrigins unit_origins(const WyDqkgParams& p, const WorkUnit
   return o;
 }
 
+// Strides the K loop needs, kept in shared memory and re-read after each barrier: as kernel
+// parameters the compiler hoists them and their per-row products out of the loop into registers,
+// 13 more than this way for BT = 64 (128, the budget, against 115). 32-bit: the dispatch checks
+// that every offset a kernel forms from them (a row index below BT, or K or V, times a stride)
+// fits, so that each address is one 32-bit multiply-add and one 64-bit add to a unit pointer
+// below, not a chain of 64-bit products.
+struct LoopStrides {
+  int32_t g_row, q_row, k_row;   // token stride of g, q, k
+  int32_t out_row;               // HV * K: between rows i and i + 1 of dq, dk, dg
+  int32_t dv_row;                // HV * V: between rows of dv_out
+  int32_t h_k, h_v, dh_k, dh_v;  // h, dh as S[k][v]
+  // The unit's (row 0, head, column 0) of g, q, k and of dq, dk, dg (publish_unit).
+  const float* g;
+  const void* q;
+  const void* k;
+  float* dq;
+  float* dk;
+  float* dg;
+};
+
+// The unit pointers of `strides` from the unit's origins (XT: the dtype of q and k).
+template <typename XT>
+__device__ inline void set_unit_pointers(const WyDqkgParams& p, const UnitOrigins& o,
+                                         LoopStrides& strides) {
+  strides.g = static_cast<const float*>(p.g.data) + o.g;
+  strides.q = static_cast<const XT*>(p.q.data) + o.q;
+  strides.k = static_cast<const XT*>(p.k.data) + o.k;
+  strides.dq = p.dq + o.out_row0 * p.K;
+  strides.dk = p.dk + o.out_row0 * p.K;
+  strides.dg = p.dg + o.out_row0 * p.K;
+}
+
 // Warp 0 resolves `unit` and its lane 0 publishes it, with the unit's tensor origins when it is
-// valid, in the CTA's shared copies. Callers put a barrier after it (and before it when the
-// previous unit may still read them).
+// valid, in the CTA's shared copies, and given `strides` the unit pointers there (XT: the dtype
+// of q and k). Callers put a barrier after it (and before it when the previous unit may still
+// read them). Lane 0 works from its own registers, so no other thread reads what it writes.
+template <typename XT = float>
 __device__ inline void publish_unit(const WyDqkgParams& p, int64_t unit, int chunk_size, int warp,
-                                    int lane, WorkUnit& unit_shared, UnitOrigins& origins_shared) {
+                                    int lane, WorkUnit& unit_shared, UnitOrigins& origins_shared,
+                                    LoopStrides* strides = nullptr) {
   if (warp != 0) return;
   const WorkUnit resolved = resolve_unit(p, unit, chunk_size, lane);
   if (lane == 0) {
     unit_shared = resolved;
-    if (resolved.valid) origins_shared = unit_origins(p, resolved);
+    if (resolved.valid) {
+      origins_shared = unit_origins(p, resolved);
+      if (strides != nullptr) set_unit_pointers<XT>(p, unit_origins(p, resolved), *strides);
+    }
   }
 }
-
-// Strides the K loop needs, kept in shared memory and re-read after each barrier: as kernel
-// parameters the compiler hoists them and their per-row products out of the loop into registers,
-// 13 more than this way for BT = 64 (128, the budget, against 115).
-struct LoopStrides {
-  int64_t g_row, q_row, k_row;   // token stride of g, q, k
-  int64_t out_row;               // HV * K: between rows i and i + 1 of dq, dk, dg
-  int64_t dv_row;                // HV * V: between rows of dv_out
-  int64_t h_k, h_v, dh_k, dh_v;  // h, dh as S[k][v]
-};
 
 }  // namespace kda::cuda

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "cuda/common/dispatch.hpp"
 #include "cuda/common/kernel_attributes.hpp"
@@ -59,6 +61,26 @@ bool rows_of_chunks(const TensorView& t) {
     }
   }
   return true;
+}
+
+// The first tensor whose per-unit offsets (LoopStrides: rows below BT of g, q, k, dq/dk/dg and
+// dv_out; k < K and v < V of h, dh) do not fit in int32, or nullptr when all fit.
+const char* offsets_over_32_bits(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d) {
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  auto span = [](int64_t stride, int64_t count) { return std::abs(stride) * (count - 1); };
+  const std::pair<const char*, const TensorView*> tokens[] = {
+      {"g", &p.g}, {"q", &p.q}, {"k", &p.k}};
+  for (auto [name, t] : tokens) {
+    if (span(t->strides[1], d.BT) + d.K > kMax) return name;
+  }
+  if (d.HV * d.K * d.BT > kMax) return "dq, dk, dg";
+  if (d.HV * d.V * d.BT > kMax) return "dv_out";
+  // h, dh [B, NT, HV, K, V] (or [.., V, K]): dimensions 3 and 4 are k and v in some order.
+  const std::pair<const char*, const TensorView*> states[] = {{"h", &p.h}, {"dh", &p.dh}};
+  for (auto [name, t] : states) {
+    if (span(t->strides[3], t->shape[3]) + span(t->strides[4], t->shape[4]) + 1 > kMax) return name;
+  }
+  return nullptr;
 }
 
 // `reason` is a callable returning the wording, called only when a caller asked for it.
@@ -141,6 +163,14 @@ bool sm80_mma_supports(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims&
                "strides 16-byte aligned)";
       });
     }
+  }
+  // The kernels' K loops form offsets from the unit's origin in 32 bits (cuda::LoopStrides): row
+  // (< BT) times a token stride plus a column, and h's k (< K) and v (< V) times its strides.
+  if (const char* what = offsets_over_32_bits(p, d)) {
+    return refuse(why_not, [&] {
+      return std::string(what) + " reaches past 2^31 - 1 elements from a chunk's first row (the " +
+             "kernel's offsets are 32-bit)";
+    });
   }
   // Outputs are contiguous (validated) with rows of K, V or BT >= 16 elements: their rows are
   // 16-byte aligned when the data pointers are.

@@ -15,7 +15,8 @@ namespace kda::detail {
 // True when the kernel handles this validated problem: X float16, bfloat16 or float32; h, dh
 // float32 or X; K and V 64 or 128; every input's last dimension contiguous and its data pointer and
 // other strides 16-byte aligned (strides of extent-1 dimensions are not looked at); output pointers
-// 16-byte aligned. Otherwise false, with the first reason in *why_not when given.
+// 16-byte aligned; a chunk's offsets of g, q, k, the outputs and a head's h, dh within 32 bits.
+// Otherwise false, with the first reason in *why_not when given.
 bool sm80_mma_supports(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d,
                        std::string* why_not = nullptr);
 

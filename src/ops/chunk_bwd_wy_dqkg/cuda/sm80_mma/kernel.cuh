@@ -218,9 +218,16 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   const int quad = lane % 4;  // fragment column pair
   const wy::WarpPos pos{cg, rb, m0, grp, quad};
   if (tid == 0) {
-    strides_shared = {p.g.stride_token, p.q.stride_token, p.k.stride_token,
-                      p.HV * p.K,       p.HV * p.V,       p.h.stride_k,
-                      p.h.stride_v,     p.dh.stride_k,    p.dh.stride_v};
+    // (32-bit: the dispatch checked that they fit; the pointers follow publish_unit)
+    strides_shared.g_row = static_cast<int32_t>(p.g.stride_token);
+    strides_shared.q_row = static_cast<int32_t>(p.q.stride_token);
+    strides_shared.k_row = static_cast<int32_t>(p.k.stride_token);
+    strides_shared.out_row = static_cast<int32_t>(p.HV * p.K);
+    strides_shared.dv_row = static_cast<int32_t>(p.HV * p.V);
+    strides_shared.h_k = static_cast<int32_t>(p.h.stride_k);
+    strides_shared.h_v = static_cast<int32_t>(p.h.stride_v);
+    strides_shared.dh_k = static_cast<int32_t>(p.dh.stride_k);
+    strides_shared.dh_v = static_cast<int32_t>(p.dh.stride_v);
   }
   const LoopStrides& st = strides_shared;  // read after the first barrier
 
@@ -238,7 +245,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   // Uniform over the CTA, and over a cluster (whose CTAs share the unit, so that none waits at a
   // cluster barrier for one that left).
   if (unit >= p.num_units) return;
-  publish_unit(p, unit, kBT, warp, lane, unit_shared, origins_shared);
+  publish_unit<XT>(p, unit, kBT, warp, lane, unit_shared, origins_shared, &strides_shared);
   const bool tma_slab = Tr::kTmaSlab && p.h_maps_ok;  // uniform
   if constexpr (Tr::kTmaSlab) {
     if (tma_slab && tid == 0) {
@@ -477,15 +484,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     uint32_t k_in[kTiles][2];
     float2 gn[kTiles];
     wy::load_epilogue_inputs<Tr, XT>(kl, kc, g_in, q_in, k_in, gn, p, o, st, k0, L, pos);
-    // BT = 64: the next stage's g, q, k rows into L2 (thread i < L: row i), so that its
+    // BT >= 32: the next stage's g, q, k rows into L2 (thread i < L: row i), so that its
     // epilogue inputs, loaded at its start, come from L2 rather than from DRAM (H200: model bf16
-    // 158 -> 155 µs, h in bf16 148 -> 142; at BT = 16 it cost 1%, so the small chunks go without).
-    if constexpr (kBT == 64) {
+    // 158 -> 155 µs, h in bf16 148 -> 142, BT = 32 -0.9%; at BT = 16 it cost 1%, so not there).
+    if constexpr (kBT >= 32) {
       if (kb + 1 < slab_end && tid < L) {
         const int k1 = k0 + Tr::kSlabK;
-        prefetch_l2(static_cast<const float*>(p.g.data) + o.g + tid * st.g_row + k1);
-        prefetch_l2(static_cast<const XT*>(p.q.data) + o.q + tid * st.q_row + k1);
-        prefetch_l2(static_cast<const XT*>(p.k.data) + o.k + tid * st.k_row + k1);
+        prefetch_l2(st.g + (tid * st.g_row + k1));
+        prefetch_l2(static_cast<const XT*>(st.q) + (tid * st.q_row + k1));
+        prefetch_l2(static_cast<const XT*>(st.k) + (tid * st.k_row + k1));
       }
     }
 
@@ -631,8 +638,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
           kdk[e] = fmaf(Kk, dk0[j][h][e], kdk[e]);
         }
         if (valid) {
-          *reinterpret_cast<float2*>(p.dq + o.out_row0 * p.K + i * st.out_row + kc[j]) =
-              make_float2(dq[0], dq[1]);
+          *reinterpret_cast<float2*>(st.dq + (i * st.out_row + kc[j])) = make_float2(dq[0], dq[1]);
         }
         *reinterpret_cast<uint32_t*>(sDw + i * kKbLd + kl[j]) = mma::pack2<XT>(dw[0], dw[1]);
         *reinterpret_cast<uint32_t*>(sKg + i * kKbLd + kl[j]) =
@@ -702,9 +708,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
             dg[e] += dgk;
           }
         }
-        const int64_t out = o.out_row0 * p.K + i * st.out_row + kc[j];
-        *reinterpret_cast<float2*>(p.dk + out) = make_float2(dk[0], dk[1]);
-        *reinterpret_cast<float2*>(p.dg + out) = make_float2(dg[0], dg[1]);
+        const int out = i * st.out_row + kc[j];
+        *reinterpret_cast<float2*>(st.dk + out) = make_float2(dk[0], dk[1]);
+        *reinterpret_cast<float2*>(st.dg + out) = make_float2(dg[0], dg[1]);
       }
     }
     if constexpr (Tr::kHalfSlabs) {

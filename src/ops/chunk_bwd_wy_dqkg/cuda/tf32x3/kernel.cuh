@@ -144,16 +144,23 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   const int quad = lane % 4;             // fragment column pair
   const wy::WarpPos pos{cg, rb, m0, grp, quad};
   if (tid == 0) {
-    strides_shared = {p.g.stride_token, p.q.stride_token, p.k.stride_token,
-                      p.HV * p.K,       p.HV * p.V,       p.h.stride_k,
-                      p.h.stride_v,     p.dh.stride_k,    p.dh.stride_v};
+    // (32-bit: the dispatch checked that they fit; the pointers follow publish_unit)
+    strides_shared.g_row = static_cast<int32_t>(p.g.stride_token);
+    strides_shared.q_row = static_cast<int32_t>(p.q.stride_token);
+    strides_shared.k_row = static_cast<int32_t>(p.k.stride_token);
+    strides_shared.out_row = static_cast<int32_t>(p.HV * p.K);
+    strides_shared.dv_row = static_cast<int32_t>(p.HV * p.V);
+    strides_shared.h_k = static_cast<int32_t>(p.h.stride_k);
+    strides_shared.h_v = static_cast<int32_t>(p.h.stride_v);
+    strides_shared.dh_k = static_cast<int32_t>(p.dh.stride_k);
+    strides_shared.dh_v = static_cast<int32_t>(p.dh.stride_v);
   }
   const LoopStrides& st = strides_shared;  // read after the first barrier
 
   // One unit per CTA (a 2D grid when there are more than 2^31 - 1 units), as in sm80_mma.
   const int64_t unit = blockIdx.x + static_cast<int64_t>(blockIdx.y) * gridDim.x;
   if (unit >= p.num_units) return;  // uniform over the CTA
-  publish_unit(p, unit, kBT, warp, lane, unit_shared, origins_shared);
+  publish_unit<float>(p, unit, kBT, warp, lane, unit_shared, origins_shared, &strides_shared);
   __syncthreads();
   if (!unit_shared.valid) return;  // inconsistent index tensors: see unit.cuh
   const UnitOrigins& o = origins_shared;
@@ -360,8 +367,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
           kdk[e] = fmaf(Kk, dk0[j][h][e], kdk[e]);
         }
         if (valid) {
-          *reinterpret_cast<float2*>(p.dq + o.out_row0 * p.K + i * st.out_row + kc[j]) =
-              make_float2(dq[0], dq[1]);
+          *reinterpret_cast<float2*>(st.dq + (i * st.out_row + kc[j])) = make_float2(dq[0], dq[1]);
         }
         *reinterpret_cast<float2*>(sDw + i * Tr::kDwLd + kl[j]) = make_float2(dw[0], dw[1]);
         *reinterpret_cast<float2*>(sKg + i * Tr::kKgLd + kl[j]) =
@@ -425,9 +431,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
             dg[e] += dgk;
           }
         }
-        const int64_t out = o.out_row0 * p.K + i * st.out_row + kc[j];
-        *reinterpret_cast<float2*>(p.dk + out) = make_float2(dk[0], dk[1]);
-        *reinterpret_cast<float2*>(p.dg + out) = make_float2(dg[0], dg[1]);
+        const int out = i * st.out_row + kc[j];
+        *reinterpret_cast<float2*>(st.dk + out) = make_float2(dk[0], dk[1]);
+        *reinterpret_cast<float2*>(st.dg + out) = make_float2(dg[0], dg[1]);
       }
     }
   }
