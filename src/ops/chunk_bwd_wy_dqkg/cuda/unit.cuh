@@ -98,6 +98,19 @@ struct LoopStrides {
   float* dg;
 };
 
+// The strides of `strides` (32-bit: the dispatch checked that every offset formed from them fits).
+__device__ inline void set_loop_strides(const WyDqkgParams& p, LoopStrides& strides) {
+  strides.g_row = static_cast<int32_t>(p.g.stride_token);
+  strides.q_row = static_cast<int32_t>(p.q.stride_token);
+  strides.k_row = static_cast<int32_t>(p.k.stride_token);
+  strides.out_row = static_cast<int32_t>(p.HV * p.K);
+  strides.dv_row = static_cast<int32_t>(p.HV * p.V);
+  strides.h_k = static_cast<int32_t>(p.h.stride_k);
+  strides.h_v = static_cast<int32_t>(p.h.stride_v);
+  strides.dh_k = static_cast<int32_t>(p.dh.stride_k);
+  strides.dh_v = static_cast<int32_t>(p.dh.stride_v);
+}
+
 // The unit pointers of `strides` from the unit's origins (XT: the dtype of q and k).
 template <typename XT>
 __device__ inline void set_unit_pointers(const WyDqkgParams& p, const UnitOrigins& o,

@@ -218,16 +218,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   const int quad = lane % 4;  // fragment column pair
   const wy::WarpPos pos{cg, rb, m0, grp, quad};
   if (tid == 0) {
-    // (32-bit: the dispatch checked that they fit; the pointers follow publish_unit)
-    strides_shared.g_row = static_cast<int32_t>(p.g.stride_token);
-    strides_shared.q_row = static_cast<int32_t>(p.q.stride_token);
-    strides_shared.k_row = static_cast<int32_t>(p.k.stride_token);
-    strides_shared.out_row = static_cast<int32_t>(p.HV * p.K);
-    strides_shared.dv_row = static_cast<int32_t>(p.HV * p.V);
-    strides_shared.h_k = static_cast<int32_t>(p.h.stride_k);
-    strides_shared.h_v = static_cast<int32_t>(p.h.stride_v);
-    strides_shared.dh_k = static_cast<int32_t>(p.dh.stride_k);
-    strides_shared.dh_v = static_cast<int32_t>(p.dh.stride_v);
+    set_loop_strides(p, strides_shared);  // the unit pointers follow in publish_unit
   }
   const LoopStrides& st = strides_shared;  // read after the first barrier
 
