@@ -10,25 +10,16 @@ Needs cuobjdump and nvdisasm on PATH (docs/status.md says where the venv has the
 """
 
 import re
-import subprocess
 import sys
+
+from sass_dump import functions
 
 
 def kernels(lib):
-    """{function name: [normalized instructions]} of every function in lib's fatbins."""
-    out = subprocess.run(["cuobjdump", "-sass", lib], capture_output=True, text=True,
-                         check=True).stdout
-    funcs, name = {}, None
-    for line in out.splitlines():
-        header = re.match(r"\s*Function : (\S+)", line)
-        if header:
-            name = header.group(1)
-            funcs[name] = []
-            continue
-        ins = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?);", line)
-        if name is not None and ins:
-            funcs[name].append(re.sub(r"c\[0x0\]\[0x[0-9a-f]+\]", "c[0x0][P]", ins.group(1)).strip())
-    return funcs
+    """{function name: [normalized instructions]} of every function in lib's fatbins: addresses
+    and encodings dropped, parameter-block offsets (c[0x0][...]) made one placeholder."""
+    return {name: [re.sub(r"c\[0x0\]\[0x[0-9a-f]+\]", "c[0x0][P]", text) for _, text in code]
+            for name, code in functions(lib).items()}
 
 
 def main():

@@ -14,29 +14,12 @@ static: a loop's body as laid out, each instruction once, whatever branches insi
 import argparse
 import collections
 import re
-import subprocess
 import sys
+
+from sass_dump import functions
 
 INTEGER_OPS = {"IMAD", "LEA", "IADD3", "IADD", "VIADD", "SHF", "LOP3", "ISETP", "SEL", "MOV",
                "R2UR", "S2UR", "ULDC", "UMOV", "UIADD3", "ULEA", "UIMAD", "ULOP3", "USHF"}
-
-
-def functions(path, substring):
-    """{name: [(address, instruction text)]} of the functions whose name holds substring."""
-    out = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True,
-                         check=True).stdout
-    funcs, name = {}, None
-    for line in out.splitlines():
-        header = re.match(r"\s*Function : (\S+)", line)
-        if header:
-            name = header.group(1) if substring in header.group(1) else None
-            if name:
-                funcs[name] = []
-            continue
-        ins = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
-        if name and ins:
-            funcs[name].append((int(ins.group(1), 16), ins.group(2).strip()))
-    return funcs
 
 
 def opcode(text):
