@@ -196,8 +196,7 @@ template <typename Tr, typename XT>
 __device__ __forceinline__ void load_epilogue_inputs(
     int (&kl)[Tr::kWarpTiles], int (&kc)[Tr::kWarpTiles], float2 (&g_in)[Tr::kWarpTiles][2],
     RawPair<XT> (&q_in)[Tr::kWarpTiles][2], RawPair<XT> (&k_in)[Tr::kWarpTiles][2],
-    float2 (&gn)[Tr::kWarpTiles], const WyDqkgParams& p, const UnitOrigins& o,
-    const LoopStrides& st, int k0, int L, const WarpPos& w) {
+    float2 (&gn)[Tr::kWarpTiles], const LoopStrides& st, int k0, int L, const WarpPos& w) {
 #pragma unroll
   for (int j = 0; j < Tr::kWarpTiles; ++j) {
     kl[j] = w.cg * Tr::kWarpK + 8 * j + 2 * w.quad;

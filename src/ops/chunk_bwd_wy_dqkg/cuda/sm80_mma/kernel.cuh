@@ -474,7 +474,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     uint32_t q_in[kTiles][2];
     uint32_t k_in[kTiles][2];
     float2 gn[kTiles];
-    wy::load_epilogue_inputs<Tr, XT>(kl, kc, g_in, q_in, k_in, gn, p, o, st, k0, L, pos);
+    wy::load_epilogue_inputs<Tr, XT>(kl, kc, g_in, q_in, k_in, gn, st, k0, L, pos);
     // BT >= 32: the next stage's g, q, k rows into L2 (thread i < L: row i), so that its
     // epilogue inputs, loaded at its start, come from L2 rather than from DRAM (H200: model bf16
     // 158 -> 155 µs, h in bf16 148 -> 142, BT = 32 -0.9%; at BT = 16 it cost 1%, so not there).

@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     float2 q_in[kTiles][2];
     float2 k_in[kTiles][2];
     float2 gn[kTiles];
-    wy::load_epilogue_inputs<Tr, float>(kl, kc, g_in, q_in, k_in, gn, p, o, st, k0, L, pos);
+    wy::load_epilogue_inputs<Tr, float>(kl, kc, g_in, q_in, k_in, gn, st, k0, L, pos);
 
     // Slab kb (and, for kb = 0, dO and Vn) landed for this thread; slab kb + 1's group may still
     // be pending.
