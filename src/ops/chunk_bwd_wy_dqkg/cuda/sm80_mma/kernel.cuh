@@ -70,15 +70,16 @@ __device__ __forceinline__ void slab_prepare(const float* stage_S, const float* 
   float col_sum[kE];  // state_v_first: Σ over this thread's rows v for its chunk's k columns
 #pragma unroll
   for (int e = 0; e < kE; ++e) col_sum[e] = 0.0f;
-  // (Not for float32 h's half slabs: their loop stays rolled, for registers. Not for X h at
-  // BT = 16, where it measured 4% slower on the H200: 187.1 -> 194.5 µs at T=2048 H=32 fp16.)
+  // Slab pairs convert inside the K loop's epilogue state. Unrolled (both chunks' loads in
+  // flight together) since the 32-bit offsets freed registers: 127 at the model shape, no
+  // spills; the split-unit kernel stays rolled (unrolled, its spills grew from 32 to 48 bytes).
+  constexpr bool kRolled = Tr::kHalfSlabs && Tr::kSplitUnits;
+  constexpr int kUnroll = kRolled ? 1 : Tr::kSlabIters;
+  // (The transposed sums need the unrolled loop: part[] is indexed by n. Not for X h at BT = 16,
+  // where it measured 4% slower on the H200: 187.1 -> 194.5 µs at T=2048 H=32 fp16.)
   constexpr bool kTransposed =
-      !Tr::kHalfSlabs && wy::kTransposedSds<Tr> && (Tr::kStateF32 || Tr::kBT > 16);
+      !kRolled && wy::kTransposedSds<Tr> && (Tr::kStateF32 || Tr::kBT > 16);
   float part[Tr::kSlabIters];  // kTransposed: this lane's Σ S⊙dS of each of its chunks
-
-  // Slab pairs convert inside the K loop's epilogue state: one chunk at a time keeps that
-  // within 128 registers (unrolled, the model shape's kernel spilled 40 bytes).
-  constexpr int kUnroll = Tr::kHalfSlabs ? 1 : Tr::kSlabIters;
 #pragma unroll kUnroll
   for (int n = 0; n < Tr::kSlabIters; ++n) {
     const int c = tid + n * Tr::kThreads;
@@ -289,15 +290,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
       tma::copy_tile_4d(stage_dS(0), p.dh_map, &slab_bar, 0, kb * Tr::kSlabK, hv, chunk);
     }
   };
-  if constexpr (Tr::kTmaSlab) {
-    if (tma_slab) {
+  if constexpr (Tr::kStateF32) {
+    if (tma_slab) {  // (false unless Tr::kTmaSlab)
       if (tid == 0) issue_slab_tma(slab_begin);
     } else {
       issue_slab<Tr, Tr::kSlabCols>(p, o, st, slab_begin * Tr::kSlabK, stage_S(0), stage_dS(0),
                                     tid);
     }
-  } else if constexpr (Tr::kStateF32) {
-    issue_slab<Tr, Tr::kSlabCols>(p, o, st, slab_begin * Tr::kSlabK, stage_S(0), stage_dS(0), tid);
   } else {
     issue_slab<Tr, kSlabXLd>(p, o, st, slab_begin * Tr::kSlabK, slab_S(0), slab_dS(0), tid);
   }
@@ -315,6 +314,21 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
       b = p.beta.is_f32 ? load_float<float>(p.beta.data, off) : load_float<XT>(p.beta.data, off);
     }
     sBeta[tid] = b;
+  }
+  if constexpr (Tr::kHalfSlabs) {
+    // The first pair's second half is issued only after phase 0 (the 16-bit copy holds Vv until
+    // then) and its copy waits alone (ncu, fourteenth session: 4.7% of the stall samples): ask
+    // L2 for its lines now, one 128-byte line per thread, so that its copy finds L2, not DRAM.
+    constexpr int kLinesPerRow = Tr::kSlabCols * static_cast<int>(sizeof(float)) / 128;
+    constexpr int kLines = Tr::kCopyK * kLinesPerRow;  // of S, and as many of dS
+    static_assert(2 * kLines <= Tr::kThreads, "one line per thread");
+    const int k = slab_begin * Tr::kSlabK + Tr::kCopyK + (tid % kLines) / kLinesPerRow;
+    const int v = (tid % kLinesPerRow) * (128 / static_cast<int>(sizeof(float)));
+    if (tid < 2 * kLines && own_k(k)) {
+      const bool is_s = tid < kLines;
+      const float* const base = static_cast<const float*>(is_s ? p.h.data : p.dh.data);
+      prefetch_l2(base + (is_s ? o.h + k * st.h_k + v * st.h_v : o.dh + k * st.dh_k + v * st.dh_v));
+    }
   }
   mma::cp_async_wait<Tr::kVvLate ? 1 : 2>();  // group 1 landed (this thread's copies)
   __syncthreads();                            // ... and everyone's
@@ -496,28 +510,22 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     // slab's 16-bit copy was last read before the previous iteration's second barrier.
     if constexpr (Tr::kHalfSlabs) {
       // pair kb is in the 16-bit copy already
-    } else if constexpr (Tr::kTmaSlab) {
-      if (tma_slab) {
+    } else if constexpr (Tr::kStateF32) {
+      const int slot = Tr::kStageSlots == 1 ? 0 : ring;
+      if (tma_slab) {  // (false unless Tr::kTmaSlab)
         // The slab's bulk copies: phase kb - slab_begin of the barrier (parity alternates).
         tma::barrier_wait(&slab_bar, (kb - slab_begin) & 1);
-        slab_prepare<Tr>(stage_S(0), stage_dS(0), slab_S(0), slab_dS(0), sds, 0, tid);
-        // Slab kb + 1 is issued after the barrier below, once every thread has read the slot.
-      } else {
-        slab_prepare<Tr>(stage_S(0), stage_dS(0), slab_S(0), slab_dS(0), sds, 0, tid);
-        if (kb + 1 < slab_end) {
-          issue_slab<Tr, Tr::kSlabCols>(p, o, st, k0 + Tr::kSlabK, stage_S(0), stage_dS(0), tid);
+      }
+      slab_prepare<Tr>(stage_S(slot), stage_dS(slot), slab_S(0), slab_dS(0), sds, 0, tid);
+      // This thread's staging chunks are free again: slab kb + kStageSlots takes them (with the
+      // maps, slab kb + 1 is issued after the barrier below, once every thread has read the slot).
+      if (!tma_slab) {
+        if (kb + Tr::kStageSlots < slab_end) {
+          issue_slab<Tr, Tr::kSlabCols>(p, o, st, k0 + Tr::kStageSlots * Tr::kSlabK, stage_S(slot),
+                                        stage_dS(slot), tid);
         }
         mma::cp_async_commit();
       }
-    } else if constexpr (Tr::kStateF32) {
-      const int slot = Tr::kStageSlots == 1 ? 0 : ring;
-      slab_prepare<Tr>(stage_S(slot), stage_dS(slot), slab_S(0), slab_dS(0), sds, 0, tid);
-      // This thread's staging chunks are free again: slab kb + kStageSlots takes them.
-      if (kb + Tr::kStageSlots < slab_end) {
-        issue_slab<Tr, Tr::kSlabCols>(p, o, st, k0 + Tr::kStageSlots * Tr::kSlabK, stage_S(slot),
-                                      stage_dS(slot), tid);
-      }
-      mma::cp_async_commit();
     } else {
       slab_prepare<Tr>(nullptr, nullptr, slab_S(ring), slab_dS(ring), sds, 0, tid);
     }
