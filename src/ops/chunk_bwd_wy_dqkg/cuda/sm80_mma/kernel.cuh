@@ -290,13 +290,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
       tma::copy_tile_4d(stage_dS(0), p.dh_map, &slab_bar, 0, kb * Tr::kSlabK, hv, chunk);
     }
   };
-  if constexpr (Tr::kStateF32) {
-    if (tma_slab) {  // (false unless Tr::kTmaSlab)
+  if constexpr (Tr::kTmaSlab) {
+    if (tma_slab) {
       if (tid == 0) issue_slab_tma(slab_begin);
     } else {
       issue_slab<Tr, Tr::kSlabCols>(p, o, st, slab_begin * Tr::kSlabK, stage_S(0), stage_dS(0),
                                     tid);
     }
+  } else if constexpr (Tr::kStateF32) {
+    issue_slab<Tr, Tr::kSlabCols>(p, o, st, slab_begin * Tr::kSlabK, stage_S(0), stage_dS(0), tid);
   } else {
     issue_slab<Tr, kSlabXLd>(p, o, st, slab_begin * Tr::kSlabK, slab_S(0), slab_dS(0), tid);
   }
@@ -510,22 +512,28 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     // slab's 16-bit copy was last read before the previous iteration's second barrier.
     if constexpr (Tr::kHalfSlabs) {
       // pair kb is in the 16-bit copy already
-    } else if constexpr (Tr::kStateF32) {
-      const int slot = Tr::kStageSlots == 1 ? 0 : ring;
-      if (tma_slab) {  // (false unless Tr::kTmaSlab)
+    } else if constexpr (Tr::kTmaSlab) {
+      if (tma_slab) {
         // The slab's bulk copies: phase kb - slab_begin of the barrier (parity alternates).
         tma::barrier_wait(&slab_bar, (kb - slab_begin) & 1);
-      }
-      slab_prepare<Tr>(stage_S(slot), stage_dS(slot), slab_S(0), slab_dS(0), sds, 0, tid);
-      // This thread's staging chunks are free again: slab kb + kStageSlots takes them (with the
-      // maps, slab kb + 1 is issued after the barrier below, once every thread has read the slot).
-      if (!tma_slab) {
-        if (kb + Tr::kStageSlots < slab_end) {
-          issue_slab<Tr, Tr::kSlabCols>(p, o, st, k0 + Tr::kStageSlots * Tr::kSlabK, stage_S(slot),
-                                        stage_dS(slot), tid);
+        slab_prepare<Tr>(stage_S(0), stage_dS(0), slab_S(0), slab_dS(0), sds, 0, tid);
+        // Slab kb + 1 is issued after the barrier below, once every thread has read the slot.
+      } else {
+        slab_prepare<Tr>(stage_S(0), stage_dS(0), slab_S(0), slab_dS(0), sds, 0, tid);
+        if (kb + 1 < slab_end) {
+          issue_slab<Tr, Tr::kSlabCols>(p, o, st, k0 + Tr::kSlabK, stage_S(0), stage_dS(0), tid);
         }
         mma::cp_async_commit();
       }
+    } else if constexpr (Tr::kStateF32) {
+      const int slot = Tr::kStageSlots == 1 ? 0 : ring;
+      slab_prepare<Tr>(stage_S(slot), stage_dS(slot), slab_S(0), slab_dS(0), sds, 0, tid);
+      // This thread's staging chunks are free again: slab kb + kStageSlots takes them.
+      if (kb + Tr::kStageSlots < slab_end) {
+        issue_slab<Tr, Tr::kSlabCols>(p, o, st, k0 + Tr::kStageSlots * Tr::kSlabK, stage_S(slot),
+                                      stage_dS(slot), tid);
+      }
+      mma::cp_async_commit();
     } else {
       slab_prepare<Tr>(nullptr, nullptr, slab_S(ring), slab_dS(ring), sds, 0, tid);
     }
