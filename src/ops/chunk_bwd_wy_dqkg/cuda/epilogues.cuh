@@ -188,6 +188,17 @@ __device__ __forceinline__ void sds_finish(float (&col_sum)[Tr::kChunkElems], in
 
 // --- the K loop's epilogues -------------------------------------------------------------------
 
+// Whether the kernel's traits permute a warp's two n8 tiles into quad columns (the 16-bit
+// kernel's slab pairs: WyDqkgMmaTraits::kQuadCols); false for traits without the member.
+template <typename Tr>
+inline constexpr bool kQuadCols = [] {
+  if constexpr (requires { Tr::kQuadCols; }) {
+    return Tr::kQuadCols;
+  } else {
+    return false;
+  }
+}();
+
 // Epilogue inputs at this thread's C-fragment positions: rows i_h = m0 + grp + 8h, columns
 // kc_j, kc_j + 1 of each of the warp's n8 tiles j (kl_j within the slab); g, q, k are 0 on rows
 // >= L, gn is g of the chunk's last row L - 1. Arrays of the caller rather than one struct: in a
@@ -197,23 +208,57 @@ __device__ __forceinline__ void load_epilogue_inputs(
     int (&kl)[Tr::kWarpTiles], int (&kc)[Tr::kWarpTiles], float2 (&g_in)[Tr::kWarpTiles][2],
     RawPair<XT> (&q_in)[Tr::kWarpTiles][2], RawPair<XT> (&k_in)[Tr::kWarpTiles][2],
     float2 (&gn)[Tr::kWarpTiles], const LoopStrides& st, int k0, int L, const WarpPos& w) {
+  if constexpr (kQuadCols<Tr>) {
+    // Quad columns (the 16-bit kernel's slab pairs, traits' slab_row_pos): tile j's columns are
+    // k 4 quad + 2 j (+ 1), so a row's four values are one access of both tiles.
+    static_assert(Tr::kWarpTiles == 2 && !std::is_same_v<XT, float>, "16-bit slab pairs");
 #pragma unroll
-  for (int j = 0; j < Tr::kWarpTiles; ++j) {
-    kl[j] = w.cg * Tr::kWarpK + 8 * j + 2 * w.quad;
-    kc[j] = k0 + kl[j];
+    for (int j = 0; j < 2; ++j) {
+      kl[j] = w.cg * Tr::kWarpK + 8 * j + 2 * w.quad;
+      kc[j] = k0 + w.cg * Tr::kWarpK + 4 * w.quad + 2 * j;
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int i = w.m0 + w.grp + 8 * h;
-      g_in[j][h] = make_float2(0.0f, 0.0f);
-      q_in[j][h] = RawPair<XT>{};
-      k_in[j][h] = RawPair<XT>{};
+      float4 g4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      uint2 q2 = make_uint2(0u, 0u);
+      uint2 k2 = make_uint2(0u, 0u);
       if (i < L) {
-        g_in[j][h] = __ldg(reinterpret_cast<const float2*>(st.g + (i * st.g_row + kc[j])));
-        q_in[j][h] = ldg_pair<XT>(static_cast<const XT*>(st.q) + (i * st.q_row + kc[j]));
-        k_in[j][h] = ldg_pair<XT>(static_cast<const XT*>(st.k) + (i * st.k_row + kc[j]));
+        g4 = __ldg(reinterpret_cast<const float4*>(st.g + (i * st.g_row + kc[0])));
+        q2 = __ldg(
+            reinterpret_cast<const uint2*>(static_cast<const XT*>(st.q) + (i * st.q_row + kc[0])));
+        k2 = __ldg(
+            reinterpret_cast<const uint2*>(static_cast<const XT*>(st.k) + (i * st.k_row + kc[0])));
       }
+      g_in[0][h] = make_float2(g4.x, g4.y);
+      g_in[1][h] = make_float2(g4.z, g4.w);
+      q_in[0][h] = q2.x;
+      q_in[1][h] = q2.y;
+      k_in[0][h] = k2.x;
+      k_in[1][h] = k2.y;
     }
-    gn[j] = __ldg(reinterpret_cast<const float2*>(st.g + ((L - 1) * st.g_row + kc[j])));
+    const float4 gn4 = __ldg(reinterpret_cast<const float4*>(st.g + ((L - 1) * st.g_row + kc[0])));
+    gn[0] = make_float2(gn4.x, gn4.y);
+    gn[1] = make_float2(gn4.z, gn4.w);
+  } else {
+#pragma unroll
+    for (int j = 0; j < Tr::kWarpTiles; ++j) {
+      kl[j] = w.cg * Tr::kWarpK + 8 * j + 2 * w.quad;
+      kc[j] = k0 + kl[j];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = w.m0 + w.grp + 8 * h;
+        g_in[j][h] = make_float2(0.0f, 0.0f);
+        q_in[j][h] = RawPair<XT>{};
+        k_in[j][h] = RawPair<XT>{};
+        if (i < L) {
+          g_in[j][h] = __ldg(reinterpret_cast<const float2*>(st.g + (i * st.g_row + kc[j])));
+          q_in[j][h] = ldg_pair<XT>(static_cast<const XT*>(st.q) + (i * st.q_row + kc[j]));
+          k_in[j][h] = ldg_pair<XT>(static_cast<const XT*>(st.k) + (i * st.k_row + kc[j]));
+        }
+      }
+      gn[j] = __ldg(reinterpret_cast<const float2*>(st.g + ((L - 1) * st.g_row + kc[j])));
+    }
   }
 }
 

@@ -615,11 +615,18 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     float kg[kTiles][2][2];   // KG = Kk ⊙ E, 0 on rows >= L
     float eb[kTiles][2][2];   // E ⊙ β
     float dgf[kTiles][2][2];  // Q ⊙ dQ − Kk ⊙ dK0
+    float kdk[kTiles][2];     // Σ over this thread's rows of Kk ⊙ dK0, per tile and column
+    float dq_row[2][2];       // quad columns: the row's dQ of tile 0, stored with tile 1's
+    // (tile, row) pairs in the order j, h, or with quad columns h, j, so that a row's four dQ
+    // columns are stored at once, with tile 1's pair (ptxas spilled least in that order: 8
+    // bytes in the V = 128 kernels, against 20 tiles first).
+    constexpr bool kRowsFirst = Tr::kQuadCols;
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      float kdk[2] = {0.0f, 0.0f};  // Σ over this thread's rows of Kk ⊙ dK0, per column
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
+    for (int t = 0; t < 2 * kTiles; ++t) {
+      const int j = kRowsFirst ? t % kTiles : t / 2;
+      const int h = kRowsFirst ? t / kTiles : t % 2;
+      if (h == 0) kdk[j][0] = kdk[j][1] = 0.0f;
+      {
         const int i = m0 + grp + 8 * h;
         const bool valid = i < L;
         const float beta_i = sBeta[i];
@@ -642,26 +649,38 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
           kg[j][h][e] = valid ? Kk * E : 0.0f;
           eb[j][h][e] = E * beta_i;
           dgf[j][h][e] = fmaf(Q, dq[e], -(Kk * dk0[j][h][e]));
-          kdk[e] = fmaf(Kk, dk0[j][h][e], kdk[e]);
+          kdk[j][e] = fmaf(Kk, dk0[j][h][e], kdk[j][e]);
         }
-        if (valid) {
+        if constexpr (Tr::kQuadCols) {
+          // The row's four dQ columns kc[0] .. kc[0] + 3 (tile 0's two, then tile 1's).
+          if (j == 0) {
+            dq_row[h][0] = dq[0];
+            dq_row[h][1] = dq[1];
+          } else if (valid) {
+            *reinterpret_cast<float4*>(st.dq + (i * st.out_row + kc[0])) =
+                make_float4(dq_row[h][0], dq_row[h][1], dq[0], dq[1]);
+          }
+        } else if (valid) {
           *reinterpret_cast<float2*>(st.dq + (i * st.out_row + kc[j])) = make_float2(dq[0], dq[1]);
         }
         *reinterpret_cast<uint32_t*>(sDw + i * kKbLd + kl[j]) = mma::pack2<XT>(dw[0], dw[1]);
         *reinterpret_cast<uint32_t*>(sKg + i * kKbLd + kl[j]) =
             mma::pack2<XT>(kg[j][h][0], kg[j][h][1]);
       }
-      // Σ_rows Kk ⊙ dK0 of the row block: lanes with equal quad share columns.
+      // Σ_rows Kk ⊙ dK0 of the row block, once the tile's two rows are in: lanes with equal
+      // quad share columns.
+      if (h == 1) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
+        for (int e = 0; e < 2; ++e) {
 #pragma unroll
-        for (int offset = 4; offset < 32; offset *= 2) {
-          kdk[e] += __shfl_xor_sync(kFullMask, kdk[e], offset);
+          for (int offset = 4; offset < 32; offset *= 2) {
+            kdk[j][e] += __shfl_xor_sync(kFullMask, kdk[j][e], offset);
+          }
         }
-      }
-      if (grp == 0) {
-        sKdk[rb * Tr::kSlabK + kl[j]] = kdk[0];
-        sKdk[rb * Tr::kSlabK + kl[j] + 1] = kdk[1];
+        if (grp == 0) {
+          sKdk[rb * Tr::kSlabK + kl[j]] = kdk[j][0];
+          sKdk[rb * Tr::kSlabK + kl[j] + 1] = kdk[j][1];
+        }
       }
     }
     __syncthreads();  // dW, KG and the Σ Kk⊙dK0 parts of the slab are complete
@@ -692,6 +711,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
       const int i = m0 + grp + 8 * h;
       if (i >= L) continue;
       const float beta_i = sBeta[i];
+      float dk_row[kTiles][2];  // quad columns: the row's values, stored after the tiles
+      float dg_row[kTiles][2];
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
         float dk[2];
@@ -707,7 +728,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
             float sds_sum = 0.0f;
 #pragma unroll
             for (int part = 0; part < Tr::kSdsParts; ++part)
-              sds_sum += sds[part * Tr::kSlabK + kl[j] + e];
+              sds_sum += sds[part * Tr::kSlabK + (kc[j] - k0) + e];  // indexed by k
             float kdk_sum = 0.0f;
 #pragma unroll
             for (int r = 0; r < Tr::kRowBlocks; ++r) kdk_sum += sKdk[r * Tr::kSlabK + kl[j] + e];
@@ -715,9 +736,21 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
             dg[e] += dgk;
           }
         }
-        const int out = i * st.out_row + kc[j];
-        *reinterpret_cast<float2*>(st.dk + out) = make_float2(dk[0], dk[1]);
-        *reinterpret_cast<float2*>(st.dg + out) = make_float2(dg[0], dg[1]);
+        if constexpr (Tr::kQuadCols) {
+          dk_row[j][0] = dk[0], dk_row[j][1] = dk[1];
+          dg_row[j][0] = dg[0], dg_row[j][1] = dg[1];
+        } else {
+          const int out = i * st.out_row + kc[j];
+          *reinterpret_cast<float2*>(st.dk + out) = make_float2(dk[0], dk[1]);
+          *reinterpret_cast<float2*>(st.dg + out) = make_float2(dg[0], dg[1]);
+        }
+      }
+      if constexpr (Tr::kQuadCols) {
+        const int out = i * st.out_row + kc[0];
+        *reinterpret_cast<float4*>(st.dk + out) =
+            make_float4(dk_row[0][0], dk_row[0][1], dk_row[1][0], dk_row[1][1]);
+        *reinterpret_cast<float4*>(st.dg + out) =
+            make_float4(dg_row[0][0], dg_row[0][1], dg_row[1][0], dg_row[1][1]);
       }
     }
     if constexpr (Tr::kHalfSlabs) {

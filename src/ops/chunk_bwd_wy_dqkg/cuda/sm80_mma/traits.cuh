@@ -108,11 +108,31 @@ struct WyDqkgMmaTraits {
   __host__ __device__ static constexpr int sw128_index(int row, int col) {
     return wgmma::sw128_element_index<kRows>(row, col);
   }
+  // Quad columns (slab pairs: two n8 tiles per warp): the slab copy's rows are permuted within
+  // each warpgroup's 16 so that a lane's four accumulator columns of a row (2 quad + e of tile 0
+  // and of tile 1: positions 2 quad + e and 8 + 2 quad + e) are the four consecutive k columns
+  // 4 quad + 2 tile + e. Its g, q, k loads and dq, dk, dg stores are then one 16- (float32) or
+  // 8-byte (16-bit) access per row instead of two of half the width, whole 32-byte sectors.
+  // Everything positional (dW, KG, Σ Kk⊙dK0, the products) follows the permuted order; the
+  // global columns and Σ S⊙dS (indexed by k) are read at k.
+  // X h only: with float32 h the model kernel (no registers to spare: 127 of 128) either spilled
+  // (+14%) or, with its half-slab conversion rolled to make room, lost more than it gained
+  // (+3%); X h's pairs gained 4.4% (H200, performance.md "The seventeenth session").
+  static constexpr bool kQuadCols = kSlabPair && !kStateF32;
+  // The position in the slab copy of its k row `row` (identity without quad columns).
+  __host__ __device__ static constexpr int slab_row_pos(int row) {
+    if constexpr (kQuadCols) {
+      const int r = row % 16;  // k within the warpgroup's 16: 4 quad + 2 tile + e
+      return row - r + 8 * ((r >> 1) & 1) + 2 * (r >> 2) + (r & 1);
+    } else {
+      return row;
+    }
+  }
   // Where element (row, col) of a 16-bit slab copy lives: swizzled for the wgmma loop, rows of
-  // kSlabXLd elements otherwise.
+  // kSlabXLd elements otherwise (row = k for k-first copies, at slab_row_pos).
   __host__ __device__ static constexpr int slab_x_index(int row, int col) {
     if constexpr (kWgmmaLoop) {
-      return sw128_index<kSlabK>(row, col);
+      return sw128_index<kSlabK>(slab_row_pos(row), col);
     } else {
       return row * kSlabXLd + col;
     }
