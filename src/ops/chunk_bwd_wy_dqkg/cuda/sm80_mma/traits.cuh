@@ -128,6 +128,27 @@ struct WyDqkgMmaTraits {
       return row;
     }
   }
+  // What load_epilogue_inputs assumes of slab_row_pos: a permutation of each 16 rows that puts
+  // k = 4 quad + 2 tile + e at accumulator column 8 tile + 2 quad + e of the warpgroup's 16.
+  static constexpr bool quad_cols_layout_holds() {
+    bool seen[32] = {};
+    for (int k = 0; k < 32; ++k) {
+      const int pos = slab_row_pos(k);
+      if (pos / 16 != k / 16 || seen[pos]) return false;  // within its 16, once
+      seen[pos] = true;
+    }
+    for (int quad = 0; quad < 4 && kQuadCols; ++quad) {
+      for (int tile = 0; tile < 2; ++tile) {
+        for (int e = 0; e < 2; ++e) {
+          if (slab_row_pos(16 + 4 * quad + 2 * tile + e) != 16 + 8 * tile + 2 * quad + e) {
+            return false;
+          }
+        }
+      }
+    }
+    return true;
+  }
+  static_assert(quad_cols_layout_holds(), "slab_row_pos permutes each 16 rows as quad columns");
   // Where element (row, col) of a 16-bit slab copy lives: swizzled for the wgmma loop, rows of
   // kSlabXLd elements otherwise (row = k for k-first copies, at slab_row_pos).
   __host__ __device__ static constexpr int slab_x_index(int row, int col) {
