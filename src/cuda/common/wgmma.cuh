@@ -90,6 +90,30 @@ __device__ __forceinline__ void mma_m64n64k16_bf16(float (&d)[32], uint64_t desc
       : "memory");
 }
 
+// D (64 x 64, float32) [+]= A (64 x 16) · B (16 x 64) with A in registers (the "RS" form) and B
+// bf16 in shared memory, K-major (a descriptor above): the building block of v3's k-major
+// products (docs/status.md, issue 12), where A is a slab of h converted in registers. Thread t of
+// the warpgroup (warp w, lane l) holds A's rows 16 w + l / 4 (+ 8) at k = 2 (l % 4) (+ 1) (+ 8),
+// packed in pairs as the mma.sync m16n8k16 A fragment: a[0] (row +0, k +0), a[1] (row +8, k +0),
+// a[2] (row +0, k +8), a[3] (row +8, k +8). Accumulators as mma_m64n64k16_bf16's. The registers
+// of a must not change until the group that reads them is waited for (wait_group).
+__device__ __forceinline__ void mma_m64n64k16_bf16_rs(float (&d)[32], const uint32_t (&a)[4],
+                                                      uint64_t desc_b, bool accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate ? 1 : 0)
+      : "memory");
+}
+
 // The 16-bit input types wgmma takes here.
 template <typename T>
 constexpr bool is_wgmma_input = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
