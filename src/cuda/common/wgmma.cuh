@@ -69,6 +69,18 @@ __device__ __forceinline__ void wait_group() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 
+// The 32 float32 accumulators of an m64n64 wgmma as asm operands %0 .. %31: their list in the
+// instruction text, and the output constraints (read and written).
+#define KDA_WGMMA_D32_LIST                                                       \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, " \
+  "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+#define KDA_WGMMA_D32_OUTPUTS(d)                                                                  \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
 // D (64 x 64, float32) = A (64 x 16) · B (16 x 64) [+ D when `accumulate`], A and B bf16 in
 // shared memory, both K-major (descriptors above). Accumulator layout, thread t of the
 // warpgroup (warp w = t / 32, lane l): d[4 j + 2 h + e] is row 16 w + l / 4 + 8 h, column
@@ -77,15 +89,9 @@ __device__ __forceinline__ void mma_m64n64k16_bf16(float (&d)[32], uint64_t desc
                                                    bool accumulate) {
   asm volatile(
       "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
-      " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " KDA_WGMMA_D32_LIST
       "%32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : KDA_WGMMA_D32_OUTPUTS(d)
       : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0)
       : "memory");
 }
@@ -101,15 +107,9 @@ __device__ __forceinline__ void mma_m64n64k16_bf16_rs(float (&d)[32], const uint
                                                       uint64_t desc_b, bool accumulate) {
   asm volatile(
       "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
-      " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " KDA_WGMMA_D32_LIST
       "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : KDA_WGMMA_D32_OUTPUTS(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate ? 1 : 0)
       : "memory");
 }
@@ -171,6 +171,8 @@ __device__ __forceinline__ void mma_m64n8k16(float (&d)[4], uint64_t desc_a, uin
 
 #undef KDA_WGMMA_M64N16K16
 #undef KDA_WGMMA_M64N8K16
+#undef KDA_WGMMA_D32_LIST
+#undef KDA_WGMMA_D32_OUTPUTS
 
 // Keeps the compiler from touching accumulator registers across a wgmma sequence: the asm
 // outputs of mma_async say the registers are ready when the instruction issues, but they are
