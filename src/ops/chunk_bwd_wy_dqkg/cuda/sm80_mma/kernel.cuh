@@ -626,47 +626,45 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
       const int j = kRowsFirst ? t % kTiles : t / 2;
       const int h = kRowsFirst ? t / kTiles : t % 2;
       if (h == 0) kdk[j][0] = kdk[j][1] = 0.0f;
-      {
-        const int i = m0 + grp + 8 * h;
-        const bool valid = i < L;
-        const float beta_i = sBeta[i];
-        const float2 qf = mma::unpack2<XT>(q_in[j][h]);
-        const float2 kf = mma::unpack2<XT>(k_in[j][h]);
-        float dq[2];
-        float dw[2];
+      const int i = m0 + grp + 8 * h;
+      const bool valid = i < L;
+      const float beta_i = sBeta[i];
+      const float2 qf = mma::unpack2<XT>(q_in[j][h]);
+      const float2 kf = mma::unpack2<XT>(k_in[j][h]);
+      float dq[2];
+      float dw[2];
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float G = e == 0 ? g_in[j][h].x : g_in[j][h].y;
-          const float gne = e == 0 ? gn[j].x : gn[j].y;
-          const float Q = e == 0 ? qf.x : qf.y;
-          const float Kk = e == 0 ? kf.x : kf.y;
-          const float E = exp2f(G);
-          const int a = 4 * j + 2 * h + e;
-          dq[e] = acc_dq[a] * E * p.scale;
-          // Rows >= L stay exactly zero (never 0 · exp2(...) of padding).
-          dk0[j][h][e] = valid ? acc_dk0[a] * exp2f(gne - G) : 0.0f;
-          dw[e] = valid ? -acc_dw[a] : 0.0f;
-          kg[j][h][e] = valid ? Kk * E : 0.0f;
-          eb[j][h][e] = E * beta_i;
-          dgf[j][h][e] = fmaf(Q, dq[e], -(Kk * dk0[j][h][e]));
-          kdk[j][e] = fmaf(Kk, dk0[j][h][e], kdk[j][e]);
-        }
-        if constexpr (Tr::kQuadCols) {
-          // The row's four dQ columns kc[0] .. kc[0] + 3 (tile 0's two, then tile 1's).
-          if (j == 0) {
-            dq_row[h][0] = dq[0];
-            dq_row[h][1] = dq[1];
-          } else if (valid) {
-            *reinterpret_cast<float4*>(st.dq + (i * st.out_row + kc[0])) =
-                make_float4(dq_row[h][0], dq_row[h][1], dq[0], dq[1]);
-          }
-        } else if (valid) {
-          *reinterpret_cast<float2*>(st.dq + (i * st.out_row + kc[j])) = make_float2(dq[0], dq[1]);
-        }
-        *reinterpret_cast<uint32_t*>(sDw + i * kKbLd + kl[j]) = mma::pack2<XT>(dw[0], dw[1]);
-        *reinterpret_cast<uint32_t*>(sKg + i * kKbLd + kl[j]) =
-            mma::pack2<XT>(kg[j][h][0], kg[j][h][1]);
+      for (int e = 0; e < 2; ++e) {
+        const float G = e == 0 ? g_in[j][h].x : g_in[j][h].y;
+        const float gne = e == 0 ? gn[j].x : gn[j].y;
+        const float Q = e == 0 ? qf.x : qf.y;
+        const float Kk = e == 0 ? kf.x : kf.y;
+        const float E = exp2f(G);
+        const int a = 4 * j + 2 * h + e;
+        dq[e] = acc_dq[a] * E * p.scale;
+        // Rows >= L stay exactly zero (never 0 · exp2(...) of padding).
+        dk0[j][h][e] = valid ? acc_dk0[a] * exp2f(gne - G) : 0.0f;
+        dw[e] = valid ? -acc_dw[a] : 0.0f;
+        kg[j][h][e] = valid ? Kk * E : 0.0f;
+        eb[j][h][e] = E * beta_i;
+        dgf[j][h][e] = fmaf(Q, dq[e], -(Kk * dk0[j][h][e]));
+        kdk[j][e] = fmaf(Kk, dk0[j][h][e], kdk[j][e]);
       }
+      if constexpr (Tr::kQuadCols) {
+        // The row's four dQ columns kc[0] .. kc[0] + 3 (tile 0's two, then tile 1's).
+        if (j == 0) {
+          dq_row[h][0] = dq[0];
+          dq_row[h][1] = dq[1];
+        } else if (valid) {
+          *reinterpret_cast<float4*>(st.dq + (i * st.out_row + kc[0])) =
+              make_float4(dq_row[h][0], dq_row[h][1], dq[0], dq[1]);
+        }
+      } else if (valid) {
+        *reinterpret_cast<float2*>(st.dq + (i * st.out_row + kc[j])) = make_float2(dq[0], dq[1]);
+      }
+      *reinterpret_cast<uint32_t*>(sDw + i * kKbLd + kl[j]) = mma::pack2<XT>(dw[0], dw[1]);
+      *reinterpret_cast<uint32_t*>(sKg + i * kKbLd + kl[j]) =
+          mma::pack2<XT>(kg[j][h][0], kg[j][h][1]);
       // Σ_rows Kk ⊙ dK0 of the row block, once the tile's two rows are in: lanes with equal
       // quad share columns.
       if (h == 1) {
