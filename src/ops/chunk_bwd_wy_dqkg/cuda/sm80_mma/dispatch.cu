@@ -19,6 +19,7 @@
 #include "ops/chunk_bwd_wy_dqkg/cuda/params.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/dispatch.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/launch.hpp"
+#include "ops/chunk_bwd_wy_dqkg/cuda/sm90_ws/dispatch.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/tf32x3/launch.hpp"
 
 namespace kda::detail {
@@ -195,6 +196,13 @@ Status launch_sm80_mma(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims&
     params.h_maps_ok = encode_slab_map(&params.h_map, p.h) && encode_slab_map(&params.dh_map, p.dh);
   }
   const int device = p.q.device.index;
+  bool v3 = false;
+  if (Status s = wy_v3_requested(&v3); !s.ok()) return s;
+  if (v3) {
+    bool launched = false;
+    Status s = try_launch_sm90_ws(p, d, params, device, stream, &launched);
+    if (launched || !s.ok()) return s;
+  }
   return cuda::dispatch_x_dtype(d.x_dtype, [&](auto x) {
     using XT = typename decltype(x)::type;
     if constexpr (std::is_same_v<XT, float>) {
