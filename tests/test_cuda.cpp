@@ -43,20 +43,33 @@ struct Case {
   bool int32_indices = false;            // cu_seqlens / chunk_indices as int32
   bool strong_decay = false;       // g redrawn as steep chunk-local cumsums (with_strong_decay)
   const char* wy_split = nullptr;  // KDA_WY_SPLIT for the run (nullptr: unset, the size rule)
+  bool wy_v3 = false;  // KDA_WY_V3=1 for the run: the sm90_ws kernel (v3) where it applies
 };
 
-// Sets KDA_WY_SPLIT (the split-unit kernel's CTAs per unit, sm80_mma/dispatch.cu) for a scope, or
-// leaves it unset for nullptr; unset afterwards.
-class WySplitEnv {
+// Sets environment variable `name` to `value` for a scope, or leaves it unset for nullptr; unset
+// afterwards.
+class ScopedEnv {
  public:
-  explicit WySplitEnv(const char* value) {
+  ScopedEnv(const char* name, const char* value) : name_(name) {
     if (value != nullptr) {
-      EXPECT_EQ(setenv("KDA_WY_SPLIT", value, 1), 0);
+      EXPECT_EQ(setenv(name, value, 1), 0);
     }
   }
-  ~WySplitEnv() { unsetenv("KDA_WY_SPLIT"); }
-  WySplitEnv(const WySplitEnv&) = delete;
-  WySplitEnv& operator=(const WySplitEnv&) = delete;
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// KDA_WY_SPLIT (the split-unit kernel's CTAs per unit, sm80_mma/dispatch.cu) and KDA_WY_V3 (the
+// sm90_ws kernel, sm90_ws/dispatch.hpp) as a case asks.
+struct CaseEnv {
+  explicit CaseEnv(const Case& c)
+      : split("KDA_WY_SPLIT", c.wy_split), v3("KDA_WY_V3", c.wy_v3 ? "1" : nullptr) {}
+  ScopedEnv split;
+  ScopedEnv v3;
 };
 
 // Printed by its name (gtest would print a hex dump of the struct in every test listing and skip
@@ -279,6 +292,38 @@ std::vector<Case> matrix() {
       }
     }
   }
+  // v3 (the sm90_ws kernel, KDA_WY_V3=1: 16-bit X, BT = 64, K = V = 128, h k-first): fixed
+  // length with a tail chunk (the tile copies read the next batch row's rows), varlen with
+  // sequences of length 1, < BT, = BT and > 4 BT, GVA, and steep gates; more units than SMs in
+  // the longest, so that CTAs walk several units and reuse every buffer and the h ring.
+  for (DType x : {DType::f16, DType::bf16}) {
+    for (DType h : state_dtypes(x)) {
+      const std::string tag = dtype_tag(x) + (h == DType::f32 ? "_hfp32" : "_hx");
+      WyDqkgConfig c = base(x, h, 64);
+      c.K = 128;
+      c.V = 128;
+      cases.push_back({"v3_" + tag, c, {}, false, false, nullptr, true});
+      cases.push_back({"v3_strong_decay_" + tag, c, {}, false, true, nullptr, true});
+      WyDqkgConfig l = c;
+      l.B = 2;
+      l.T = 2100;
+      l.H = 4;
+      l.HV = 4;
+      cases.push_back({"v3_many_units_" + tag, l, {}, false, false, nullptr, true});
+      c.B = 1;
+      c.seqlens = {1, 61, 64, 263, 1, 128};
+      cases.push_back({"v3_varlen_" + tag, c, {}, false, false, nullptr, true});
+      c.pass_chunk_indices = true;
+      cases.push_back({"v3_varlen_indices_" + tag, c, {}, false, false, nullptr, true});
+      WyDqkgConfig g = base(x, h, 64);
+      g.K = 128;
+      g.V = 128;
+      g.H = 1;
+      g.HV = 2;
+      g.seqlens = {70, 1, 130};
+      cases.push_back({"v3_gva_varlen_" + tag, g, {}, false, false, nullptr, true});
+    }
+  }
   // The small chunks (BT = 16, 32) at the model's head dims and with state_v_first: their
   // sm80_mma layouts differ (BT = 16's float32 staging is one slot with Vv in the 16-bit slab
   // copy; with X h, Vv lives in ring slot 1), fixed length with a tail and varlen with
@@ -373,7 +418,7 @@ TEST_P(CudaMatrix, MatchesFloat64Reference) {
   HostProblem hp = kda::io::make_random_problem(c.config);
   if (c.int32_indices) use_int32_indices(hp);
   if (c.strong_decay) with_strong_decay(hp, c.config.BT);
-  const WySplitEnv split(c.wy_split);
+  const CaseEnv env(c);
   check_against_reference(std::move(hp), c.padded, sm80_mma_takes(c.config, c.padded));
 }
 
@@ -406,6 +451,11 @@ std::vector<Case> sanitizer_subset() {
   cases.push_back({"wgmma_varlen_bf16_hx_split1", w, {}, false, false, "1"});
   w.h_dtype = DType::f32;
   cases.push_back({"wgmma_varlen_bf16_hfp32_split2", w, {}, false, false, "2"});
+  // v3 (KDA_WY_V3=1) with both h dtypes, short chunks included.
+  w.h_dtype = DType::bf16;
+  cases.push_back({"v3_varlen_bf16_hx", w, {}, false, false, nullptr, true});
+  w.h_dtype = DType::f32;
+  cases.push_back({"v3_varlen_bf16_hfp32", w, {}, false, false, nullptr, true});
   // The small-chunk layouts at the model's head dims: BT = 32 with float32 h (one staging slot,
   // swizzled token tiles) and BT = 16 with h in X (Vv in ring slot 1), short sequences included.
   for (const auto& [bt, h, tag] : {std::tuple{int64_t{32}, DType::f32, "bt32_varlen_fp16"},
@@ -434,7 +484,7 @@ TEST_P(CudaSanitizerSubset, MatchesFloat64Reference) {
   Case c = GetParam();
   c.config.seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(c.config.seed));
-  const WySplitEnv split(c.wy_split);
+  const CaseEnv env(c);
   check_against_reference(kda::io::make_random_problem(c.config), c.padded,
                           sm80_mma_takes(c.config, c.padded));
 }
@@ -533,7 +583,7 @@ TEST(Cuda, SplitUnits) {
   DeviceProblem dev(hp);
   std::map<std::string, HostProblem> outputs;
   for (const char* split : {"1", "2", "4", "auto"}) {
-    const WySplitEnv env(split);
+    const ScopedEnv env("KDA_WY_SPLIT", split);
     for (int run = 0; run < 2; ++run) {
       dev.poison_outputs();
       const kda::Status s = dev.run(kda::Backend::cuda, nullptr, Kernel::sm80_mma);
@@ -563,7 +613,7 @@ TEST(Cuda, SplitUnits) {
   for (const char* name : {"out.dq", "out.dk", "out.dg", "out.dv_out"}) {
     EXPECT_EQ(outputs["1"].get(name).bytes, outputs["4"].get(name).bytes) << name;
   }
-  const WySplitEnv bad_env("3");
+  const ScopedEnv bad_env("KDA_WY_SPLIT", "3");
   const kda::Status bad = dev.run(kda::Backend::cuda, nullptr, Kernel::sm80_mma);
   EXPECT_EQ(bad.code, kda::StatusCode::invalid_argument) << bad.message;
   EXPECT_NE(bad.message.find("KDA_WY_SPLIT"), std::string::npos) << bad.message;
