@@ -81,15 +81,32 @@ Status try_launch_sm90_ws(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDi
     return Status::Ok();
   }
   const bool f16 = d.x_dtype == DType::f16;
+  const bool h16 = f16 && d.h_dtype == DType::f16;
   cuda::WyDqkgMaps maps;
-  const bool encoded =
-      encode_token_map(&maps.q, p.q, f16) && encode_token_map(&maps.k, p.k, f16) &&
-      encode_token_map(&maps.v, p.v, f16) && encode_token_map(&maps.v_new, p.v_new, f16) &&
-      encode_token_map(&maps.do_, p.do_, f16) && encode_token_map(&maps.dv, p.dv, f16) &&
-      encode_token_map(&maps.g, p.g, false) && encode_token_map(&maps.A, p.A, f16) &&
-      encode_state_map(&maps.h, p.h, f16 && d.h_dtype == DType::f16) &&
-      encode_state_map(&maps.dh, p.dh, f16 && d.h_dtype == DType::f16);
-  if (!encoded) return Status::Ok();
+  // The problem is of the kernel's shape: from here a tensor it cannot map is an error, not a
+  // silent fallback, so that KDA_WY_V3=1 runs v3 or says why not.
+  const struct {
+    const char* name;
+    cuda::TensorMapBytes* map;
+    const TensorView* t;
+    bool is_float16;
+    bool state;
+  } staged[] = {{"q", &maps.q, &p.q, f16, false},      {"k", &maps.k, &p.k, f16, false},
+                {"v", &maps.v, &p.v, f16, false},      {"v_new", &maps.v_new, &p.v_new, f16, false},
+                {"do", &maps.do_, &p.do_, f16, false}, {"dv", &maps.dv, &p.dv, f16, false},
+                {"g", &maps.g, &p.g, false, false},    {"A", &maps.A, &p.A, f16, false},
+                {"h", &maps.h, &p.h, h16, true},       {"dh", &maps.dh, &p.dh, h16, true}};
+  for (const auto& s : staged) {
+    const bool ok = s.state ? encode_state_map(s.map, *s.t, s.is_float16)
+                            : encode_token_map(s.map, *s.t, s.is_float16);
+    if (!ok) {
+      return {StatusCode::unsupported,
+              std::string("KDA_WY_V3=1: the sm90_ws kernel has no bulk-copy map for ") + s.name +
+                  " (its batch and time dimensions must flatten, its last dimension be "
+                  "contiguous, its other strides multiples of 16 bytes); unset KDA_WY_V3 to run "
+                  "sm80_mma"};
+    }
+  }
   maps.h_nt = p.h.shape[1];
   *launched = true;
   const bool h32 = d.h_dtype == DType::f32;

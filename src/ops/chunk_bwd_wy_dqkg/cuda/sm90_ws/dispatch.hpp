@@ -14,9 +14,9 @@ namespace kda::detail {
 // Reads KDA_WY_V3 into *enabled.
 Status wy_v3_requested(bool* enabled);
 
-// Launches the sm90_ws kernel when it takes the problem (16-bit X, BT = 64, K = V = 128, h [K][V]
-// in float32 or X, every staged tensor encodable as a bulk-copy map) and sets *launched; else
-// leaves *launched false and launches nothing.
+// Launches the sm90_ws kernel when the problem has its shape (16-bit X, BT = 64, K = V = 128,
+// h [K][V] in float32 or X) and sets *launched; else leaves *launched false and launches nothing.
+// A problem of that shape with a tensor no bulk-copy map can describe is an error (unsupported).
 Status try_launch_sm90_ws(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d,
                           const cuda::WyDqkgParams& params, int device, cudaStream_t stream,
                           bool* launched);
