@@ -253,17 +253,22 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
 
   // ---------------------------------------------------------------- the consumers
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
-  const int wg = tid / 128;            // warpgroup: k in [64 wg, 64 wg + 64)
-  const int wwarp = (tid % 128) / 32;  // warp within it
-  const int grp = lane / 4;
-  const int quad = lane % 4;
-  const int mat = lane / 8;             // ldmatrix / stmatrix: the 8x8 matrix this lane addresses
-  const int mrow = lane % 8;            // ... and its row
-  const int kb = 64 * wg + 16 * wwarp;  // first k row of the warp (phases A, E)
   const int64_t HVK = p.HV * kK;
   int it = 0;
   int ring_n = 0;
   for (int64_t unit = blockIdx.x; unit < p.num_units; unit += gridDim.x) {
+    // The thread's position, re-derived per unit from an opaque copy of its index: hoisted out
+    // of the unit loop, the swizzled offsets derived from it were spilled (ptxas -v).
+    int ctid = tid;
+    asm volatile("" : "+r"(ctid));
+    const int wg = ctid / 128;            // warpgroup: k in [64 wg, 64 wg + 64)
+    const int wwarp = (ctid % 128) / 32;  // warp within it
+    const int ln = ctid % 32;
+    const int grp = ln / 4;
+    const int quad = ln % 4;
+    const int mat = ln / 8;               // ldmatrix / stmatrix: the 8x8 matrix this lane addresses
+    const int mrow = ln % 8;              // ... and its row
+    const int kb = 64 * wg + 16 * wwarp;  // first k row of the warp (phases A, E)
     const Unit u = load_unit(p, maps, unit, lane);
     if (!u.valid) continue;
     const uint32_t par = it & 1;
