@@ -619,6 +619,24 @@ TEST(Cuda, SplitUnits) {
   EXPECT_NE(bad.message.find("KDA_WY_SPLIT"), std::string::npos) << bad.message;
 }
 
+// KDA_WY_V3 takes 0 or 1; any other value is an error naming the variable (on a problem of v3's
+// shape, where the variable is read).
+TEST(Cuda, WyV3VariableRejectsOtherValues) {
+  SKIP_WITHOUT_GPU();
+  WyDqkgConfig c = base(DType::bf16, DType::f32, 64);
+  c.K = 128;
+  c.V = 128;
+  c.seed = fresh_seed();
+  const HostProblem hp = kda::io::make_random_problem(c);
+  DeviceProblem dev(hp, 0);
+  for (const char* value : {"2", "yes"}) {
+    const ScopedEnv bad_env("KDA_WY_V3", value);
+    const kda::Status bad = dev.run(kda::Backend::cuda, nullptr, Kernel::sm80_mma);
+    EXPECT_EQ(bad.code, kda::StatusCode::invalid_argument) << value << ": " << bad.message;
+    EXPECT_NE(bad.message.find("KDA_WY_V3"), std::string::npos) << bad.message;
+  }
+}
+
 // KDA_CUDA_KERNEL names the kernel auto runs; an unknown value is an error naming the variable,
 // never a silent "auto". An explicit kernel wins over it.
 TEST(Cuda, EnvironmentKernelChoice) {
