@@ -182,6 +182,17 @@ WyDqkgConfig base(DType x, DType h, int64_t BT) {
   return c;
 }
 
+// GVA (H = 1, HV = 2) at K = V = 128, BT = 64, varlen with a sequence of one token.
+WyDqkgConfig gva_varlen_k128(DType x, DType h) {
+  WyDqkgConfig g = base(x, h, 64);
+  g.K = 128;
+  g.V = 128;
+  g.H = 1;
+  g.HV = 2;
+  g.seqlens = {70, 1, 130};
+  return g;
+}
+
 // h/dh dtypes to test with X: float32, and X itself when that differs.
 std::vector<DType> state_dtypes(DType x) {
   return x == DType::f32 ? std::vector<DType>{DType::f32} : std::vector<DType>{DType::f32, x};
@@ -282,13 +293,8 @@ std::vector<Case> matrix() {
           c.seqlens = {1, 61, 64, 263, 1, 128};
           cases.push_back({"wgmma_varlen_" + tag + dims + stag, c, {}, false, false, split});
         }
-        WyDqkgConfig g = base(x, h, 64);
-        g.K = 128;
-        g.V = 128;
-        g.H = 1;
-        g.HV = 2;
-        g.seqlens = {70, 1, 130};
-        cases.push_back({"wgmma_gva_varlen_" + tag + stag, g, {}, false, false, split});
+        cases.push_back(
+            {"wgmma_gva_varlen_" + tag + stag, gva_varlen_k128(x, h), {}, false, false, split});
       }
     }
   }
@@ -315,13 +321,8 @@ std::vector<Case> matrix() {
       cases.push_back({"v3_varlen_" + tag, c, {}, false, false, nullptr, true});
       c.pass_chunk_indices = true;
       cases.push_back({"v3_varlen_indices_" + tag, c, {}, false, false, nullptr, true});
-      WyDqkgConfig g = base(x, h, 64);
-      g.K = 128;
-      g.V = 128;
-      g.H = 1;
-      g.HV = 2;
-      g.seqlens = {70, 1, 130};
-      cases.push_back({"v3_gva_varlen_" + tag, g, {}, false, false, nullptr, true});
+      cases.push_back(
+          {"v3_gva_varlen_" + tag, gva_varlen_k128(x, h), {}, false, false, nullptr, true});
     }
   }
   // The small chunks (BT = 16, 32) at the model's head dims and with state_v_first: their
