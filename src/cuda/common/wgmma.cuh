@@ -228,6 +228,15 @@ __device__ __forceinline__ void fence_operands(float (&d)[kN]) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The same for the registers of an RS wgmma's A operand: called after the wait_group that retires
+// the wgmma, it keeps them holding their values until then (the asm inputs tell the compiler they
+// are read at issue only), so that they are not reused while the tensor cores still read them.
+template <int kN>
+__device__ __forceinline__ void fence_operands(uint32_t (&a)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(a[i])::"memory");
+}
+
 // Products over k beyond one 128-byte row: a K-major operand of 16-bit type with K = 64 a
 // stored as `a` swizzled tiles of [rows][64], each `atom_bytes` = rows * 128 apart (a multiple of
 // 1024). The descriptor of k16 step s: tile s / 4, 32 (s % 4) bytes into its rows.

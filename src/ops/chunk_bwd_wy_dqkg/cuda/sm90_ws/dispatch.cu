@@ -3,12 +3,10 @@
 
 #include "ops/chunk_bwd_wy_dqkg/cuda/sm90_ws/dispatch.hpp"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cstdlib>
 #include <string>
 
+#include "cuda/common/dispatch.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/sm90_ws/launch.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/sm90_ws/maps.hpp"
 
@@ -109,13 +107,13 @@ Status try_launch_sm90_ws(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDi
   }
   maps.h_nt = p.h.shape[1];
   *launched = true;
-  const bool h32 = d.h_dtype == DType::f32;
-  if (f16) {
-    return h32 ? cuda::launch_wy_dqkg_ws<__half, float>(params, maps, device, stream)
-               : cuda::launch_wy_dqkg_ws<__half, __half>(params, maps, device, stream);
-  }
-  return h32 ? cuda::launch_wy_dqkg_ws<__nv_bfloat16, float>(params, maps, device, stream)
-             : cuda::launch_wy_dqkg_ws<__nv_bfloat16, __nv_bfloat16>(params, maps, device, stream);
+  return cuda::dispatch_x_dtype<false>(d.x_dtype, [&](auto x) {
+    using XT = typename decltype(x)::type;
+    return cuda::dispatch_f32_or_x<XT>("h", d.h_dtype, d.x_dtype, [&](auto h) {
+      using HT = typename decltype(h)::type;
+      return cuda::launch_wy_dqkg_ws<XT, HT>(params, maps, device, stream);
+    });
+  });
 }
 
 }  // namespace kda::detail

@@ -59,8 +59,8 @@ inline constexpr int kTile = 2 * kAtom;   // a [64][128] 16-bit tile
 inline constexpr int kSlice = 128 * 128;  // one h slice: 128 k x 128 bytes
 inline constexpr int kSliceRing = 2;      // ring slots
 inline constexpr unsigned kFullMask = 0xffffffffu;
-inline constexpr int kBarAll =
-    1;  // named barrier of the 256 consumer threads (2, 3: per warpgroup)
+// Named barrier of the 256 consumer threads (2, 3: each warpgroup alone).
+inline constexpr int kBarAll = 1;
 
 // The tiles the producer fills (full[b] / empty[b] per buffer, one use per unit).
 enum Buf : int { kDo, kVn, kDv, kVv, kQ, kKk, kG, kA, kBufs };
@@ -114,15 +114,6 @@ __device__ __forceinline__ int tile32(int row, int col) {
   return (col >> 5) * kAtom + sw(row, (col & 31) * 4);
 }
 
-// Keeps registers that an issued wgmma reads (its register A operand) holding their values until
-// this point: call after the wait_group that retires the wgmma, before the registers are
-// rewritten (the asm inputs tell the compiler they are read at issue only).
-template <int kN>
-__device__ __forceinline__ void hold(uint32_t (&r)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
-}
-
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
@@ -134,6 +125,20 @@ __device__ __forceinline__ uint64_t desc128(const void* tile, int s) {
 // ... of a one-atom tile (K = 64).
 __device__ __forceinline__ uint64_t desc64(const void* tile, int s) {
   return wgmma::k_major_sw128_desc(tile, 32 * s);
+}
+
+// Adds a warp's terms of db to the unit's sums: part[j][e] is this lane's sum over its rows for
+// column t = 8 j + 2 quad + e; the lanes sharing quad are reduced, and their first adds it.
+__device__ __forceinline__ void add_db_columns(float (&part)[8][2], float* dbs, int grp, int quad) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+#pragma unroll
+      for (int o = 4; o < 32; o *= 2) part[j][e] += __shfl_xor_sync(kFullMask, part[j][e], o);
+      if (grp == 0) atomicAdd(&dbs[8 * j + 2 * quad + e], part[j][e]);
+    }
+  }
 }
 
 // A unit as every warp sees it (resolved by the warp, lane 0's answer broadcast).
@@ -306,8 +311,8 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
         const int buf = s & 1;
         if (s >= 2) {
           wgmma::wait_group<1>();  // step s - 2's group read buffer `buf`
-          hold(aS[buf]);
-          hold(adS[buf]);
+          wgmma::fence_operands(aS[buf]);
+          wgmma::fence_operands(adS[buf]);
         }
         const unsigned char* const S = t.ring[slot][0];
         const unsigned char* const dS = t.ring[slot][1];
@@ -344,7 +349,11 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
         wgmma::commit_group();
       }
       wgmma::wait_group<0>();
-      hold(aS[0]), hold(aS[1]), hold(adS[0]), hold(adS[1]);
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        wgmma::fence_operands(aS[b]);
+        wgmma::fence_operands(adS[b]);
+      }
       wgmma::fence_operands(accQ);
       wgmma::fence_operands(accW);
       wgmma::fence_operands(accK);
@@ -412,7 +421,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
       }
       wgmma::wait_group<0>();
 #pragma unroll
-      for (int s = 0; s < 4; ++s) hold(a[s]);
+      for (int s = 0; s < 4; ++s) wgmma::fence_operands(a[s]);
       wgmma::fence_operands(acc);
       wgmma::fence_operands(accD);
       tma::barrier_arrive(&sm.empty[kDv]);
@@ -436,15 +445,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
           dbp[j][e] = sum;
         }
       }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-#pragma unroll
-          for (int o = 4; o < 32; o *= 2) dbp[j][e] += __shfl_xor_sync(kFullMask, dbp[j][e], o);
-          if (grp == 0) atomicAdd(&dbs[8 * j + 2 * quad + e], dbp[j][e]);
-        }
-      }
+      add_db_columns(dbp, dbs, grp, quad);
     }
 
     // --- phase E: the epilogue at (k, t) ---------------------------------------------------
@@ -541,7 +542,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
     }
     wgmma::wait_group<0>();
 #pragma unroll
-    for (int s = 0; s < 4; ++s) hold(dw[s]);
+    for (int s = 0; s < 4; ++s) wgmma::fence_operands(dw[s]);
     wgmma::fence_operands(accG);
     // dgk = exp2(gn) ⊙ Σ_v S⊙dS + Σ_t Kk⊙dK0 for this lane's two k rows (quads share rows).
     float dgk[2];
@@ -584,15 +585,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
         dbk[j][e] = sum;
       }
     }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-#pragma unroll
-        for (int o = 4; o < 32; o *= 2) dbk[j][e] += __shfl_xor_sync(kFullMask, dbk[j][e], o);
-        if (grp == 0) atomicAdd(&dbs[8 * j + 2 * quad + e], dbk[j][e]);
-      }
-    }
+    add_db_columns(dbk, dbs, grp, quad);
 
     // --- phase D: D += dW·KGᵀ; X; Y = X·Āᵀ; Z = Āᵀ·Y; dA -----------------------------------
     tma::fence_proxy_async_shared();
