@@ -127,6 +127,18 @@ __device__ __forceinline__ uint64_t desc64(const void* tile, int s) {
   return wgmma::k_major_sw128_desc(tile, 32 * s);
 }
 
+// acc (64 x 32) = A · B over K = 64, both one K-major atom in shared memory (A's 64 rows, B's 32
+// from b), waited for: phase D's Y and Z.
+template <typename XT>
+__device__ __forceinline__ void product_k64(float (&acc)[16], const void* a, const void* b) {
+  wgmma::fence();
+#pragma unroll
+  for (int s = 0; s < 4; ++s) wgmma::mma_m64n32k16<XT>(acc, desc64(a, s), desc64(b, s), s > 0);
+  wgmma::commit_group();
+  wgmma::wait_group<0>();
+  wgmma::fence_operands(acc);
+}
+
 // Adds a warp's terms of db to the unit's sums: part[j][e] is this lane's sum over its rows for
 // column t = 8 j + 2 quad + e; the lanes sharing quad are reduced, and their first adds it.
 __device__ __forceinline__ void add_db_columns(float (&part)[8][2], float* dbs, int grp, int quad) {
@@ -618,14 +630,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
     named_sync(kBarAll, kConsumerThreads);  // X complete; every db term is in
     if (tid < L) p.db[u.out_row0 + tid * p.HV] = dbs[tid];
     float accY[16];
-    wgmma::fence();
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      wgmma::mma_m64n32k16<XT>(accY, desc64(t.X, s), desc64(t.A + 32 * 128 * wg, s), s > 0);
-    }
-    wgmma::commit_group();
-    wgmma::wait_group<0>();
-    wgmma::fence_operands(accY);
+    product_k64<XT>(accY, t.X, t.A + 32 * 128 * wg);
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
 #pragma unroll
@@ -641,14 +646,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
     tma::fence_proxy_async_shared();
     named_sync(kBarAll, kConsumerThreads);  // Yᵀ complete
     float accZ[16];
-    wgmma::fence();
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      wgmma::mma_m64n32k16<XT>(accZ, desc64(t.At, s), desc64(t.Yt + 32 * 128 * wg, s), s > 0);
-    }
-    wgmma::commit_group();
-    wgmma::wait_group<0>();
-    wgmma::fence_operands(accZ);
+    product_k64<XT>(accZ, t.At, t.Yt + 32 * 128 * wg);
     tma::barrier_arrive(&sm.empty[kA]);
     float* const dA = p.dA + u.out_row0 * kBT;
     const int64_t dA_row = p.HV * kBT;
