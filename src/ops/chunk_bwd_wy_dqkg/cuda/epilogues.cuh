@@ -65,6 +65,19 @@ struct WarpPos {
 
 // --- Σ_v S⊙dS of a slab, in float32, for each k -----------------------------------------------
 
+// Where Σ S⊙dS of slab row k is written: at k, or with quad columns (the 16-bit kernel's
+// traits' kQuadCols) at the row's slab position, the accumulator column the epilogue reads it
+// at (one lane offset for all of the epilogue's shared-memory reads: the model kernel's K loop
+// is spill-free that way, and spilled 40 bytes reading it at k).
+template <typename Tr>
+__device__ __forceinline__ int sds_pos(int k) {
+  if constexpr (requires { Tr::kQuadCols; }) {
+    return Tr::slab_row_pos(k);
+  } else {
+    return k;
+  }
+}
+
 // One chunk of kChunkElems elements, (row, ch) of the slab as issue_slab copied it, S in s and dS
 // in ds. k-first slabs: the lanes of a warp that share a k row reduce by butterfly and
 // sds_out[k_row0 + row] = the sum; state_v_first: accumulated into col_sum (sds_finish).
@@ -85,7 +98,7 @@ __device__ __forceinline__ void sds_add_chunk(const float (&s)[Tr::kChunkElems],
     for (int offset = Tr::kChunksPerRow / 2; offset > 0; offset /= 2) {
       part += __shfl_xor_sync(kFullMask, part, offset);
     }
-    if (ch == 0) sds_out[k_row0 + row] = part;
+    if (ch == 0) sds_out[sds_pos<Tr>(k_row0 + row)] = part;
   } else {
 #pragma unroll
     for (int e = 0; e < kE; ++e) col_sum[e] = fmaf(s[e], ds[e], col_sum[e]);
@@ -157,7 +170,7 @@ __device__ __forceinline__ void sds_reduce_rows(float (&part)[Tr::kSlabIters], i
   // the one with those bits zero writes it.
   if ((lane & (low - 1)) == 0) {
     const int row = tid / kLanes + n * (Tr::kThreads / kLanes);
-    sds_out[k_row0 + row] = part[0];
+    sds_out[sds_pos<Tr>(k_row0 + row)] = part[0];
   }
 }
 

@@ -617,10 +617,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     float dgf[kTiles][2][2];  // Q ⊙ dQ − Kk ⊙ dK0
     float kdk[kTiles][2];     // Σ over this thread's rows of Kk ⊙ dK0, per tile and column
     float dq_row[2][2];       // quad columns: the row's dQ of tile 0, stored with tile 1's
-    // (tile, row) pairs in the order j, h, or with quad columns h, j, so that a row's four dQ
-    // columns are stored at once, with tile 1's pair (ptxas spilled least in that order: 8
-    // bytes in the V = 128 kernels, against 20 tiles first).
-    constexpr bool kRowsFirst = Tr::kQuadCols;
+    // (tile, row) pairs in the order j, h (rows first, h, j, spilled 44 bytes in the model
+    // kernel with quad columns); a quad-column row's dQ of tile 0 waits in dq_row for tile 1's.
+    constexpr bool kRowsFirst = false;
 #pragma unroll
     for (int t = 0; t < 2 * kTiles; ++t) {
       const int j = kRowsFirst ? t % kTiles : t / 2;
@@ -726,7 +725,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
             float sds_sum = 0.0f;
 #pragma unroll
             for (int part = 0; part < Tr::kSdsParts; ++part)
-              sds_sum += sds[part * Tr::kSlabK + (kc[j] - k0) + e];  // indexed by k
+              sds_sum += sds[part * Tr::kSlabK + kl[j] + e];  // at sds_pos
             float kdk_sum = 0.0f;
 #pragma unroll
             for (int r = 0; r < Tr::kRowBlocks; ++r) kdk_sum += sKdk[r * Tr::kSlabK + kl[j] + e];

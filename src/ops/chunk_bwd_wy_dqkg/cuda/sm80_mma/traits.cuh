@@ -114,11 +114,11 @@ struct WyDqkgMmaTraits {
   // 4 quad + 2 tile + e. Its g, q, k loads and dq, dk, dg stores are then one 16- (float32) or
   // 8-byte (16-bit) access per row instead of two of half the width, whole 32-byte sectors.
   // Everything positional (dW, KG, Σ Kk⊙dK0, the products) follows the permuted order; the
-  // global columns and Σ S⊙dS (indexed by k) are read at k.
-  // X h only: with float32 h the model kernel (no registers to spare: 127 of 128) either spilled
-  // (+14%) or, with its half-slab conversion rolled to make room, lost more than it gained
-  // (+3%); X h's pairs gained 4.4% (H200, performance.md "The seventeenth session").
-  static constexpr bool kQuadCols = kSlabPair && !kStateF32;
+  // global columns are read at k, Σ S⊙dS at the slab position (epilogues' sds_pos).
+  // Both h dtypes: with Σ S⊙dS at slab positions and the epilogue in tile order no kernel
+  // spills (the seventeenth session's float32-h attempt spilled, +14%, or rolled its
+  // conversion, +3%); H100: model bf16 -2.6%, h bf16 -4.1% (performance.md, nineteenth session).
+  static constexpr bool kQuadCols = kSlabPair;
   // The position in the slab copy of its k row `row` (identity without quad columns).
   __host__ __device__ static constexpr int slab_row_pos(int row) {
     if constexpr (kQuadCols) {
