@@ -112,6 +112,20 @@ __device__ __forceinline__ void mma_m64n64k16_bf16(float (&d)[32], uint64_t desc
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate ? 1 : 0)  \
       : "memory")
 
+// The 16-bit input types wgmma takes here.
+template <typename T>
+constexpr bool is_wgmma_input = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
+
+// Issues SHAPE_MACRO("bf16", ...) or SHAPE_MACRO("f16", ...) for the 16-bit input type T: the
+// instruction text of each wgmma shape differs between the two types only in that word.
+#define KDA_WGMMA_FOR_TYPE(T, SHAPE_MACRO, ...)                                 \
+  static_assert(is_wgmma_input<T>, "wgmma inputs are __nv_bfloat16 or __half"); \
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {                             \
+    SHAPE_MACRO("bf16", __VA_ARGS__);                                           \
+  } else {                                                                      \
+    SHAPE_MACRO("f16", __VA_ARGS__);                                            \
+  }
+
 __device__ __forceinline__ void mma_m64n64k16_bf16_rs(float (&d)[32], const uint32_t (&a)[4],
                                                       uint64_t desc_b, bool accumulate) {
   KDA_WGMMA_M64N64K16_RS("bf16", d, a, desc_b, accumulate);
@@ -121,19 +135,10 @@ __device__ __forceinline__ void mma_m64n64k16_bf16_rs(float (&d)[32], const uint
 template <typename T>
 __device__ __forceinline__ void mma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4],
                                                  uint64_t desc_b, bool accumulate) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    KDA_WGMMA_M64N64K16_RS("bf16", d, a, desc_b, accumulate);
-  } else {
-    static_assert(std::is_same_v<T, __half>, "wgmma inputs are __nv_bfloat16 or __half");
-    KDA_WGMMA_M64N64K16_RS("f16", d, a, desc_b, accumulate);
-  }
+  KDA_WGMMA_FOR_TYPE(T, KDA_WGMMA_M64N64K16_RS, d, a, desc_b, accumulate);
 }
 
 #undef KDA_WGMMA_M64N64K16_RS
-
-// The 16-bit input types wgmma takes here.
-template <typename T>
-constexpr bool is_wgmma_input = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
 
 // One wgmma.m64nNk16 with float32 accumulators d[0..N/2) and inputs of PTX type TYPE ("bf16"
 // or "f16"): the instruction text differs only in that word, so the two input types share it.
@@ -176,12 +181,7 @@ constexpr bool is_wgmma_input = std::is_same_v<T, __nv_bfloat16> || std::is_same
 template <typename T>
 __device__ __forceinline__ void mma_m64n32k16(float (&d)[16], uint64_t desc_a, uint64_t desc_b,
                                               bool accumulate) {
-  static_assert(is_wgmma_input<T>, "wgmma inputs are __nv_bfloat16 or __half");
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    KDA_WGMMA_M64N32K16("bf16", d, desc_a, desc_b, accumulate);
-  } else {
-    KDA_WGMMA_M64N32K16("f16", d, desc_a, desc_b, accumulate);
-  }
+  KDA_WGMMA_FOR_TYPE(T, KDA_WGMMA_M64N32K16, d, desc_a, desc_b, accumulate);
 }
 
 // The same for a 64 x 16 tile of D (d[4 j + 2 h + e], j = 0, 1), 16-bit T (__nv_bfloat16 or
@@ -190,12 +190,7 @@ __device__ __forceinline__ void mma_m64n32k16(float (&d)[16], uint64_t desc_a, u
 template <typename T>
 __device__ __forceinline__ void mma_m64n16k16(float (&d)[8], uint64_t desc_a, uint64_t desc_b,
                                               bool accumulate) {
-  static_assert(is_wgmma_input<T>, "wgmma inputs are __nv_bfloat16 or __half");
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    KDA_WGMMA_M64N16K16("bf16", d, desc_a, desc_b, accumulate);
-  } else {
-    KDA_WGMMA_M64N16K16("f16", d, desc_a, desc_b, accumulate);
-  }
+  KDA_WGMMA_FOR_TYPE(T, KDA_WGMMA_M64N16K16, d, desc_a, desc_b, accumulate);
 }
 
 // D (64 x 8, float32) [+]= A (64 x 16) · B (16 x 8), 16-bit T (__nv_bfloat16 or __half), both
@@ -205,14 +200,10 @@ __device__ __forceinline__ void mma_m64n16k16(float (&d)[8], uint64_t desc_a, ui
 template <typename T>
 __device__ __forceinline__ void mma_m64n8k16(float (&d)[4], uint64_t desc_a, uint64_t desc_b,
                                              bool accumulate) {
-  static_assert(is_wgmma_input<T>, "wgmma inputs are __nv_bfloat16 or __half");
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    KDA_WGMMA_M64N8K16("bf16", d, desc_a, desc_b, accumulate);
-  } else {
-    KDA_WGMMA_M64N8K16("f16", d, desc_a, desc_b, accumulate);
-  }
+  KDA_WGMMA_FOR_TYPE(T, KDA_WGMMA_M64N8K16, d, desc_a, desc_b, accumulate);
 }
 
+#undef KDA_WGMMA_FOR_TYPE
 #undef KDA_WGMMA_M64N16K16
 #undef KDA_WGMMA_M64N8K16
 #undef KDA_WGMMA_M64N32K16
