@@ -65,13 +65,24 @@ struct WarpPos {
 
 // --- Σ_v S⊙dS of a slab, in float32, for each k -----------------------------------------------
 
+// Whether the kernel's traits permute a warp's two n8 tiles into quad columns (the 16-bit
+// kernel's slab pairs: WyDqkgMmaTraits::kQuadCols); false for traits without the member.
+template <typename Tr>
+inline constexpr bool kQuadCols = [] {
+  if constexpr (requires { Tr::kQuadCols; }) {
+    return Tr::kQuadCols;
+  } else {
+    return false;
+  }
+}();
+
 // Where Σ S⊙dS of slab row k is written: at k, or with quad columns (the 16-bit kernel's
 // traits' kQuadCols) at the row's slab position, the accumulator column the epilogue reads it
 // at (one lane offset for all of the epilogue's shared-memory reads: the model kernel's K loop
 // is spill-free that way, and spilled 40 bytes reading it at k).
 template <typename Tr>
 __device__ __forceinline__ int sds_pos(int k) {
-  if constexpr (requires { Tr::kQuadCols; }) {
+  if constexpr (kQuadCols<Tr>) {
     return Tr::slab_row_pos(k);
   } else {
     return k;
@@ -200,17 +211,6 @@ __device__ __forceinline__ void sds_finish(float (&col_sum)[Tr::kChunkElems], in
 }
 
 // --- the K loop's epilogues -------------------------------------------------------------------
-
-// Whether the kernel's traits permute a warp's two n8 tiles into quad columns (the 16-bit
-// kernel's slab pairs: WyDqkgMmaTraits::kQuadCols); false for traits without the member.
-template <typename Tr>
-inline constexpr bool kQuadCols = [] {
-  if constexpr (requires { Tr::kQuadCols; }) {
-    return Tr::kQuadCols;
-  } else {
-    return false;
-  }
-}();
 
 // Epilogue inputs at this thread's C-fragment positions: rows i_h = m0 + grp + 8h, columns
 // kc_j, kc_j + 1 of each of the warp's n8 tiles j (kl_j within the slab); g, q, k are 0 on rows

@@ -619,11 +619,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     float dq_row[2][2];       // quad columns: the row's dQ of tile 0, stored with tile 1's
     // (tile, row) pairs in the order j, h (rows first, h, j, spilled 44 bytes in the model
     // kernel with quad columns); a quad-column row's dQ of tile 0 waits in dq_row for tile 1's.
-    constexpr bool kRowsFirst = false;
 #pragma unroll
     for (int t = 0; t < 2 * kTiles; ++t) {
-      const int j = kRowsFirst ? t % kTiles : t / 2;
-      const int h = kRowsFirst ? t / kTiles : t % 2;
+      const int j = t / 2;
+      const int h = t % 2;
       if (h == 0) kdk[j][0] = kdk[j][1] = 0.0f;
       const int i = m0 + grp + 8 * h;
       const bool valid = i < L;
