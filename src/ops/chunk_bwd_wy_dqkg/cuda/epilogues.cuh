@@ -66,7 +66,7 @@ struct WarpPos {
 // --- Σ_v S⊙dS of a slab, in float32, for each k -----------------------------------------------
 
 // Whether the kernel's traits permute a warp's two n8 tiles into quad columns (the 16-bit
-// kernel's slab pairs: WyDqkgMmaTraits::kQuadCols); false for traits without the member.
+// kernel's slab pairs and the 3xTF32 kernel at BT = 64); false for traits without the member.
 template <typename Tr>
 inline constexpr bool kQuadCols = [] {
   if constexpr (requires { Tr::kQuadCols; }) {
@@ -76,10 +76,10 @@ inline constexpr bool kQuadCols = [] {
   }
 }();
 
-// Where Σ S⊙dS of slab row k is written: at k, or with quad columns (the 16-bit kernel's
-// traits' kQuadCols) at the row's slab position, the accumulator column the epilogue reads it
-// at (one lane offset for all of the epilogue's shared-memory reads: the model kernel's K loop
-// is spill-free that way, and spilled 40 bytes reading it at k).
+// Where Σ S⊙dS of slab row k is written: at k, or with quad columns (traits with kQuadCols:
+// the 16-bit and the 3xTF32 kernels) at the row's slab position, the accumulator column the
+// epilogue reads it at (one lane offset for all of the epilogue's shared-memory reads: the
+// float32-h model kernel's K loop is spill-free that way, and spilled 40 bytes reading it at k).
 template <typename Tr>
 __device__ __forceinline__ int sds_pos(int k) {
   if constexpr (kQuadCols<Tr>) {
@@ -222,9 +222,9 @@ __device__ __forceinline__ void load_epilogue_inputs(
     RawPair<XT> (&q_in)[Tr::kWarpTiles][2], RawPair<XT> (&k_in)[Tr::kWarpTiles][2],
     float2 (&gn)[Tr::kWarpTiles], const LoopStrides& st, int k0, int L, const WarpPos& w) {
   if constexpr (kQuadCols<Tr>) {
-    // Quad columns (the 16-bit kernel's slab pairs, traits' slab_row_pos): tile j's columns are
-    // k 4 quad + 2 j (+ 1), so a row's four values are one access of both tiles.
-    static_assert(Tr::kWarpTiles == 2 && !std::is_same_v<XT, float>, "16-bit slab pairs");
+    // Quad columns (the traits' slab_row_pos): tile j's columns are k 4 quad + 2 j (+ 1), so a
+    // row's four values are one access of both tiles.
+    static_assert(Tr::kWarpTiles == 2, "two n8 tiles per warp");
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       kl[j] = w.cg * Tr::kWarpK + 8 * j + 2 * w.quad;
@@ -234,21 +234,39 @@ __device__ __forceinline__ void load_epilogue_inputs(
     for (int h = 0; h < 2; ++h) {
       const int i = w.m0 + w.grp + 8 * h;
       float4 g4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      uint2 q2 = make_uint2(0u, 0u);
-      uint2 k2 = make_uint2(0u, 0u);
-      if (i < L) {
-        g4 = __ldg(reinterpret_cast<const float4*>(st.g + (i * st.g_row + kc[0])));
-        q2 = __ldg(
-            reinterpret_cast<const uint2*>(static_cast<const XT*>(st.q) + (i * st.q_row + kc[0])));
-        k2 = __ldg(
-            reinterpret_cast<const uint2*>(static_cast<const XT*>(st.k) + (i * st.k_row + kc[0])));
+      if constexpr (std::is_same_v<XT, float>) {
+        float4 q4 = g4;
+        float4 k4 = g4;
+        if (i < L) {
+          g4 = __ldg(reinterpret_cast<const float4*>(st.g + (i * st.g_row + kc[0])));
+          q4 = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(st.q) +
+                                                     (i * st.q_row + kc[0])));
+          k4 = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(st.k) +
+                                                     (i * st.k_row + kc[0])));
+        }
+        g_in[0][h] = make_float2(g4.x, g4.y);
+        g_in[1][h] = make_float2(g4.z, g4.w);
+        q_in[0][h] = make_float2(q4.x, q4.y);
+        q_in[1][h] = make_float2(q4.z, q4.w);
+        k_in[0][h] = make_float2(k4.x, k4.y);
+        k_in[1][h] = make_float2(k4.z, k4.w);
+      } else {
+        uint2 q2 = make_uint2(0u, 0u);
+        uint2 k2 = make_uint2(0u, 0u);
+        if (i < L) {
+          g4 = __ldg(reinterpret_cast<const float4*>(st.g + (i * st.g_row + kc[0])));
+          q2 = __ldg(reinterpret_cast<const uint2*>(static_cast<const XT*>(st.q) +
+                                                    (i * st.q_row + kc[0])));
+          k2 = __ldg(reinterpret_cast<const uint2*>(static_cast<const XT*>(st.k) +
+                                                    (i * st.k_row + kc[0])));
+        }
+        g_in[0][h] = make_float2(g4.x, g4.y);
+        g_in[1][h] = make_float2(g4.z, g4.w);
+        q_in[0][h] = q2.x;
+        q_in[1][h] = q2.y;
+        k_in[0][h] = k2.x;
+        k_in[1][h] = k2.y;
       }
-      g_in[0][h] = make_float2(g4.x, g4.y);
-      g_in[1][h] = make_float2(g4.z, g4.w);
-      q_in[0][h] = q2.x;
-      q_in[1][h] = q2.y;
-      k_in[0][h] = k2.x;
-      k_in[1][h] = k2.y;
     }
     const float4 gn4 = __ldg(reinterpret_cast<const float4*>(st.g + ((L - 1) * st.g_row + kc[0])));
     gn[0] = make_float2(gn4.x, gn4.y);

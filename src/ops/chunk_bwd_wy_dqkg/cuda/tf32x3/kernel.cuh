@@ -45,7 +45,7 @@ __device__ __forceinline__ void issue_slab(const WyDqkgParams& p, const UnitOrig
     const int ch = c % Tr::kChunksPerRow;
     const int k = k0 + (Tr::kStateVFirst ? ch * kE : row);
     const int v = Tr::kStateVFirst ? row : ch * kE;
-    const int dst = row * Tr::kSlabLd + ((ch * kE) ^ Tr::slab_col_xor(row));
+    const int dst = Tr::slab_row_pos(row) * Tr::kSlabLd + ((ch * kE) ^ Tr::slab_col_xor(row));
     mma::cp_async_16(dst_S + dst,
                      static_cast<const float*>(p.h.data) + o.h + k * st.h_k + v * st.h_v, 16);
     mma::cp_async_16(dst_dS + dst,
@@ -76,7 +76,8 @@ __device__ __forceinline__ void slab_sds(const float* slab_S, const float* slab_
     if (Tr::kSlabChunks % Tr::kThreads != 0 && c >= Tr::kSlabChunks) break;
     const int row = c / Tr::kChunksPerRow;
     const int ch = c % Tr::kChunksPerRow;
-    const int at = row * Tr::kSlabLd + ((ch * kE) ^ Tr::slab_col_xor(row));  // issue_slab's
+    const int at =
+        Tr::slab_row_pos(row) * Tr::kSlabLd + ((ch * kE) ^ Tr::slab_col_xor(row));  // issue_slab's
     const float4 sv = *reinterpret_cast<const float4*>(slab_S + at);
     const float4 dsv = *reinterpret_cast<const float4*>(slab_dS + at);
     const float s[kE] = {sv.x, sv.y, sv.z, sv.w};
@@ -331,6 +332,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
     float kg[kTiles][2][2];   // KG = Kk ⊙ E, 0 on rows >= L
     float eb[kTiles][2][2];   // E ⊙ β
     float dgf[kTiles][2][2];  // Q ⊙ dQ − Kk ⊙ dK0
+    float dq_row[2][2];       // quad columns: tile 0's dQ of each row, stored with tile 1's
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
       float kdk[2] = {0.0f, 0.0f};  // Σ over this thread's rows of Kk ⊙ dK0, per column
@@ -357,7 +359,16 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
           dgf[j][h][e] = fmaf(Q, dq[e], -(Kk * dk0[j][h][e]));
           kdk[e] = fmaf(Kk, dk0[j][h][e], kdk[e]);
         }
-        if (valid) {
+        if constexpr (Tr::kQuadCols) {
+          // The row's four dQ columns kc[0] .. kc[0] + 3 (tile 0's two, then tile 1's).
+          if (j == 0) {
+            dq_row[h][0] = dq[0];
+            dq_row[h][1] = dq[1];
+          } else if (valid) {
+            *reinterpret_cast<float4*>(st.dq + (i * st.out_row + kc[0])) =
+                make_float4(dq_row[h][0], dq_row[h][1], dq[0], dq[1]);
+          }
+        } else if (valid) {
           *reinterpret_cast<float2*>(st.dq + (i * st.out_row + kc[j])) = make_float2(dq[0], dq[1]);
         }
         *reinterpret_cast<float2*>(sDw + i * Tr::kDwLd + kl[j]) = make_float2(dw[0], dw[1]);
@@ -399,6 +410,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
       const int i = m0 + grp + 8 * h;
       if (i >= L) continue;
       const float beta_i = sBeta[i];
+      float dk_row[kTiles][2];  // quad columns: the row's values, stored after the tiles
+      float dg_row[kTiles][2];
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
         float dk[2];
@@ -414,7 +427,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
             float sds_sum = 0.0f;
 #pragma unroll
             for (int part = 0; part < Tr::kSdsParts; ++part)
-              sds_sum += sds[part * Tr::kSlabK + kl[j] + e];
+              sds_sum += sds[part * Tr::kSlabK + kl[j] + e];  // at sds_pos
             float kdk_sum = 0.0f;
 #pragma unroll
             for (int r = 0; r < Tr::kRowBlocks; ++r) kdk_sum += sKdk[r * Tr::kSlabK + kl[j] + e];
@@ -422,9 +435,21 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
             dg[e] += dgk;
           }
         }
-        const int out = i * st.out_row + kc[j];
-        *reinterpret_cast<float2*>(st.dk + out) = make_float2(dk[0], dk[1]);
-        *reinterpret_cast<float2*>(st.dg + out) = make_float2(dg[0], dg[1]);
+        if constexpr (Tr::kQuadCols) {
+          dk_row[j][0] = dk[0], dk_row[j][1] = dk[1];
+          dg_row[j][0] = dg[0], dg_row[j][1] = dg[1];
+        } else {
+          const int out = i * st.out_row + kc[j];
+          *reinterpret_cast<float2*>(st.dk + out) = make_float2(dk[0], dk[1]);
+          *reinterpret_cast<float2*>(st.dg + out) = make_float2(dg[0], dg[1]);
+        }
+      }
+      if constexpr (Tr::kQuadCols) {
+        const int out = i * st.out_row + kc[0];
+        *reinterpret_cast<float4*>(st.dk + out) =
+            make_float4(dk_row[0][0], dk_row[0][1], dk_row[1][0], dk_row[1][1]);
+        *reinterpret_cast<float4*>(st.dg + out) =
+            make_float4(dg_row[0][0], dg_row[0][1], dg_row[1][0], dg_row[1][1]);
       }
     }
   }
