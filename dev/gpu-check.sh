@@ -24,7 +24,8 @@
 #   bench-py-intra    bench/run.py --op chunk_bwd_intra: ours and fla's Triton kernel (autotuned)
 #                     in one process, floor, err_ratio against float64
 #   bench-py-wy       bench/run.py --op chunk_bwd_wy_dqkg on the model, fp32, varlen and long
-#                     cases, fla's WY kernel pinned to its tuned winners (no autotuning)
+#                     cases, fla's WY kernel pinned to its tuned winners (no autotuning);
+#                     KDA_BENCH_WY_CASES picks the cases, KDA_BENCH_WY_SECONDS its time (240)
 #   layer             bench/layer.py: fla's chunk_kda forward + backward at B=1 and B=4, T=8192,
 #                     H=32 with fla's kernels, with our WY, with both of ours: GPU time per
 #                     kernel, eager wall time, CUDA graph time, gradients against fla's; its
@@ -35,6 +36,8 @@
 #   ncu-wy            the same on one chunk_bwd_wy_dqkg launch at its model shape (B=1 T=2048
 #                     H=32 K=V=128 bf16, h float32): the data for issue 12's v3 design
 #   ncu-wy-fp32       the same in float32 (the 3xTF32 kernel)
+#   ncu-wy-bt32       the same at BT = 32 (fp16, h float32: the issue's BT = 32 row)
+#   ncu-wy-small      the same at B=1 T=512 H=8 bf16 (split units: the issue's small row)
 #   host-perf         `perf record` (when the machine has perf) over host_cost.py's compiled-op
 #                     layer of chunk_bwd_wy_dqkg: where the host time per call goes
 #   host-cost         bench/host_cost.py --device cuda for both operators: host time per call of
@@ -379,7 +382,7 @@ fi
 
 # --- chunk_bwd_wy_dqkg beside fla's Triton kernel pinned to its tuned configs -----------------
 if want bench-py-wy; then
-  bounded 240 env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$carry:python" python3 bench/run.py \
+  bounded "${KDA_BENCH_WY_SECONDS:-240}" env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$carry:python" python3 bench/run.py \
     --op chunk_bwd_wy_dqkg --fla-configs "$carry/fla_best_configs_h200.json" "${bench_bw[@]}" \
     --cases "${KDA_BENCH_WY_CASES:-model-bf16,model-bf16-hx,model-fp32,varlen-bf16,long-bf16}" \
     --kernels auto --fresh --out "$logs/bench-py-wy" >"$logs/bench-py-wy.log" 2>&1
@@ -441,6 +444,17 @@ fi
 if want ncu-wy-fp32; then
   ncu_profile ncu-wy-fp32 wy_dqkg "ncu chunk_bwd_wy_dqkg model fp32" \
     "$kda" run chunk_bwd_wy_dqkg --shape 1,2048,32,128,128 --dtype fp32 --backend cuda --repeat 10
+fi
+
+# The BT = 32 row (fp16, h float32) and the small problem (T=512 H=8: split units).
+if want ncu-wy-bt32; then
+  ncu_profile ncu-wy-bt32 wy_dqkg "ncu chunk_bwd_wy_dqkg model fp16 BT=32" \
+    "$kda" run chunk_bwd_wy_dqkg --shape 1,2048,32,128,128 --dtype fp16 --chunk-size 32 \
+    --backend cuda --repeat 10
+fi
+if want ncu-wy-small; then
+  ncu_profile ncu-wy-small wy_dqkg "ncu chunk_bwd_wy_dqkg T=512 H=8 bf16" \
+    "$kda" run chunk_bwd_wy_dqkg --shape 1,512,8,128,128 --backend cuda --repeat 10
 fi
 
 # --- where the compiled op's host time goes (issue 13): perf over host_cost.py ----------------
