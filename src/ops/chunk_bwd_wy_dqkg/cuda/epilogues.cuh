@@ -13,7 +13,7 @@
 // are: the epilogue inputs are the caller's arrays (a struct of them changed register
 // allocation); the products and barriers of phase 2 stay in the kernels; phase 0's dv_out/db and
 // the K loop's two epilogue halves are still written out in each kernel (as helpers they moved
-// instructions in the sm80_mma SASS).
+// instructions in the sm80_mma SASS), all but the last row's dgk term and the quad-row stores.
 
 #include <cstdint>
 #include <type_traits>
@@ -291,6 +291,27 @@ __device__ __forceinline__ void load_epilogue_inputs(
       gn[j] = __ldg(reinterpret_cast<const float2*>(st.g + ((L - 1) * st.g_row + kc[j])));
     }
   }
+}
+
+// Epilogue 2's extra term of dg on the chunk's last row (step 9): dgk = exp2(gn) ⊙ Σ_v S⊙dS +
+// Σ_i Kk⊙dK0 at slab column `col`, the partial sums added in a fixed order (Σ S⊙dS's parts at
+// sds_pos, as written; the row blocks' Σ Kk⊙dK0 in sKdk[kRowBlocks][kSlabK]).
+template <typename Tr>
+__device__ __forceinline__ float last_row_dgk(const float* sds, const float* sKdk, int col,
+                                              float gn) {
+  float sds_sum = 0.0f;
+#pragma unroll
+  for (int part = 0; part < Tr::kSdsParts; ++part) sds_sum += sds[part * Tr::kSlabK + col];
+  float kdk_sum = 0.0f;
+#pragma unroll
+  for (int r = 0; r < Tr::kRowBlocks; ++r) kdk_sum += sKdk[r * Tr::kSlabK + col];
+  return fmaf(exp2f(gn), sds_sum, kdk_sum);
+}
+
+// A quad-column row's four values (tile 0's two columns, then tile 1's) as one 16-byte store at
+// `out`, the row's column kc[0].
+__device__ __forceinline__ void store_quad_row(float* out, const float (&v)[2][2]) {
+  *reinterpret_cast<float4*>(out) = make_float4(v[0][0], v[0][1], v[1][0], v[1][1]);
 }
 
 // --- phase 2: db, steps 11, 12 ----------------------------------------------------------------

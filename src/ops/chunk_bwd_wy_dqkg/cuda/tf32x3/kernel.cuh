@@ -423,16 +423,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
           dk[e] = fmaf(dkgb, eb[j][h][e], dk0[j][h][e]);
           dg[e] = fmaf(kg[j][h][e] * dkgb, beta_i, dgf[j][h][e]);
           if (i == L - 1) {
-            // dgk = exp2(gn) ⊙ Σ_v S⊙dS + Σ_i Kk⊙dK0, partial sums added in a fixed order.
-            float sds_sum = 0.0f;
-#pragma unroll
-            for (int part = 0; part < Tr::kSdsParts; ++part)
-              sds_sum += sds[part * Tr::kSlabK + kl[j] + e];  // at sds_pos
-            float kdk_sum = 0.0f;
-#pragma unroll
-            for (int r = 0; r < Tr::kRowBlocks; ++r) kdk_sum += sKdk[r * Tr::kSlabK + kl[j] + e];
-            const float dgk = fmaf(exp2f(e == 0 ? gn[j].x : gn[j].y), sds_sum, kdk_sum);
-            dg[e] += dgk;
+            dg[e] += wy::last_row_dgk<Tr>(sds, sKdk, kl[j] + e, e == 0 ? gn[j].x : gn[j].y);
           }
         }
         if constexpr (Tr::kQuadCols) {
@@ -446,10 +437,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
       }
       if constexpr (Tr::kQuadCols) {
         const int out = i * st.out_row + kc[0];
-        *reinterpret_cast<float4*>(st.dk + out) =
-            make_float4(dk_row[0][0], dk_row[0][1], dk_row[1][0], dk_row[1][1]);
-        *reinterpret_cast<float4*>(st.dg + out) =
-            make_float4(dg_row[0][0], dg_row[0][1], dg_row[1][0], dg_row[1][1]);
+        wy::store_quad_row(st.dk + out, dk_row);
+        wy::store_quad_row(st.dg + out, dg_row);
       }
     }
   }
