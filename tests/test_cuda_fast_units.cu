@@ -455,8 +455,11 @@ __global__ void slab_kernel(kda::cuda::WyDqkgParams p, kda::cuda::LoopStrides st
     slab_out[kSlabXElems + e] = slab_dS[e];
   }
   if (tid < Tr::kSlabK) {
+    // Row k's sum lives at sds_pos(k): k itself, or its slab position with quad columns (what
+    // the epilogues read).
+    const int at = kda::cuda::wy::sds_pos<Tr>(tid);
     float sum = 0.0f;
-    for (int part = 0; part < Tr::kSdsParts; ++part) sum += sds[part * Tr::kSlabK + tid];
+    for (int part = 0; part < Tr::kSdsParts; ++part) sum += sds[part * Tr::kSlabK + at];
     sds_out[tid] = sum;
   }
 }
