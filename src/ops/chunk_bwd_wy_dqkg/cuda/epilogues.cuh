@@ -12,8 +12,9 @@
 // cuobjdump for every instantiation). That took some care, and is why the pieces are cut as they
 // are: the epilogue inputs are the caller's arrays (a struct of them changed register
 // allocation); the products and barriers of phase 2 stay in the kernels; phase 0's dv_out/db and
-// the K loop's two epilogue halves are still written out in each kernel (as helpers they moved
-// instructions in the sm80_mma SASS), all but the last row's dgk term and the quad-row stores.
+// the K loop's first epilogue half are still written out in each kernel (as helpers they moved
+// instructions in the sm80_mma SASS); the second half is one helper (epilogue_dk_dg) since the
+// twentieth session, with every kernel's SASS unchanged.
 
 #include <cstdint>
 #include <type_traits>
@@ -312,6 +313,74 @@ __device__ __forceinline__ float last_row_dgk(const float* sds, const float* sKd
 // `out`, the row's column kc[0].
 __device__ __forceinline__ void store_quad_row(float* out, const float (&v)[2][2]) {
   *reinterpret_cast<float4*>(out) = make_float4(v[0][0], v[0][1], v[1][0], v[1][1]);
+}
+
+// Epilogue 1's dq of tile j on row i: stored as the tile's pair, or with quad columns kept in
+// dq_row from tile 0 and stored with tile 1's as the row's four columns kc[0] .. kc[0] + 3.
+template <typename Tr, int kTiles>
+__device__ __forceinline__ void store_dq(const LoopStrides& st, int i, int j, bool valid,
+                                         const int (&kc)[kTiles], const float (&dq)[2],
+                                         float (&dq_row)[2]) {
+  if constexpr (Tr::kQuadCols) {
+    if (j == 0) {
+      dq_row[0] = dq[0];
+      dq_row[1] = dq[1];
+    } else if (valid) {
+      *reinterpret_cast<float4*>(st.dq + (i * st.out_row + kc[0])) =
+          make_float4(dq_row[0], dq_row[1], dq[0], dq[1]);
+    }
+  } else if (valid) {
+    *reinterpret_cast<float2*>(st.dq + (i * st.out_row + kc[j])) = make_float2(dq[0], dq[1]);
+  }
+}
+
+// Epilogue 2 of a slab (steps 6's second term, 7, 8, 9) for the thread's two rows row0 and
+// row0 + 8: dk, dg from dkgb = Āᵀ·dW (acc_kgb) and epilogue 1's kg, eb, dk0, dgf; db's terms into
+// db_part; dk, dg stored (a quad-column row in one 16-byte store per output). The same code for
+// the 16-bit and the 3xTF32 kernels (their SASS is what it was when written out in each).
+template <typename Tr, int kTiles>
+__device__ __forceinline__ void epilogue_dk_dg(
+    float (&db_part)[2], const float (&acc_kgb)[kTiles][4], const float (&kg)[kTiles][2][2],
+    const float (&eb)[kTiles][2][2], const float (&dk0)[kTiles][2][2],
+    const float (&dgf)[kTiles][2][2], const float2 (&gn)[kTiles], const int (&kl)[kTiles],
+    const int (&kc)[kTiles], const float* sBeta, const float* sds, const float* sKdk,
+    const LoopStrides& st, int row0, int L) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int i = row0 + 8 * h;
+    if (i >= L) continue;
+    const float beta_i = sBeta[i];
+    float dk_row[kTiles][2];  // quad columns: the row's values, stored after the tiles
+    float dg_row[kTiles][2];
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      float dk[2];
+      float dg[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float dkgb = acc_kgb[j][2 * h + e];
+        db_part[h] = fmaf(dkgb, kg[j][h][e], db_part[h]);
+        dk[e] = fmaf(dkgb, eb[j][h][e], dk0[j][h][e]);
+        dg[e] = fmaf(kg[j][h][e] * dkgb, beta_i, dgf[j][h][e]);
+        if (i == L - 1) {
+          dg[e] += wy::last_row_dgk<Tr>(sds, sKdk, kl[j] + e, e == 0 ? gn[j].x : gn[j].y);
+        }
+      }
+      if constexpr (Tr::kQuadCols) {
+        dk_row[j][0] = dk[0], dk_row[j][1] = dk[1];
+        dg_row[j][0] = dg[0], dg_row[j][1] = dg[1];
+      } else {
+        const int out = i * st.out_row + kc[j];
+        *reinterpret_cast<float2*>(st.dk + out) = make_float2(dk[0], dk[1]);
+        *reinterpret_cast<float2*>(st.dg + out) = make_float2(dg[0], dg[1]);
+      }
+    }
+    if constexpr (Tr::kQuadCols) {
+      const int out = i * st.out_row + kc[0];
+      wy::store_quad_row(st.dk + out, dk_row);
+      wy::store_quad_row(st.dg + out, dg_row);
+    }
+  }
 }
 
 // --- phase 2: db, steps 11, 12 ----------------------------------------------------------------

@@ -359,18 +359,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
           dgf[j][h][e] = fmaf(Q, dq[e], -(Kk * dk0[j][h][e]));
           kdk[e] = fmaf(Kk, dk0[j][h][e], kdk[e]);
         }
-        if constexpr (Tr::kQuadCols) {
-          // The row's four dQ columns kc[0] .. kc[0] + 3 (tile 0's two, then tile 1's).
-          if (j == 0) {
-            dq_row[h][0] = dq[0];
-            dq_row[h][1] = dq[1];
-          } else if (valid) {
-            *reinterpret_cast<float4*>(st.dq + (i * st.out_row + kc[0])) =
-                make_float4(dq_row[h][0], dq_row[h][1], dq[0], dq[1]);
-          }
-        } else if (valid) {
-          *reinterpret_cast<float2*>(st.dq + (i * st.out_row + kc[j])) = make_float2(dq[0], dq[1]);
-        }
+        wy::store_dq<Tr>(st, i, j, valid, kc, dq, dq_row[h]);
         *reinterpret_cast<float2*>(sDw + i * Tr::kDwLd + kl[j]) = make_float2(dw[0], dw[1]);
         *reinterpret_cast<float2*>(sKg + i * Tr::kKgLd + kl[j]) =
             make_float2(kg[j][h][0], kg[j][h][1]);
@@ -405,42 +394,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
         acc_D, sDw + m0 * Tr::kDwLd, Tr::kDwLd, sKg + cg * Tr::kWarpJ * Tr::kKgLd, Tr::kKgLd, lane);
 
     // Epilogue, second half: steps 6 (second term), 7, 8, 9.
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int i = m0 + grp + 8 * h;
-      if (i >= L) continue;
-      const float beta_i = sBeta[i];
-      float dk_row[kTiles][2];  // quad columns: the row's values, stored after the tiles
-      float dg_row[kTiles][2];
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        float dk[2];
-        float dg[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float dkgb = acc_kgb[j][2 * h + e];
-          db_part[h] = fmaf(dkgb, kg[j][h][e], db_part[h]);
-          dk[e] = fmaf(dkgb, eb[j][h][e], dk0[j][h][e]);
-          dg[e] = fmaf(kg[j][h][e] * dkgb, beta_i, dgf[j][h][e]);
-          if (i == L - 1) {
-            dg[e] += wy::last_row_dgk<Tr>(sds, sKdk, kl[j] + e, e == 0 ? gn[j].x : gn[j].y);
-          }
-        }
-        if constexpr (Tr::kQuadCols) {
-          dk_row[j][0] = dk[0], dk_row[j][1] = dk[1];
-          dg_row[j][0] = dg[0], dg_row[j][1] = dg[1];
-        } else {
-          const int out = i * st.out_row + kc[j];
-          *reinterpret_cast<float2*>(st.dk + out) = make_float2(dk[0], dk[1]);
-          *reinterpret_cast<float2*>(st.dg + out) = make_float2(dg[0], dg[1]);
-        }
-      }
-      if constexpr (Tr::kQuadCols) {
-        const int out = i * st.out_row + kc[0];
-        wy::store_quad_row(st.dk + out, dk_row);
-        wy::store_quad_row(st.dg + out, dg_row);
-      }
-    }
+    wy::epilogue_dk_dg<Tr>(db_part, acc_kgb, kg, eb, dk0, dgf, gn, kl, kc, sBeta, sds, sKdk, st,
+                           m0 + grp, L);
   }
 
   // --- db; steps 11, 12: X = strict-lower(D) ⊙ β[j]; dA = −strict-lower(Āᵀ·X·Āᵀ) --------
