@@ -235,6 +235,8 @@ __device__ __forceinline__ void load_epilogue_inputs(
     for (int h = 0; h < 2; ++h) {
       const int i = w.m0 + w.grp + 8 * h;
       float4 g4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      // g's load stays inside each branch: hoisted above them it changed the SASS of all 18
+      // quad-column kernels (twentieth session), which no GPU had run.
       if constexpr (std::is_same_v<XT, float>) {
         float4 q4 = g4;
         float4 k4 = g4;

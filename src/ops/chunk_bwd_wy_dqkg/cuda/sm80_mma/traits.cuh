@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "cuda/common/wgmma.cuh"
+#include "ops/chunk_bwd_wy_dqkg/cuda/quad_cols.cuh"
 
 namespace kda::cuda {
 
@@ -121,34 +122,8 @@ struct WyDqkgMmaTraits {
   static constexpr bool kQuadCols = kSlabPair;
   // The position in the slab copy of its k row `row` (identity without quad columns).
   __host__ __device__ static constexpr int slab_row_pos(int row) {
-    if constexpr (kQuadCols) {
-      const int r = row % 16;  // k within the warpgroup's 16: 4 quad + 2 tile + e
-      return row - r + 8 * ((r >> 1) & 1) + 2 * (r >> 2) + (r & 1);
-    } else {
-      return row;
-    }
+    return kQuadCols ? wy::quad_col_row_pos(row) : row;
   }
-  // What load_epilogue_inputs assumes of slab_row_pos: a permutation of each 16 rows that puts
-  // k = 4 quad + 2 tile + e at accumulator column 8 tile + 2 quad + e of the warpgroup's 16.
-  static constexpr bool quad_cols_layout_holds() {
-    bool seen[32] = {};
-    for (int k = 0; k < 32; ++k) {
-      const int pos = slab_row_pos(k);
-      if (pos / 16 != k / 16 || seen[pos]) return false;  // within its 16, once
-      seen[pos] = true;
-    }
-    for (int quad = 0; quad < 4 && kQuadCols; ++quad) {
-      for (int tile = 0; tile < 2; ++tile) {
-        for (int e = 0; e < 2; ++e) {
-          if (slab_row_pos(16 + 4 * quad + 2 * tile + e) != 16 + 8 * tile + 2 * quad + e) {
-            return false;
-          }
-        }
-      }
-    }
-    return true;
-  }
-  static_assert(quad_cols_layout_holds(), "slab_row_pos permutes each 16 rows as quad columns");
   // Where element (row, col) of a 16-bit slab copy lives: swizzled for the wgmma loop, rows of
   // kSlabXLd elements otherwise (row = k for k-first copies, at slab_row_pos).
   __host__ __device__ static constexpr int slab_x_index(int row, int col) {

@@ -30,6 +30,8 @@
 
 #include <algorithm>
 
+#include "ops/chunk_bwd_wy_dqkg/cuda/quad_cols.cuh"
+
 namespace kda::cuda {
 
 template <int kBT_, int kV_, bool kStateVFirst_>
@@ -102,14 +104,13 @@ struct WyDqkgTf32x3Traits {
   static_assert(!kPairedLoads || (kTokLd % 32 == 16 && (kStateVFirst || kSlabLd % 32 == 16)),
                 "the k-paired 128-bit loads' conflict-free pitch");
 
-  // Quad columns (k-first slabs at BT = 64, two n8 tiles per warp), as in the 16-bit kernel's
-  // traits: slab row k is stored at slab_row_pos(k), so that a lane's four accumulator columns of
-  // a row are four consecutive k (one 16-byte access per row for g, q, k, dq, dk, dg).
+  // Quad columns (k-first slabs at BT = 64, two n8 tiles per warp; ../quad_cols.cuh), as in
+  // the 16-bit kernel's traits: slab row k is stored at slab_row_pos(k), so that a lane's four
+  // accumulator columns of a row are four consecutive k (one 16-byte access per row for g, q, k,
+  // dq, dk, dg).
   static constexpr bool kQuadCols = kBT == 64 && !kStateVFirst;
-  static constexpr int slab_row_pos(int row) {
-    if (!kQuadCols) return row;
-    const int r = row % 16;  // k within the warp's 16: 4 quad + 2 tile + e
-    return row - r + 8 * ((r >> 1) & 1) + 2 * (r >> 2) + (r & 1);
+  __host__ __device__ static constexpr int slab_row_pos(int row) {
+    return kQuadCols ? wy::quad_col_row_pos(row) : row;
   }
 
   // --- slab copies: 16-byte chunks (4 floats), the same chunks for S and dS -----------------
