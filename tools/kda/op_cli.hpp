@@ -40,6 +40,40 @@ struct ProblemSummary {
   std::vector<std::pair<std::string, std::string>> details;
 };
 
+// The generic options of a generated problem into an operator's io config (both operators'
+// configs name these fields alike): B, T, H, K from --shape, HV (0: = H), the chunk size, dtypes,
+// varlen and seed.
+template <typename Config>
+void set_generated_basics(const GeneratedBasics& b, int64_t heads_v, Config* c) {
+  c->B = b.dims[0];
+  c->T = b.dims[1];
+  c->H = b.dims[2];
+  c->K = b.dims[3];
+  c->HV = heads_v;
+  c->BT = b.chunk_size;
+  c->x_dtype = b.x_dtype;
+  c->beta_dtype = b.beta_dtype;
+  c->seqlens = b.seqlens;
+  c->pass_chunk_indices = b.pass_chunk_indices;
+  c->seed = b.seed;
+}
+
+// A fresh summary with the fields every operator's validated dims share (B, T, HV, BT, NT, the
+// sequences, X's dtype); the operator adds its sizes text and details.
+template <typename Dims>
+ProblemSummary summary_of_dims(const Dims& d) {
+  ProblemSummary s;
+  s.B = d.B;
+  s.T = d.T;
+  s.HV = d.HV;
+  s.BT = d.BT;
+  s.NT = d.NT;
+  s.num_seqs = d.num_seqs;
+  s.varlen = d.varlen;
+  s.x_dtype = d.x_dtype;
+  return s;
+}
+
 class OpCli {
  public:
   virtual ~OpCli() = default;

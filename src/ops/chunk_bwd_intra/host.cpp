@@ -4,27 +4,17 @@
 #include <cmath>
 #include <limits>
 #include <random>
-#include <stdexcept>
 
 #include "core/chunk_plan.hpp"
 #include "io/host_problem.hpp"
 #include "io/metadata.hpp"
+#include "io/op_io_support.hpp"
 
 namespace kda::io {
 
 namespace {
 
 using P = ChunkBwdIntraProblem;
-
-Status fail(const std::string& what) {
-  return invalid_argument("safetensors: " + what);
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 // Each output has the shape of its incoming gradient (dq, dk, dg [B, T, HV, K]; db [B, T, HV]).
 void allocate(HostProblem* hp) {
@@ -39,23 +29,23 @@ Status check_output_sizes(const HostProblem& p) {
   const HostTensor& q = p.get("q");
   const HostTensor& g = p.get("g");
   if (q.shape.size() != 4)
-    return fail("input \"q\": expected rank 4 [B, T, H, K], got " + shape_text(q.shape));
+    return file_error("input \"q\": expected rank 4 [B, T, H, K], got " + shape_text(q.shape));
   if (g.shape.size() != 4)
-    return fail("input \"g\": expected rank 4 [B, T, HV, K], got " + shape_text(g.shape));
+    return file_error("input \"g\": expected rank 4 [B, T, HV, K], got " + shape_text(g.shape));
   const int64_t B = q.shape[0], T = q.shape[1], K = q.shape[3], HV = g.shape[2];
   if (g.shape != std::vector<int64_t>{B, T, HV, K}) {
-    return fail("input \"g\": expected [B, T, HV, K] with B, T, K = " + shape_text({B, T, K}) +
-                " from q, got " + shape_text(g.shape));
+    return file_error("input \"g\": expected [B, T, HV, K] with B, T, K = " +
+                      shape_text({B, T, K}) + " from q, got " + shape_text(g.shape));
   }
   for (const char* name : {"dq", "dk", "dg"}) {
     if (p.get(name).shape != g.shape) {
-      return fail(std::string("input \"") + name + "\": expected the shape of g " +
-                  shape_text(g.shape) + ", got " + shape_text(p.get(name).shape));
+      return file_error(std::string("input \"") + name + "\": expected the shape of g " +
+                        shape_text(g.shape) + ", got " + shape_text(p.get(name).shape));
     }
   }
   if (p.get("db").shape != std::vector<int64_t>{B, T, HV}) {
-    return fail("input \"db\": expected [B, T, HV] = " + shape_text({B, T, HV}) + ", got " +
-                shape_text(p.get("db").shape));
+    return file_error("input \"db\": expected [B, T, HV] = " + shape_text({B, T, HV}) + ", got " +
+                      shape_text(p.get("db").shape));
   }
   return Status::Ok();
 }
@@ -69,7 +59,7 @@ Status options_from_metadata(const Metadata& m, HostProblem* hp) {
     return s;
   }
   const HostTensor& dAqk = hp->get("dAqk");
-  if (dAqk.shape.empty()) return fail("input \"dAqk\" is a scalar; expected [B, T, HV, BT]");
+  if (dAqk.shape.empty()) return file_error("input \"dAqk\" is a scalar; expected [B, T, HV, BT]");
   if (Status s = metadata_int(m, "chunk_size", dAqk.shape.back(), &hp->chunk_size); !s.ok()) {
     return s;
   }
@@ -83,31 +73,6 @@ void options_to_metadata(const HostProblem& hp, Metadata* m) {
   (*m)["dg"] = "natural-log convention: dL/d(g*ln2)";
 }
 
-Status validate(const HostProblem& hp) {
-  return hp.as<P>().validate();
-}
-
-Status run_op(const std::map<std::string, TensorView>& views, const HostProblem& options,
-              Backend backend, void* stream, Kernel kernel) {
-  return run(problem_from_views<P>(views, options), backend, stream, kernel);
-}
-
-// SPEC-chunk-bwd-intra.md: every input read once, every output written once, at their dtypes.
-std::pair<int64_t, int64_t> bytes(const HostProblem& hp) {
-  int64_t read = 0, written = 0;
-  for (const auto& [name, t] : hp.tensors) {
-    const auto n = static_cast<int64_t>(t.bytes.size());
-    (name.starts_with("out.") ? written : read) += n;
-  }
-  return {read, written};
-}
-
-std::vector<std::string> inputs() {
-  std::vector<std::string> names = arg_names<P>(ArgRole::input);
-  for (const std::string& n : arg_names<P>(ArgRole::optional)) names.push_back(n);
-  return names;
-}
-
 // Every tensor at its size, zero-filled, with cu_seqlens / chunk_indices set and the outputs
 // poisoned. Throws std::invalid_argument for bad seqlens.
 HostProblem allocate_problem(const IntraConfig& c) {
@@ -118,30 +83,7 @@ HostProblem allocate_problem(const IntraConfig& c) {
   int64_t B = c.B, T = c.T;
   if (!c.seqlens.empty()) {
     B = 1;
-    std::vector<int64_t> cu{0};
-    for (int64_t len : c.seqlens) {
-      if (len < 0) throw std::invalid_argument("seqlens: negative length " + std::to_string(len));
-      cu.push_back(cu.back() + len);
-    }
-    T = cu.back();
-    HostTensor cu_t(c.index_dtype, {static_cast<int64_t>(cu.size())});
-    for (size_t i = 0; i < cu.size(); ++i)
-      cu_t.set(static_cast<int64_t>(i), static_cast<double>(cu[i]));
-    hp.tensors["cu_seqlens"] = std::move(cu_t);
-    if (c.pass_chunk_indices) {
-      std::vector<std::pair<int64_t, int64_t>> rows;
-      for (size_t n = 0; n < c.seqlens.size(); ++n) {
-        for (int64_t k = 0; k < (c.seqlens[n] + c.BT - 1) / c.BT; ++k) {
-          rows.emplace_back(static_cast<int64_t>(n), k);
-        }
-      }
-      HostTensor ci(c.index_dtype, {static_cast<int64_t>(rows.size()), 2});
-      for (size_t r = 0; r < rows.size(); ++r) {
-        ci.set(2 * static_cast<int64_t>(r), static_cast<double>(rows[r].first));
-        ci.set(2 * static_cast<int64_t>(r) + 1, static_cast<double>(rows[r].second));
-      }
-      hp.tensors["chunk_indices"] = std::move(ci);
-    }
+    T = add_varlen_index_tensors(c.seqlens, c.BT, c.index_dtype, c.pass_chunk_indices, &hp).first;
   }
   const int64_t HV = c.HV == 0 ? c.H : c.HV;
   for (const char* name : {"q", "k"}) hp.tensors[name] = HostTensor(c.x_dtype, {B, T, c.H, c.K});
@@ -243,49 +185,35 @@ HostProblem make_random_problem(const IntraConfig& c) {
 Status make_random_problem(const IntraConfig& c,
                            const std::function<Status(const HostProblem&)>& check_before_filling,
                            HostProblem* out) {
-  HostProblem hp = allocate_problem(c);
-  if (Status s = check_before_filling(hp); !s.ok()) return s;
-  fill_random(c, &hp);
-  *out = std::move(hp);
-  return Status::Ok();
+  return make_checked_random_problem(c, allocate_problem, fill_random, check_before_filling, out);
 }
 
+// SPEC-chunk-bwd-intra.md's bars: against the float64 reference, and against fla's golden files.
+constexpr DtypeBars kPassBars{.f32 = 1e-5, .f16 = 1.5e-3, .bf16 = 2e-3};
+constexpr DtypeBars kGoldenBars{.f32 = 1e-5, .f16 = 5e-4, .bf16 = 2e-3};
+
 double intra_pass_bar(DType x_dtype) {
-  switch (x_dtype) {
-    case DType::f32:
-      return 1e-5;
-    case DType::f16:
-      return 1.5e-3;
-    default:
-      return 2e-3;
-  }
+  return kPassBars.of(x_dtype);
 }
 
 double intra_golden_bar(DType x_dtype) {
-  switch (x_dtype) {
-    case DType::f32:
-      return 1e-5;
-    case DType::f16:
-      return 5e-4;
-    default:
-      return 2e-3;
-  }
+  return kGoldenBars.of(x_dtype);
 }
 
 extern const OpIo kChunkBwdIntraIo = {
     P::kName,
     P::kFlaName,
     "SPEC-chunk-bwd-intra.md",
-    inputs,
-    [] { return arg_names<P>(ArgRole::output); },
-    [] { return arg_names<P>(ArgRole::input); },
+    input_names<P>,
+    output_names<P>,
+    required_inputs<P>,
     allocate,
     check_output_sizes,
     options_from_metadata,
     options_to_metadata,
-    validate,
-    run_op,
-    bytes,
+    validate_as<P>,
+    run_as<P>,
+    bytes_read_written,
     intra_pass_bar,
     intra_golden_bar,
 };

@@ -1,29 +1,18 @@
 // chunk_bwd_wy_dqkg's part of the host-side tooling (io/host_problem.hpp): its outputs, options,
 // file checks, byte count, bars and random problems. Compiled into kda_io, not libkda.
 
-#include <limits>
 #include <random>
-#include <stdexcept>
+#include <tuple>
 
 #include "io/host_problem.hpp"
 #include "io/metadata.hpp"
-#include "kda/varlen.hpp"
+#include "io/op_io_support.hpp"
 
 namespace kda::io {
 
 namespace {
 
 using P = ChunkBwdWyDqkgProblem;
-
-Status fail(const std::string& what) {
-  return invalid_argument("safetensors: " + what);
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 void allocate(HostProblem* hp) {
   const HostTensor& q = hp->get("q");
@@ -42,8 +31,8 @@ void allocate(HostProblem* hp) {
 Status expect_rank4(const HostProblem& p, const char* name, const char* symbolic) {
   const HostTensor& t = p.get(name);
   if (t.shape.size() != 4) {
-    return fail(std::string("input \"") + name + "\": expected rank 4 " + symbolic + ", got " +
-                shape_text(t.shape));
+    return file_error(std::string("input \"") + name + "\": expected rank 4 " + symbolic +
+                      ", got " + shape_text(t.shape));
   }
   return Status::Ok();
 }
@@ -57,24 +46,24 @@ Status check_output_sizes(const HostProblem& p) {
   if (Status s = expect_rank4(p, "A", "[B, T, HV, BT]"); !s.ok()) return s;
   const HostTensor& q = p.get("q");
   if (q.dtype != DType::f16 && q.dtype != DType::bf16 && q.dtype != DType::f32) {
-    return fail("input \"q\": expected dtype F16, BF16 or F32, got " +
-                std::string(dtype_name(q.dtype)));
+    return file_error("input \"q\": expected dtype F16, BF16 or F32, got " +
+                      std::string(dtype_name(q.dtype)));
   }
   const auto& v = p.get("v").shape;
   const auto& g = p.get("g").shape;
   const auto& A = p.get("A").shape;
   const int64_t B = q.shape[0], T = q.shape[1], K = q.shape[3], HV = v[2];
   if (v[0] != B || v[1] != T) {
-    return fail("input \"v\": expected [B, T, HV, V] with B, T = " + std::to_string(B) + ", " +
-                std::to_string(T) + " from q, got " + shape_text(v));
+    return file_error("input \"v\": expected [B, T, HV, V] with B, T = " + std::to_string(B) +
+                      ", " + std::to_string(T) + " from q, got " + shape_text(v));
   }
   if (g != std::vector<int64_t>{B, T, HV, K}) {
-    return fail("input \"g\": expected [B, T, HV, K] = " + shape_text({B, T, HV, K}) +
-                " (from q and v), got " + shape_text(g));
+    return file_error("input \"g\": expected [B, T, HV, K] = " + shape_text({B, T, HV, K}) +
+                      " (from q and v), got " + shape_text(g));
   }
   if (A[0] != B || A[1] != T || A[2] != HV) {
-    return fail("input \"A\": expected [B, T, HV, BT] with B, T, HV = " + shape_text({B, T, HV}) +
-                " (from q and v), got " + shape_text(A));
+    return file_error("input \"A\": expected [B, T, HV, BT] with B, T, HV = " +
+                      shape_text({B, T, HV}) + " (from q and v), got " + shape_text(A));
   }
   return Status::Ok();
 }
@@ -89,7 +78,7 @@ Status options_from_metadata(const Metadata& m, HostProblem* hp) {
   }
   if (Status s = metadata_optional_double(m, "scale", &hp->scale); !s.ok()) return s;
   const HostTensor& A = hp->get("A");
-  if (A.shape.empty()) return fail("input \"A\" is a scalar; expected [B, T, HV, BT]");
+  if (A.shape.empty()) return file_error("input \"A\" is a scalar; expected [B, T, HV, BT]");
   if (Status s = metadata_int(m, "chunk_size", A.shape.back(), &hp->chunk_size); !s.ok()) return s;
   return metadata_bool(m, "state_v_first", &hp->state_v_first);
 }
@@ -101,63 +90,17 @@ void options_to_metadata(const HostProblem& hp, Metadata* m) {
   (*m)["gate"] = "log2";
 }
 
-Status validate(const HostProblem& hp) {
-  return hp.as<P>().validate();
-}
-
-Status run_op(const std::map<std::string, TensorView>& views, const HostProblem& options,
-              Backend backend, void* stream, Kernel kernel) {
-  return run(problem_from_views<P>(views, options), backend, stream, kernel);
-}
-
-// SPEC.md: every input read once, every output written once, at their dtypes.
-std::pair<int64_t, int64_t> bytes(const HostProblem& hp) {
-  int64_t read = 0, written = 0;
-  for (const auto& [name, t] : hp.tensors) {
-    const auto n = static_cast<int64_t>(t.bytes.size());
-    (name.starts_with("out.") ? written : read) += n;
-  }
-  return {read, written};
-}
-
-std::vector<std::string> inputs() {
-  std::vector<std::string> names = arg_names<P>(ArgRole::input);
-  for (const std::string& n : arg_names<P>(ArgRole::optional)) names.push_back(n);
-  return names;
-}
-
 // Every tensor of a generated problem at its size: inputs zero, cu_seqlens / chunk_indices set,
 // outputs allocated and poisoned. Throws std::invalid_argument for bad seqlens.
 HostProblem allocate_problem(const WyDqkgConfig& c) {
   HostProblem hp;
   hp.op = P::kName;
   const int64_t HV = c.HV ? c.HV : c.H;
-  int64_t B = c.B, T = c.T, NT = 0;
-  std::vector<int64_t> cu;
+  int64_t B = c.B, T = c.T, NT = (c.T + c.BT - 1) / c.BT;
   if (!c.seqlens.empty()) {
     B = 1;
-    cu.push_back(0);
-    for (int64_t len : c.seqlens) cu.push_back(cu.back() + len);
-    T = cu.back();
-    std::vector<ChunkIndex> indices;
-    if (Status s = chunk_indices_from_cu_seqlens(cu, c.BT, &indices); !s.ok()) {
-      throw std::invalid_argument(s.message);
-    }
-    NT = static_cast<int64_t>(indices.size());
-    HostTensor cu_t(DType::i64, {static_cast<int64_t>(cu.size())});
-    for (size_t i = 0; i < cu.size(); ++i)
-      cu_t.set(static_cast<int64_t>(i), static_cast<double>(cu[i]));
-    hp.tensors["cu_seqlens"] = std::move(cu_t);
-    if (c.pass_chunk_indices) {
-      HostTensor ci(DType::i64, {NT, 2});
-      for (int64_t i = 0; i < NT; ++i) {
-        ci.set(2 * i, static_cast<double>(indices[i].seq));
-        ci.set(2 * i + 1, static_cast<double>(indices[i].chunk));
-      }
-      hp.tensors["chunk_indices"] = std::move(ci);
-    }
-  } else {
-    NT = (T + c.BT - 1) / c.BT;
+    std::tie(T, NT) =
+        add_varlen_index_tensors(c.seqlens, c.BT, DType::i64, c.pass_chunk_indices, &hp);
   }
   for (const char* name : {"q", "k"}) hp.tensors[name] = HostTensor(c.x_dtype, {B, T, c.H, c.K});
   for (const char* name : {"v", "v_new", "do", "dv"})
@@ -212,49 +155,35 @@ HostProblem make_random_problem(const WyDqkgConfig& c) {
 Status make_random_problem(const WyDqkgConfig& c,
                            const std::function<Status(const HostProblem&)>& check_before_filling,
                            HostProblem* out) {
-  HostProblem hp = allocate_problem(c);
-  if (Status s = check_before_filling(hp); !s.ok()) return s;
-  fill_random(c, &hp);
-  *out = std::move(hp);
-  return Status::Ok();
+  return make_checked_random_problem(c, allocate_problem, fill_random, check_before_filling, out);
 }
 
+// SPEC.md's bars: against the float64 reference, and against fla's golden files.
+constexpr DtypeBars kPassBars{.f32 = 1e-5, .f16 = 1e-3, .bf16 = 8e-3};
+constexpr DtypeBars kGoldenBars{.f32 = 1e-5, .f16 = 2e-3, .bf16 = 1e-2};
+
 double pass_bar(DType x_dtype) {
-  switch (x_dtype) {
-    case DType::f32:
-      return 1e-5;
-    case DType::f16:
-      return 1e-3;
-    default:
-      return 8e-3;
-  }
+  return kPassBars.of(x_dtype);
 }
 
 double golden_bar(DType x_dtype) {
-  switch (x_dtype) {
-    case DType::f32:
-      return 1e-5;
-    case DType::f16:
-      return 2e-3;
-    default:
-      return 1e-2;
-  }
+  return kGoldenBars.of(x_dtype);
 }
 
 extern const OpIo kChunkBwdWyDqkgIo = {
     P::kName,
     P::kFlaName,
     "SPEC.md",
-    inputs,
-    [] { return arg_names<P>(ArgRole::output); },
-    [] { return arg_names<P>(ArgRole::input); },
+    input_names<P>,
+    output_names<P>,
+    required_inputs<P>,
     allocate,
     check_output_sizes,
     options_from_metadata,
     options_to_metadata,
-    validate,
-    run_op,
-    bytes,
+    validate_as<P>,
+    run_as<P>,
+    bytes_read_written,
     pass_bar,
     golden_bar,
 };

@@ -58,17 +58,7 @@ class IntraCli final : public OpCli {
   Status generate(const GeneratedBasics& b, const CheckBeforeFilling& check,
                   io::HostProblem* out) const override {
     io::IntraConfig c;
-    c.B = b.dims[0];
-    c.T = b.dims[1];
-    c.H = b.dims[2];
-    c.K = b.dims[3];
-    c.HV = heads_v_;
-    c.BT = b.chunk_size;
-    c.x_dtype = b.x_dtype;
-    c.beta_dtype = b.beta_dtype;
-    c.seqlens = b.seqlens;
-    c.pass_chunk_indices = b.pass_chunk_indices;
-    c.seed = b.seed;
+    set_generated_basics(b, heads_v_, &c);
     c.safe_gate = safe_gate_;
     c.strong_every = strong_every_;
     if (index_dtype_ == "i64" || index_dtype_ == "int64") {
@@ -86,15 +76,7 @@ class IntraCli final : public OpCli {
     const P p = hp.as<P>();
     ChunkBwdIntraDims d;
     if (Status s = p.validate(&d); !s.ok()) return s;
-    *out = {};
-    out->B = d.B;
-    out->T = d.T;
-    out->HV = d.HV;
-    out->BT = d.BT;
-    out->NT = d.NT;
-    out->num_seqs = d.num_seqs;
-    out->varlen = d.varlen;
-    out->x_dtype = d.x_dtype;
+    *out = summary_of_dims(d);
     out->sizes = "B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) +
                  " H=" + std::to_string(d.H) + " HV=" + std::to_string(d.HV) +
                  " K=" + std::to_string(d.K) + " BT=" + std::to_string(d.BT) +

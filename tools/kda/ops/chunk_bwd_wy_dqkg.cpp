@@ -56,18 +56,8 @@ class WyDqkgCli final : public OpCli {
   Status generate(const GeneratedBasics& b, const CheckBeforeFilling& check,
                   io::HostProblem* out) const override {
     io::WyDqkgConfig c;
-    c.B = b.dims[0];
-    c.T = b.dims[1];
-    c.H = b.dims[2];
-    c.K = b.dims[3];
+    set_generated_basics(b, heads_v_, &c);
     c.V = b.dims[4];
-    c.HV = heads_v_;
-    c.BT = b.chunk_size;
-    c.x_dtype = b.x_dtype;
-    c.beta_dtype = b.beta_dtype;
-    c.seqlens = b.seqlens;
-    c.pass_chunk_indices = b.pass_chunk_indices;
-    c.seed = b.seed;
     if (Status s = parse_x_or_fp32("--h-dtype", h_dtype_, c.x_dtype, &c.h_dtype); !s.ok()) {
       return s;
     }
@@ -87,15 +77,7 @@ class WyDqkgCli final : public OpCli {
     const P p = hp.as<P>();
     ChunkBwdWyDqkgDims d;
     if (Status s = p.validate(&d); !s.ok()) return s;
-    *out = {};
-    out->B = d.B;
-    out->T = d.T;
-    out->HV = d.HV;
-    out->BT = d.BT;
-    out->NT = d.NT;
-    out->num_seqs = d.num_seqs;
-    out->varlen = d.varlen;
-    out->x_dtype = d.x_dtype;
+    *out = summary_of_dims(d);
     out->sizes = "B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) +
                  " H=" + std::to_string(d.H) + " HV=" + std::to_string(d.HV) +
                  " K=" + std::to_string(d.K) + " V=" + std::to_string(d.V) +

@@ -1,0 +1,89 @@
+#pragma once
+// Pieces that every operator's host-side tooling (ops/<op>/host.cpp) shares: the file checks'
+// error text, the SPECs' byte count, the varlen index tensors of a generated problem, the
+// per-dtype bars, and the OpIo entries that only name the operator's problem type.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "io/host_problem.hpp"
+
+namespace kda::io {
+
+// An error in a safetensors file's contents ("safetensors: " + what).
+Status file_error(const std::string& what);
+
+// "[2, 64, 4]".
+std::string shape_text(const std::vector<int64_t>& shape);
+
+// The SPECs' byte count: every input read once, every output ("out.*") written once, at their
+// dtypes.
+std::pair<int64_t, int64_t> bytes_read_written(const HostProblem& hp);
+
+// cu_seqlens (and, with pass_chunk_indices, chunk_indices) of a generated varlen problem of
+// these sequence lengths, in index_dtype, added to hp. Returns {T, NT}: the tokens and chunks of
+// the whole batch. Throws std::invalid_argument for a negative length.
+std::pair<int64_t, int64_t> add_varlen_index_tensors(const std::vector<int64_t>& seqlens,
+                                                     int64_t chunk_size, DType index_dtype,
+                                                     bool pass_chunk_indices, HostProblem* hp);
+
+// A bar per dtype of X.
+struct DtypeBars {
+  double f32;
+  double f16;
+  double bf16;
+  double of(DType x_dtype) const {
+    return x_dtype == DType::f32 ? f32 : x_dtype == DType::f16 ? f16 : bf16;
+  }
+};
+
+// Required then optional input names of P, table order (OpIo::input_names).
+template <typename P>
+std::vector<std::string> input_names() {
+  std::vector<std::string> names = arg_names<P>(ArgRole::input);
+  for (const std::string& n : arg_names<P>(ArgRole::optional)) names.push_back(n);
+  return names;
+}
+
+template <typename P>
+std::vector<std::string> output_names() {
+  return arg_names<P>(ArgRole::output);
+}
+
+template <typename P>
+std::vector<std::string> required_inputs() {
+  return arg_names<P>(ArgRole::input);
+}
+
+// OpIo::validate: the library's validation of the host problem as P.
+template <typename P>
+Status validate_as(const HostProblem& hp) {
+  return hp.as<P>().validate();
+}
+
+// OpIo::run: P over views with the options of `options`.
+template <typename P>
+Status run_as(const std::map<std::string, TensorView>& views, const HostProblem& options,
+              Backend backend, void* stream, Kernel kernel) {
+  return run(problem_from_views<P>(views, options), backend, stream, kernel);
+}
+
+// make_random_problem with a check of the allocated problem (inputs still zero) before the
+// values are drawn; allocate and fill are the operator's own.
+template <typename Config>
+Status make_checked_random_problem(
+    const Config& config, HostProblem (*allocate)(const Config&),
+    void (*fill)(const Config&, HostProblem*),
+    const std::function<Status(const HostProblem&)>& check_before_filling, HostProblem* out) {
+  HostProblem hp = allocate(config);
+  if (Status s = check_before_filling(hp); !s.ok()) return s;
+  fill(config, &hp);
+  *out = std::move(hp);
+  return Status::Ok();
+}
+
+}  // namespace kda::io
