@@ -45,12 +45,26 @@ TensorView HostTensor::view(Device device) const {
   return t;
 }
 
+namespace {
+
+// What load_double and store_float read of a view: its data and dtype. One element's access
+// builds only these (the full view's shape and strides cost more than the element itself, and
+// a generated problem or a check walks hundreds of millions of elements).
+TensorView element_access(const HostTensor& t) {
+  TensorView v;
+  v.data = const_cast<uint8_t*>(t.bytes.data());
+  v.dtype = t.dtype;
+  return v;
+}
+
+}  // namespace
+
 double HostTensor::at(int64_t i) const {
-  return load_double(view(), i);
+  return load_double(element_access(*this), i);
 }
 
 void HostTensor::set(int64_t i, double value) {
-  TensorView t = view();
+  const TensorView t = element_access(*this);
   if (dtype == DType::i32) {
     static_cast<int32_t*>(t.data)[i] = static_cast<int32_t>(value);
   } else if (dtype == DType::i64) {
@@ -90,7 +104,7 @@ std::vector<std::string> HostProblem::output_names() const {
 
 HostTensor poisoned(DType dtype, std::vector<int64_t> shape) {
   HostTensor t(dtype, std::move(shape));
-  for (int64_t i = 0; i < t.numel(); ++i) t.set(i, std::numeric_limits<double>::quiet_NaN());
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) t.set(i, std::numeric_limits<double>::quiet_NaN());
   return t;
 }
 
@@ -120,7 +134,8 @@ const OpIo& op_of(const HostProblem& hp) {
 double err_ratio(const HostTensor& x, const HostTensor& ref) {
   if (x.numel() != ref.numel()) return std::numeric_limits<double>::quiet_NaN();
   double num = 0.0, den = 0.0;
-  for (int64_t i = 0; i < x.numel(); ++i) {
+  const int64_t n = x.numel();
+  for (int64_t i = 0; i < n; ++i) {
     const double a = x.at(i), r = ref.at(i);
     if (!std::isfinite(a) || !std::isfinite(r)) {
       // Non-finite inputs propagate (SPEC): where ref is NaN or Inf, x must be the same (both

@@ -25,7 +25,7 @@ bool is_output(const std::string& name) {
 }
 
 bool all_finite(const io::HostTensor& t) {
-  for (int64_t i = 0; i < t.numel(); ++i) {
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) {
     if (!std::isfinite(t.at(i))) return false;
   }
   return true;

@@ -143,7 +143,7 @@ void fill_random(const IntraConfig& c, HostProblem* hp) {
     }
   }
   HostTensor& beta = hp->get("beta");
-  for (int64_t i = 0; i < beta.numel(); ++i) beta.set(i, 0.05 + 0.9 * uniform(rng));
+  for (int64_t i = 0, n = beta.numel(); i < n; ++i) beta.set(i, 0.05 + 0.9 * uniform(rng));
 
   // dA: N(0, 1) where j <= i inside the chunk, garbage everywhere else of the BT columns.
   const double garbage[] = {std::numeric_limits<double>::quiet_NaN(),
@@ -165,7 +165,7 @@ void fill_random(const IntraConfig& c, HostProblem* hp) {
   }
   for (auto [name, rms] : {std::pair{"dq", 0.1}, {"dk", 0.1}, {"db", 0.1}, {"dg", 0.02}}) {
     HostTensor& t = hp->get(name);
-    for (int64_t i = 0; i < t.numel(); ++i) t.set(i, rms * normal(rng));
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) t.set(i, rms * normal(rng));
   }
 }
 

@@ -127,7 +127,7 @@ void fill_random(const WyDqkgConfig& c, HostProblem* hp) {
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   auto fill = [&](const char* name, auto draw) {
     HostTensor& t = hp->get(name);
-    for (int64_t i = 0; i < t.numel(); ++i) t.set(i, draw());
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) t.set(i, draw());
   };
   auto unit_normal = [&] { return normal(rng); };
   for (const char* name : {"q", "k", "v", "v_new", "do", "dv"}) fill(name, unit_normal);
