@@ -55,4 +55,19 @@ void parallel_for_units(int64_t count, const Body& body) {
   if (first_error) std::rethrow_exception(first_error);
 }
 
+// Calls body(chunk, hv, scratch) for every (chunk, value head) unit of an operator, in parallel
+// as parallel_for_units does. Unit u is (chunks[u / HV], u % HV): the heads of one chunk run next
+// to each other, so GVA heads sharing q and k read them while they are still in cache. Each unit
+// writes only its own rows of its own head, so the results do not depend on the threads.
+template <typename Scratch, typename Chunk, typename Body>
+void parallel_for_chunk_heads(const std::vector<Chunk>& chunks, int64_t HV, const Body& body) {
+  const int64_t units = static_cast<int64_t>(chunks.size()) * HV;
+  parallel_for_units<Scratch>(units, [&](int64_t unit, Scratch& scratch) {
+    body(chunks[static_cast<size_t>(unit / HV)], unit % HV, scratch);
+  });
+}
+
+// The Scratch of a body that keeps no buffers between units.
+struct NoScratch {};
+
 }  // namespace kda::cpu

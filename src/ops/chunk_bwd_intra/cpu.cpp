@@ -130,16 +130,12 @@ void scatter_outputs(const ChunkBwdIntraProblem& p, const ChunkBwdIntraDims& d,
 Status run_chunk_bwd_intra_cpu(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& dims) {
   try {
     const std::vector<ChunkTask> chunks = plan_chunks(problem.cu_seqlens, dims);
-    // Unit u is (chunk u / HV, value head u % HV): the heads of one chunk run next to each other,
-    // so GVA heads sharing q and k read them while they are still in cache.
-    const int64_t units = static_cast<int64_t>(chunks.size()) * dims.HV;
-    cpu::parallel_for_units<Scratch>(units, [&](int64_t unit, Scratch& scratch) {
-      const ChunkTask& chunk = chunks[static_cast<size_t>(unit / dims.HV)];
-      const int64_t hv = unit % dims.HV;
-      gather_inputs(problem, dims, chunk, hv, scratch);
-      compute_chunk(chunk.len, dims.K, scratch);
-      scatter_outputs(problem, dims, chunk, hv, scratch);
-    });
+    cpu::parallel_for_chunk_heads<Scratch>(
+        chunks, dims.HV, [&](const ChunkTask& chunk, int64_t hv, Scratch& scratch) {
+          gather_inputs(problem, dims, chunk, hv, scratch);
+          compute_chunk(chunk.len, dims.K, scratch);
+          scatter_outputs(problem, dims, chunk, hv, scratch);
+        });
   } catch (const std::exception& e) {
     return {StatusCode::internal, std::string("cpu: ") + e.what()};
   }

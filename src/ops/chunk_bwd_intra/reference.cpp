@@ -14,6 +14,7 @@
 
 #include "core/chunk_plan.hpp"
 #include "core/element.hpp"
+#include "core/parallel_for.hpp"
 #include "core/reference_matrix.hpp"
 #include "ops/chunk_bwd_intra/backends.hpp"
 
@@ -218,11 +219,12 @@ void store_outputs(const ChunkBwdIntraProblem& p, const ChunkTask& chunk, int64_
 Status run_chunk_bwd_intra_cpu_ref(const ChunkBwdIntraProblem& problem,
                                    const ChunkBwdIntraDims& dims) {
   try {
-    for (const ChunkTask& chunk : plan_chunks(problem.cu_seqlens, dims)) {
-      for (int64_t hv = 0; hv < dims.HV; ++hv) {
-        store_outputs(problem, chunk, hv, compute_chunk(load_inputs(problem, dims, chunk, hv)));
-      }
-    }
+    // Every (chunk, value head) on its own, on the machine's threads (the same bits as in order).
+    cpu::parallel_for_chunk_heads<cpu::NoScratch>(
+        plan_chunks(problem.cu_seqlens, dims), dims.HV,
+        [&](const ChunkTask& chunk, int64_t hv, cpu::NoScratch&) {
+          store_outputs(problem, chunk, hv, compute_chunk(load_inputs(problem, dims, chunk, hv)));
+        });
   } catch (const std::exception& e) {  // std::bad_alloc: the library returns errors, never throws
     return {StatusCode::internal, std::string("cpu-ref: ") + e.what()};
   }

@@ -155,16 +155,12 @@ Status run_chunk_bwd_wy_dqkg_cpu(const ChunkBwdWyDqkgProblem& problem,
   try {
     const std::vector<ChunkTask> tasks = plan_chunks(problem.cu_seqlens, dims);
     const float scale = static_cast<float>(problem.effective_scale());
-    // Unit u is (chunk u / HV, value head u % HV): the heads of one chunk run next to each other,
-    // so GVA heads sharing q and k read them while they are still in cache.
-    const int64_t units = static_cast<int64_t>(tasks.size()) * dims.HV;
-    cpu::parallel_for_units<Scratch>(units, [&](int64_t unit, Scratch& scratch) {
-      const ChunkTask& task = tasks[static_cast<size_t>(unit / dims.HV)];
-      const int64_t hv = unit % dims.HV;
-      gather_inputs(problem, dims, task, hv, scratch);
-      compute_chunk(scale, dims.BT, scratch);
-      scatter_outputs(problem, dims, task, hv, scratch);
-    });
+    cpu::parallel_for_chunk_heads<Scratch>(
+        tasks, dims.HV, [&](const ChunkTask& task, int64_t hv, Scratch& scratch) {
+          gather_inputs(problem, dims, task, hv, scratch);
+          compute_chunk(scale, dims.BT, scratch);
+          scatter_outputs(problem, dims, task, hv, scratch);
+        });
   } catch (const std::exception& e) {
     return {StatusCode::internal, std::string("cpu: ") + e.what()};
   }

@@ -12,6 +12,7 @@
 
 #include "core/chunk_plan.hpp"
 #include "core/element.hpp"
+#include "core/parallel_for.hpp"
 #include "core/reference_matrix.hpp"
 #include "ops/chunk_bwd_wy_dqkg/backends.hpp"
 
@@ -295,12 +296,13 @@ Status run_chunk_bwd_wy_dqkg_cpu_ref(const ChunkBwdWyDqkgProblem& problem,
                                      const ChunkBwdWyDqkgDims& dims) {
   try {
     const double scale = problem.effective_scale();
-    for (const ChunkTask& task : plan_chunks(problem.cu_seqlens, dims)) {
-      for (int64_t hv = 0; hv < dims.HV; ++hv) {
-        const ChunkInputs in = load_inputs(problem, dims, task, hv);
-        store_outputs(problem, dims, task, hv, compute_chunk(in, scale));
-      }
-    }
+    // Every (chunk, value head) on its own, on the machine's threads (the same bits as in order).
+    cpu::parallel_for_chunk_heads<cpu::NoScratch>(
+        plan_chunks(problem.cu_seqlens, dims), dims.HV,
+        [&](const ChunkTask& task, int64_t hv, cpu::NoScratch&) {
+          const ChunkInputs in = load_inputs(problem, dims, task, hv);
+          store_outputs(problem, dims, task, hv, compute_chunk(in, scale));
+        });
   } catch (const std::exception& e) {  // std::bad_alloc: the library returns errors, never throws
     return {StatusCode::internal, std::string("cpu-ref: ") + e.what()};
   }
