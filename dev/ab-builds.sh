@@ -4,8 +4,11 @@
 #   ab_builds OUT_NAME NAME=DIR ...
 # Sets carry (.carry's path), build (the carried build, unpacked on first use), out
 # ($OUT/OUT_NAME, created), summary ($out/summary.txt, emptied, written line by line), logs (a
-# folder outside $OUT for the per-step logs), names (base, then each NAME) and dirs (each build's
-# library folder; a NAME=FILE.tar.xz is unpacked into .carry/ab/NAME first).
+# folder outside $OUT for the per-step logs), names (base, then each NAME), dirs (each build's
+# library folder; a NAME=FILE.tar.xz is unpacked into .carry/ab/NAME first) and envs (each
+# build's environment words: NAME=DIR@VAR=VALUE@VAR=VALUE runs that build with those variables
+# set, so that one library can appear several times with different runtime settings, e.g.
+# s5=.carry/ab/stagger.tar.xz@KDA_WY_STAGGER_NS=5000; the steps run `env ${envs[n]} ...`).
 # Only summary.txt and logs.tar.gz go under $OUT: a call brings back at most 8 files, and a
 # killed run that left its logs there brought back none of its results (ninth session, call 4).
 # ab_finish (run on exit, also when killed by SIGTERM/SIGINT) packs the logs and prints the
@@ -50,9 +53,14 @@ ab_builds() {
   trap 'echo "killed after $((SECONDS - AB_START)) s" >>"$summary"; kill $(jobs -p) 2>/dev/null; exit 143' TERM INT
   names=(base)
   dirs=("$build/src")
+  envs=("")
+  local rest vars
   for spec in "$@"; do
     name=${spec%%=*}
-    dir=${spec#*=}
+    rest=${spec#*=}
+    dir=${rest%%@*}
+    vars=${rest#"$dir"}
+    vars=${vars//@/ }
     if [ -f "$dir" ]; then
       mkdir -p "$carry/ab/$name" && tar -xJf "$dir" -C "$carry/ab/$name"
       dir=$carry/ab/$name
@@ -67,6 +75,7 @@ ab_builds() {
     fi
     names+=("$name")
     dirs+=("$(cd "$dir" && pwd)")
+    envs+=("${vars# }")
   done
 }
 
@@ -91,7 +100,8 @@ ab_check_builds() {
     fi
     if ab_fits 45 "$name: $label"; then
       left=$(ab_time_left)
-      LD_LIBRARY_PATH=$lib timeout "$((left < seconds ? left : seconds))" "$binary" \
+      # shellcheck disable=SC2086  # the build's environment words
+      env ${envs[$n]} LD_LIBRARY_PATH=$lib timeout "$((left < seconds ? left : seconds))" "$binary" \
         --gtest_color=no >"$logs/test.$name.log" 2>&1
       echo "$name: $label rc $? $(grep -E '^\[  (PASSED|FAILED) ' "$logs/test.$name.log" | tr '\n' ' ')" >>"$summary"
     fi
@@ -103,7 +113,9 @@ ab_check_builds() {
     name=${names[$n]}
     for tool in ${KDA_AB_SANITIZERS-racecheck synccheck}; do
       ab_fits 60 "$name: $tool" || continue
-      LD_LIBRARY_PATH=$lib timeout 120 compute-sanitizer --tool $tool --error-exitcode 99 "$binary" \
+      # shellcheck disable=SC2086  # the build's environment words
+      env ${envs[$n]} LD_LIBRARY_PATH=$lib timeout 120 compute-sanitizer --tool $tool \
+        --error-exitcode 99 "$binary" \
         --gtest_color=no "--gtest_filter=$filter" >"$logs/$tool.$name.log" 2>&1
       echo "$name: $tool rc $? $(grep -E 'SUMMARY' "$logs/$tool.$name.log" | tail -1)" >>"$summary"
     done

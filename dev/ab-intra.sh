@@ -32,7 +32,8 @@ ab_check_builds "$test_intra" 120 "$subset"
 for ((r = 1; r <= rounds; r++)); do
   for n in "${!names[@]}"; do
     ab_fits 60 "${names[$n]} round $r" || continue
-    LD_LIBRARY_PATH=${dirs[$n]} timeout 120 "$bench" --T 8192,2048 --dtypes bf16 --runs 50 \
+    # shellcheck disable=SC2086  # the build's environment words
+    env ${envs[$n]} LD_LIBRARY_PATH=${dirs[$n]} timeout 120 "$bench" --T 8192,2048 --dtypes bf16 --runs 50 \
       --variants "$variants" >"$logs/bench.${names[$n]}.$r.log" 2>&1
     grep -E '^T=' "$logs/bench.${names[$n]}.$r.log" |
       awk -v n="${names[$n]}" -v r="$r" '{print n, "round", r, $1, $2, $3, "median", $12, $13}' >>"$summary"

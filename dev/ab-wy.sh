@@ -2,7 +2,7 @@
 # chunk_bwd_wy_dqkg kernel experiments that cannot be runtime variants, on the GPU machine: several
 # builds of libkda (each a directory holding libkda.so.0.2, or NAME.tar.xz of one), checked and
 # timed in one call against the carried build (named "base"):
-#   dev/ab-wy.sh [--rounds N] [--shapes LIST] NAME=DIR ...
+#   dev/ab-wy.sh [--rounds N] [--shapes LIST] NAME=DIR[@VAR=VALUE...] ...
 # For each build: test_cuda (every test, every kernel choice) and racecheck + synccheck on
 # gpu-check.sh's WY sanitizer subset; then `kda run chunk_bwd_wy_dqkg --repeat 100` on the shapes
 # (default model-bf16,model-bf16-hx,heads16-k64; any name of dev/wy-shapes.sh; inputs generated
@@ -46,7 +46,8 @@ for ((r = 1; r <= rounds; r++)); do
     for n in "${!names[@]}"; do
       ab_fits 20 "${names[$n]} round $r $shape" || continue
       log=$logs/time.${names[$n]}.$shape.$r.log
-      LD_LIBRARY_PATH=${dirs[$n]} timeout 90 "$kda" run chunk_bwd_wy_dqkg --input "$file" \
+      # shellcheck disable=SC2086  # the build's environment words
+      env ${envs[$n]} LD_LIBRARY_PATH=${dirs[$n]} timeout 90 "$kda" run chunk_bwd_wy_dqkg --input "$file" \
         --backend cuda --repeat 100 >"$log" 2>&1
       rc=$?
       median=$(grep -E '^ *median' "$log" | head -1 | awk '{print $2, $3}')
