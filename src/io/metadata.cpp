@@ -3,13 +3,11 @@
 #include <charconv>
 #include <cmath>
 
+#include "io/op_io_support.hpp"
+
 namespace kda::io {
 
 namespace {
-
-Status fail(const std::string& what) {
-  return invalid_argument("safetensors: " + what);
-}
 
 std::string quoted(const std::string& s) {
   return "\"" + s + "\"";
@@ -27,8 +25,8 @@ Status metadata_optional_double(const Metadata& m, const char* key, std::optiona
   double value = 0.0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) {
-    return fail(std::string("metadata \"") + key + "\": expected a finite number or None, got " +
-                quoted(text));
+    return file_error(std::string("metadata \"") + key +
+                      "\": expected a finite number or None, got " + quoted(text));
   }
   *out = value;
   return Status::Ok();
@@ -44,7 +42,8 @@ Status metadata_int(const Metadata& m, const char* key, int64_t fallback, int64_
   int64_t value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size()) {
-    return fail(std::string("metadata \"") + key + "\": expected an integer, got " + quoted(text));
+    return file_error(std::string("metadata \"") + key + "\": expected an integer, got " +
+                      quoted(text));
   }
   *out = value;
   return Status::Ok();
@@ -62,8 +61,8 @@ Status metadata_bool(const Metadata& m, const char* key, bool* out) {
   } else if (v == "false" || v == "False" || v == "0") {
     *out = false;
   } else {
-    return fail(std::string("metadata \"") + key + "\": expected true, false, 1 or 0, got " +
-                quoted(v));
+    return file_error(std::string("metadata \"") + key + "\": expected true, false, 1 or 0, got " +
+                      quoted(v));
   }
   return Status::Ok();
 }
@@ -72,7 +71,7 @@ Status metadata_expect(const Metadata& m, const char* key, const std::string& ex
                        const std::string& why) {
   const auto it = m.find(key);
   if (it == m.end() || it->second == expected) return Status::Ok();
-  return fail(std::string("metadata \"") + key + "\" is " + quoted(it->second) + "; " + why);
+  return file_error(std::string("metadata \"") + key + "\" is " + quoted(it->second) + "; " + why);
 }
 
 std::string metadata_double_text(double value) {

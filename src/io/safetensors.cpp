@@ -23,6 +23,8 @@
 #include <system_error>
 #include <utility>
 
+#include "io/op_io_support.hpp"
+
 namespace kda::io {
 
 namespace {
@@ -34,7 +36,7 @@ static_assert(std::endian::native == std::endian::little,
               "this reader assumes a little-endian host");
 
 constexpr size_t kLengthBytes = 8;
-constexpr std::string_view kPrefix = "safetensors: ";
+constexpr std::string_view kPrefix = "safetensors: ";  // file_error's (op_io_support.hpp)
 constexpr std::string_view kMetadataKey = "__metadata__";
 // A valid header nests three deep (top object -> entry -> shape list). Refusing deeper input
 // (more than this many objects and lists inside each other) keeps a hostile "[[[[..." header
@@ -44,10 +46,6 @@ constexpr int kMaxJsonDepth = 8;
 // most 3 + 6 + 2 (its fields, a rank-6 shape, two offsets). Bounds the document built from a
 // header of up to 100 MB (a list of 50 million zeros would take 800 MB) to a few tens of MB.
 constexpr int64_t kMaxHeaderValues = 16 * kMaxSafetensorsEntries;
-
-Status fail(const std::string& what) {
-  return invalid_argument(std::string(kPrefix) + what);
-}
 
 struct DTypeName {
   DType dtype;
@@ -127,37 +125,38 @@ struct Entry {
 Status parse_entry(const std::string& name, const json& j, uint64_t data_size, Entry* e) {
   const std::string what = "tensor " + quoted(name) + ": ";
   if (!j.is_object()) {
-    return fail(what + "expected an object {dtype, shape, data_offsets}, got " + j.type_name());
+    return file_error(what + "expected an object {dtype, shape, data_offsets}, got " +
+                      j.type_name());
   }
   e->name = name;
 
   const auto dtype_it = j.find("dtype");
-  if (dtype_it == j.end()) return fail(what + "missing \"dtype\"");
+  if (dtype_it == j.end()) return file_error(what + "missing \"dtype\"");
   if (!dtype_it->is_string()) {
-    return fail(what + "\"dtype\" must be a string, got " + dtype_it->type_name());
+    return file_error(what + "\"dtype\" must be a string, got " + dtype_it->type_name());
   }
   const auto& dtype_text = dtype_it->get_ref<const std::string&>();
   if (!dtype_from_name(dtype_text, &e->dtype)) {
-    return fail(what + "unsupported dtype " + quoted(dtype_text) +
-                " (supported: F16 BF16 F32 F64 I32 I64)");
+    return file_error(what + "unsupported dtype " + quoted(dtype_text) +
+                      " (supported: F16 BF16 F32 F64 I32 I64)");
   }
   const uint64_t itemsize = dtype_size(e->dtype);
 
   const auto shape_it = j.find("shape");
-  if (shape_it == j.end()) return fail(what + "missing \"shape\"");
+  if (shape_it == j.end()) return file_error(what + "missing \"shape\"");
   if (!shape_it->is_array()) {
-    return fail(what + "\"shape\" must be a list of non-negative integers, got " +
-                shape_it->type_name());
+    return file_error(what + "\"shape\" must be a list of non-negative integers, got " +
+                      shape_it->type_name());
   }
   if (shape_it->size() > static_cast<size_t>(kMaxRank)) {
-    return fail(what + "rank " + std::to_string(shape_it->size()) + " is above the " +
-                std::to_string(kMaxRank) + " this reader supports");
+    return file_error(what + "rank " + std::to_string(shape_it->size()) + " is above the " +
+                      std::to_string(kMaxRank) + " this reader supports");
   }
   for (const json& dim : *shape_it) {
     uint64_t extent = 0;
     if (!read_size(dim, &extent)) {
-      return fail(what + "\"shape\" must be a list of non-negative integers, got " +
-                  printable(shape_it->dump()));
+      return file_error(what + "\"shape\" must be a list of non-negative integers, got " +
+                        printable(shape_it->dump()));
     }
     e->shape.push_back(static_cast<int64_t>(extent));
   }
@@ -174,41 +173,44 @@ Status parse_entry(const std::string& name, const json& j, uint64_t data_size, E
       continue;
     }
     if (nbytes > limit / ext) {
-      return fail(what + "element count of shape " + shape_str(e->shape) + " overflows");
+      return file_error(what + "element count of shape " + shape_str(e->shape) + " overflows");
     }
     nbytes *= ext;
   }
   if (has_zero) nbytes = 0;
 
   const auto offsets_it = j.find("data_offsets");
-  if (offsets_it == j.end()) return fail(what + "missing \"data_offsets\"");
+  if (offsets_it == j.end()) return file_error(what + "missing \"data_offsets\"");
   if (!offsets_it->is_array() || offsets_it->size() != 2 ||
       !read_size((*offsets_it)[0], &e->begin) || !read_size((*offsets_it)[1], &e->end)) {
-    return fail(what + "\"data_offsets\" must be two non-negative integers [begin, end], got " +
-                printable(offsets_it->dump()));
+    return file_error(what +
+                      "\"data_offsets\" must be two non-negative integers [begin, end], got " +
+                      printable(offsets_it->dump()));
   }
   const std::string range = "[" + std::to_string(e->begin) + ", " + std::to_string(e->end) + "]";
-  if (e->begin > e->end) return fail(what + "data_offsets " + range + " has begin > end");
+  if (e->begin > e->end) return file_error(what + "data_offsets " + range + " has begin > end");
   if (e->end > data_size) {
-    return fail(what + "data_offsets " + range + " runs past the end of the data section (" +
-                std::to_string(data_size) + " bytes)");
+    return file_error(what + "data_offsets " + range + " runs past the end of the data section (" +
+                      std::to_string(data_size) + " bytes)");
   }
   if (e->end - e->begin != nbytes) {
-    return fail(what + "data_offsets " + range + " span " + std::to_string(e->end - e->begin) +
-                " bytes, but shape " + shape_str(e->shape) + " of " + dtype_text + " needs " +
-                std::to_string(nbytes));
+    return file_error(what + "data_offsets " + range + " span " +
+                      std::to_string(e->end - e->begin) + " bytes, but shape " +
+                      shape_str(e->shape) + " of " + dtype_text + " needs " +
+                      std::to_string(nbytes));
   }
   return Status::Ok();
 }
 
 Status parse_metadata(const json& j, std::map<std::string, std::string>* out) {
   if (!j.is_object()) {
-    return fail("\"__metadata__\" must be an object of strings, got " + std::string(j.type_name()));
+    return file_error("\"__metadata__\" must be an object of strings, got " +
+                      std::string(j.type_name()));
   }
   for (const auto& [key, value] : j.items()) {
     if (!value.is_string()) {
-      return fail("\"__metadata__\" value of " + quoted(key) + " must be a string, got " +
-                  value.type_name());
+      return file_error("\"__metadata__\" value of " + quoted(key) + " must be a string, got " +
+                        value.type_name());
     }
     (*out)[key] = value.get<std::string>();
   }
@@ -278,15 +280,15 @@ HeaderCounts count_header(const uint8_t* text, size_t length) {
 Status parse_header(const uint8_t* text, size_t length, json* out) {
   const HeaderCounts n = count_header(text, length);
   if (n.depth > kMaxJsonDepth) {
-    return fail("header JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return file_error("header JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
   if (n.entries > kMaxSafetensorsEntries) {
-    return fail("header holds more than " + std::to_string(kMaxSafetensorsEntries) +
-                " entries, this reader's limit (a problem file holds a few dozen)");
+    return file_error("header holds more than " + std::to_string(kMaxSafetensorsEntries) +
+                      " entries, this reader's limit (a problem file holds a few dozen)");
   }
   if (n.values > kMaxHeaderValues) {
-    return fail("header holds more than " + std::to_string(kMaxHeaderValues) +
-                " values in its objects and lists, this reader's limit");
+    return file_error("header holds more than " + std::to_string(kMaxHeaderValues) +
+                      " values in its objects and lists, this reader's limit");
   }
   try {
     *out = json::parse(text, text + length);
@@ -296,32 +298,32 @@ Status parse_header(const uint8_t* text, size_t length, json* out) {
     if (const size_t tag_end = why.find("] "); tag_end != std::string_view::npos) {
       why.remove_prefix(tag_end + 2);
     }
-    return fail("header is not valid JSON: " + printable(why));
+    return file_error("header is not valid JSON: " + printable(why));
   }
   return Status::Ok();
 }
 
 Status parse_unchecked(const uint8_t* data, size_t size, SafetensorsFile* out) {
   if (size < kLengthBytes) {
-    return fail("file is " + std::to_string(size) +
-                " bytes, shorter than the 8-byte header length that starts every file");
+    return file_error("file is " + std::to_string(size) +
+                      " bytes, shorter than the 8-byte header length that starts every file");
   }
   uint64_t header_length = 0;
   for (size_t i = 0; i < kLengthBytes; ++i) header_length |= uint64_t{data[i]} << (8 * i);
   if (header_length > kMaxSafetensorsHeaderBytes) {
-    return fail("header length " + std::to_string(header_length) + " bytes is above the " +
-                std::to_string(kMaxSafetensorsHeaderBytes >> 20) +
-                " MB limit (not a safetensors file?)");
+    return file_error("header length " + std::to_string(header_length) + " bytes is above the " +
+                      std::to_string(kMaxSafetensorsHeaderBytes >> 20) +
+                      " MB limit (not a safetensors file?)");
   }
   if (header_length > size - kLengthBytes) {
-    return fail("header length " + std::to_string(header_length) +
-                " bytes runs past the end of the file (" + std::to_string(size - kLengthBytes) +
-                " bytes follow the length)");
+    return file_error("header length " + std::to_string(header_length) +
+                      " bytes runs past the end of the file (" +
+                      std::to_string(size - kLengthBytes) + " bytes follow the length)");
   }
   json header;
   if (Status s = parse_header(data + kLengthBytes, header_length, &header); !s.ok()) return s;
   if (!header.is_object()) {
-    return fail("header must be a JSON object, got " + std::string(header.type_name()));
+    return file_error("header must be a JSON object, got " + std::string(header.type_name()));
   }
 
   const uint8_t* data_section = data + kLengthBytes + header_length;
@@ -349,8 +351,8 @@ Status parse_unchecked(const uint8_t* data, size_t size, SafetensorsFile* out) {
     const Entry& prev = *by_begin[i - 1];
     const Entry& cur = *by_begin[i];
     if (cur.begin < prev.end) {
-      return fail("tensors " + quoted(prev.name) + " and " + quoted(cur.name) +
-                  " overlap in the data section");
+      return file_error("tensors " + quoted(prev.name) + " and " + quoted(cur.name) +
+                        " overlap in the data section");
     }
   }
 
@@ -374,21 +376,22 @@ Status plan_layout(const SafetensorsFile& file, Layout* layout) {
   std::vector<std::pair<const std::string*, const HostTensor*>> order;
   for (const auto& [name, t] : file.tensors) {
     const std::string what = "cannot write tensor " + quoted(name) + ": ";
-    if (name == kMetadataKey) return fail(what + "the name is reserved for metadata");
+    if (name == kMetadataKey) return file_error(what + "the name is reserved for metadata");
     if (name_of(t.dtype).empty()) {
-      return fail(what + "dtype " + std::string(dtype_name(t.dtype)) + " has no safetensors name");
+      return file_error(what + "dtype " + std::string(dtype_name(t.dtype)) +
+                        " has no safetensors name");
     }
     if (t.shape.size() > static_cast<size_t>(kMaxRank)) {
-      return fail(what + "rank " + std::to_string(t.shape.size()) + " is above " +
-                  std::to_string(kMaxRank));
+      return file_error(what + "rank " + std::to_string(t.shape.size()) + " is above " +
+                        std::to_string(kMaxRank));
     }
     for (int64_t extent : t.shape) {
-      if (extent < 0) return fail(what + "negative extent in shape " + shape_str(t.shape));
+      if (extent < 0) return file_error(what + "negative extent in shape " + shape_str(t.shape));
     }
     if (t.bytes.size() != static_cast<size_t>(t.numel()) * dtype_size(t.dtype)) {
-      return fail(what + "holds " + std::to_string(t.bytes.size()) + " bytes, shape " +
-                  shape_str(t.shape) + " needs " +
-                  std::to_string(static_cast<size_t>(t.numel()) * dtype_size(t.dtype)));
+      return file_error(what + "holds " + std::to_string(t.bytes.size()) + " bytes, shape " +
+                        shape_str(t.shape) + " needs " +
+                        std::to_string(static_cast<size_t>(t.numel()) * dtype_size(t.dtype)));
     }
     order.emplace_back(&name, &t);
   }
@@ -411,7 +414,7 @@ Status plan_layout(const SafetensorsFile& file, Layout* layout) {
   try {
     layout->header = header.dump();
   } catch (const json::exception&) {
-    return fail("cannot write: a tensor name or metadata string is not valid UTF-8");
+    return file_error("cannot write: a tensor name or metadata string is not valid UTF-8");
   }
   // Pad so the data section starts 8-byte aligned.
   layout->header.append((kLengthBytes - layout->header.size() % kLengthBytes) % kLengthBytes, ' ');
@@ -425,13 +428,13 @@ void length_bytes(uint64_t n, uint8_t out[kLengthBytes]) {
 }  // namespace
 
 Status parse_safetensors(const uint8_t* data, size_t size, SafetensorsFile* out) {
-  if (data == nullptr && size != 0) return fail("null data pointer");
+  if (data == nullptr && size != 0) return file_error("null data pointer");
   try {
     return parse_unchecked(data, size, out);
   } catch (const std::bad_alloc&) {
-    return fail("out of memory while reading the file");
+    return file_error("out of memory while reading the file");
   } catch (const std::exception& e) {  // nothing else should throw; never let it escape
-    return fail("malformed file: " + printable(e.what()));
+    return file_error("malformed file: " + printable(e.what()));
   }
 }
 
@@ -620,30 +623,30 @@ Status problem_from_safetensors(const SafetensorsFile& file, const OpIo& op, Hos
     } else if (listed(inputs, name)) {
       p.tensors[name] = t;
     } else {
-      return fail("unexpected tensor " + quoted(name) + " for " + op.name + " (inputs are " +
-                  joined(inputs) + "; outputs " + joined(outputs_named) + ")");
+      return file_error("unexpected tensor " + quoted(name) + " for " + op.name + " (inputs are " +
+                        joined(inputs) + "; outputs " + joined(outputs_named) + ")");
     }
   }
   for (const std::string& name : op.required_inputs()) {
-    if (!p.has(name)) return fail("missing input tensor " + quoted(name) + " of " + op.name);
+    if (!p.has(name)) return file_error("missing input tensor " + quoted(name) + " of " + op.name);
   }
   if (Status s = op.options_from_metadata(file.metadata, &p); !s.ok()) return s;
   if (Status s = op.check_output_sizes(p); !s.ok()) return s;
 
   p.allocate_outputs();
   if (Status s = op.validate(p); !s.ok()) {
-    return fail("the tensors do not form a valid problem: " + s.message);
+    return file_error("the tensors do not form a valid problem: " + s.message);
   }
   for (const auto& [name, t] : outputs) {
     const HostTensor& out = p.get(name);
     if (t.shape != out.shape) {
-      return fail("tensor " + quoted(name) + " has shape " + shape_str(t.shape) +
-                  ", but the output is " + shape_str(out.shape));
+      return file_error("tensor " + quoted(name) + " has shape " + shape_str(t.shape) +
+                        ", but the output is " + shape_str(out.shape));
     }
     // Compared value by value later: a wrong dtype would read as a numeric mismatch there.
     if (t.dtype != out.dtype) {
-      return fail("tensor " + quoted(name) + " has dtype " + std::string(name_of(t.dtype)) +
-                  ", but the output is " + std::string(name_of(out.dtype)));
+      return file_error("tensor " + quoted(name) + " has dtype " + std::string(name_of(t.dtype)) +
+                        ", but the output is " + std::string(name_of(out.dtype)));
     }
   }
   *problem = std::move(p);

@@ -328,8 +328,8 @@ __device__ __forceinline__ void store_dq(const LoopStrides& st, int i, int j, bo
       dq_row[0] = dq[0];
       dq_row[1] = dq[1];
     } else if (valid) {
-      *reinterpret_cast<float4*>(st.dq + (i * st.out_row + kc[0])) =
-          make_float4(dq_row[0], dq_row[1], dq[0], dq[1]);
+      const float row[2][2] = {{dq_row[0], dq_row[1]}, {dq[0], dq[1]}};
+      store_quad_row(st.dq + (i * st.out_row + kc[0]), row);
     }
   } else if (valid) {
     *reinterpret_cast<float2*>(st.dq + (i * st.out_row + kc[j])) = make_float2(dq[0], dq[1]);
