@@ -271,6 +271,8 @@ fi
 if want sanitizer-matrix; then
   # KDA_SANITIZER_MATRIX: which binaries (wy, intra; default both) get the four tools.
   # KDA_SANITIZER_TOOLS: which tools (default all four).
+  # KDA_SANITIZER_SECONDS: the most one tool's run may take (default 400; racecheck over the
+  # whole test_cuda needs ~420 s on an H100 with 5 shards).
   tools=${KDA_SANITIZER_TOOLS:-memcheck,racecheck,synccheck,initcheck}
   matrix=()
   for tool in ${tools//,/ }; do
@@ -287,7 +289,7 @@ if want sanitizer-matrix; then
       continue
     fi
     log=$logs/sanitizer-matrix.$1.$name.log
-    run_shards 400 "$log" compute-sanitizer --tool "$1" --error-exitcode 99 "$2" --gtest_color=no
+    run_shards "${KDA_SANITIZER_SECONDS:-400}" "$log" compute-sanitizer --tool "$1" --error-exitcode 99 "$2" --gtest_color=no
     rc=$?
     # memcheck, synccheck, initcheck end with "ERROR SUMMARY: 0 errors", racecheck with
     # "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)".
