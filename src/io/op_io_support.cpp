@@ -7,7 +7,7 @@
 namespace kda::io {
 
 Status file_error(const std::string& what) {
-  return invalid_argument("safetensors: " + what);
+  return invalid_argument(std::string(kFileErrorPrefix) + what);
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {

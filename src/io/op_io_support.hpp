@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -14,7 +15,11 @@
 
 namespace kda::io {
 
-// An error in a safetensors file's contents ("safetensors: " + what).
+// The start of every safetensors error's message (file_error's, and the reader's and writer's
+// own messages about the file as a whole).
+inline constexpr std::string_view kFileErrorPrefix = "safetensors: ";
+
+// An error in a safetensors file's contents (kFileErrorPrefix + what).
 Status file_error(const std::string& what);
 
 // "[2, 64, 4]".

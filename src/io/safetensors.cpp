@@ -36,7 +36,6 @@ static_assert(std::endian::native == std::endian::little,
               "this reader assumes a little-endian host");
 
 constexpr size_t kLengthBytes = 8;
-constexpr std::string_view kPrefix = "safetensors: ";  // file_error's (op_io_support.hpp)
 constexpr std::string_view kMetadataKey = "__metadata__";
 // A valid header nests three deep (top object -> entry -> shape list). Refusing deeper input
 // (more than this many objects and lists inside each other) keeps a hostile "[[[[..." header
@@ -98,12 +97,6 @@ std::string printable(std::string_view s) {
     if (u < 0x20 || u >= 0x7f) c = '?';
   }
   return p;
-}
-
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 // A JSON integer >= 0 that fits int64 (shapes and offsets are int64 once read).
@@ -173,7 +166,7 @@ Status parse_entry(const std::string& name, const json& j, uint64_t data_size, E
       continue;
     }
     if (nbytes > limit / ext) {
-      return file_error(what + "element count of shape " + shape_str(e->shape) + " overflows");
+      return file_error(what + "element count of shape " + shape_text(e->shape) + " overflows");
     }
     nbytes *= ext;
   }
@@ -196,7 +189,7 @@ Status parse_entry(const std::string& name, const json& j, uint64_t data_size, E
   if (e->end - e->begin != nbytes) {
     return file_error(what + "data_offsets " + range + " span " +
                       std::to_string(e->end - e->begin) + " bytes, but shape " +
-                      shape_str(e->shape) + " of " + dtype_text + " needs " +
+                      shape_text(e->shape) + " of " + dtype_text + " needs " +
                       std::to_string(nbytes));
   }
   return Status::Ok();
@@ -386,11 +379,11 @@ Status plan_layout(const SafetensorsFile& file, Layout* layout) {
                         std::to_string(kMaxRank));
     }
     for (int64_t extent : t.shape) {
-      if (extent < 0) return file_error(what + "negative extent in shape " + shape_str(t.shape));
+      if (extent < 0) return file_error(what + "negative extent in shape " + shape_text(t.shape));
     }
     if (t.bytes.size() != static_cast<size_t>(t.numel()) * dtype_size(t.dtype)) {
       return file_error(what + "holds " + std::to_string(t.bytes.size()) + " bytes, shape " +
-                        shape_str(t.shape) + " needs " +
+                        shape_text(t.shape) + " needs " +
                         std::to_string(static_cast<size_t>(t.numel()) * dtype_size(t.dtype)));
     }
     order.emplace_back(&name, &t);
@@ -440,7 +433,7 @@ Status parse_safetensors(const uint8_t* data, size_t size, SafetensorsFile* out)
 
 Status read_safetensors(const std::string& path, SafetensorsFile* out) {
   namespace fs = std::filesystem;
-  const std::string where = std::string(kPrefix) + path + ": ";
+  const std::string where = std::string(kFileErrorPrefix) + path + ": ";
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   if (ec || !fs::exists(st)) return invalid_argument(where + "no such file");
@@ -460,7 +453,7 @@ Status read_safetensors(const std::string& path, SafetensorsFile* out) {
     return invalid_argument(where + "read failed: " + std::strerror(errno));
   }
   Status s = parse_safetensors(bytes.data(), bytes.size(), out);
-  if (!s.ok()) s.message = where + s.message.substr(kPrefix.size());
+  if (!s.ok()) s.message = where + s.message.substr(kFileErrorPrefix.size());
   return s;
 }
 
@@ -554,7 +547,7 @@ std::string output_path_problem(const std::string& path) {
 Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
   Layout layout;
   if (Status s = plan_layout(file, &layout); !s.ok()) return s;
-  const std::string where = std::string(kPrefix) + "cannot write " + path + ": ";
+  const std::string where = std::string(kFileErrorPrefix) + "cannot write " + path + ": ";
   const fs::path target = write_target(path);
   std::error_code ec;
   const fs::file_status st = fs::status(target, ec);
@@ -640,8 +633,8 @@ Status problem_from_safetensors(const SafetensorsFile& file, const OpIo& op, Hos
   for (const auto& [name, t] : outputs) {
     const HostTensor& out = p.get(name);
     if (t.shape != out.shape) {
-      return file_error("tensor " + quoted(name) + " has shape " + shape_str(t.shape) +
-                        ", but the output is " + shape_str(out.shape));
+      return file_error("tensor " + quoted(name) + " has shape " + shape_text(t.shape) +
+                        ", but the output is " + shape_text(out.shape));
     }
     // Compared value by value later: a wrong dtype would read as a numeric mismatch there.
     if (t.dtype != out.dtype) {
