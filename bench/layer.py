@@ -747,8 +747,10 @@ def environment(kk, kfla):
     import triton
 
     import fla
-    from fla.ops.kda.backends import kda_registry
 
+    from kda_kernels import _fla_release
+
+    kda_registry = _fla_release.load().registry
     return dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                 triton=triton.__version__, fla=getattr(fla, "__version__", "?"),
                 libkda=str(kk.library_path()), torch_op=kk.torch_op_backend(detail=True),

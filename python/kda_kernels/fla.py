@@ -1,5 +1,6 @@
 """Makes flash-linear-attention's chunk_kda backward call kda_kernels.
 
+Works with fla 0.5.2 and 0.6.x, told apart by what the installed fla provides (_fla_release).
 fla dispatches ``chunk_kda_bwd_wy_dqkg_fused`` (fla/ops/kda/chunk_bwd.py) and
 ``chunk_kda_bwd_intra`` (fla/ops/kda/chunk_intra.py), both decorated ``@dispatch('kda')``,
 through its KDA backend registry: for each call it walks the registered backends by priority and
@@ -23,7 +24,7 @@ Examples
 
 import threading
 
-from . import _api, _signatures
+from . import _api, _fla_release, _signatures
 
 BACKEND_TYPE = "kda_kernels"
 # fla: lower runs first. 1 puts this ahead of fla's optional GPU backends (flash_kda 3,
@@ -179,25 +180,51 @@ def _accepting_check(device_type="cuda", single_device=None):
     return accept
 
 
+def _release_keywords_reason(chunk_offsets=None, use_graph=False, lower_bound=None):
+    """Why the keywords fla 0.6 added to the stage functions rule a call out, or None.
+
+    None of them changes what the operators compute, so each is served when well-formed:
+    ``chunk_offsets`` (WY; fla's own function ignores it too: it is for the state scans),
+    ``use_graph`` (both; fla's static buffers for CUDA-graph capture: our outputs come from
+    torch's caching allocator, which capture serves from the graph's pool, the kernels run on
+    torch's current stream and nothing synchronizes; the sentinel rows of fla's static chunk
+    list, sequence id < 0, are skipped by our kernels as by fla's), ``lower_bound`` (intra; it
+    moves the reference point of fla's Triton exponentials only, a constant that cancels)."""
+    import torch
+
+    if chunk_offsets is not None and not isinstance(chunk_offsets, torch.Tensor):
+        return f"chunk_offsets is a {type(chunk_offsets).__name__}, not a torch.Tensor"
+    if use_graph is not True and use_graph is not False:
+        return f"use_graph is {use_graph!r}, not a bool"
+    if lower_bound is not None and not isinstance(lower_bound, (int, float)):
+        return f"lower_bound is a {type(lower_bound).__name__}, not a number"
+    return None
+
+
 def _make_backend_class(base_class=None, device_type="cuda"):
     """The backend class, derived from fla's BaseBackend (or from `base_class`, for tests and the
     host-cost bench that run without fla; `device_type` as for _accepting_check)."""
     if base_class is None:
-        from fla.ops.backends import BaseBackend as base_class
+        base_class = _fla_release.load().base_class
+
+    import torch
 
     from . import _torch_op  # fla brings torch; plain `import kda_kernels.fla` does not need it
 
     wy = _torch_op.OPS["chunk_kda_bwd_wy_dqkg_fused"].run
     intra = _torch_op.OPS["chunk_kda_bwd_intra"].run
     accept = _accepting_check(device_type)
+    Tensor = torch.Tensor
 
     class KdaKernelsBackend(base_class):
         """fla KDA backend running chunk_kda_bwd_wy_dqkg_fused and chunk_kda_bwd_intra on
         kda_kernels' CUDA kernels.
 
         fla calls with keywords, in its own parameter order (for the WY function:
-        state_v_first before cu_seqlens). **kwargs keeps a future extra keyword from breaking
-        the call. The functions call the ops with every argument positional, skipping the
+        state_v_first before cu_seqlens). The parameters are fla 0.6's, which are 0.5.2's
+        followed by the keywords 0.6 added (see _release_keywords_reason). **kwargs keeps a
+        future extra keyword from breaking the call: the verifier then hands the call back to
+        fla, naming it, so that no keyword is dropped unseen. The functions call the ops with every argument positional, skipping the
         public functions' argument checks (the verifier saw the call): the compiled op through
         torch's dispatcher (its implementation is C++), or the python op's implementation
         directly (past the dispatcher, whose Python custom-op layers cost ~40 us of host time
@@ -213,13 +240,19 @@ def _make_backend_class(base_class=None, device_type="cuda"):
         def chunk_kda_bwd_wy_dqkg_fused_verifier(self, q, k, v, v_new, g, beta, A, h, do, dh,
                                                  dv, scale=None, state_v_first=False,
                                                  cu_seqlens=None, chunk_size=64,
-                                                 chunk_indices=None, **kwargs):
-            if not kwargs and accept("chunk_kda_bwd_wy_dqkg_fused",
-                                     (q, k, v, v_new, g, beta, A, h, do, dh, dv), chunk_size,
-                                     cu_seqlens, chunk_indices):
+                                                 chunk_indices=None, chunk_offsets=None,
+                                                 use_graph=False, **kwargs):
+            if (not kwargs and (chunk_offsets is None or isinstance(chunk_offsets, Tensor))
+                    and (use_graph is False or use_graph is True)
+                    and accept("chunk_kda_bwd_wy_dqkg_fused",
+                               (q, k, v, v_new, g, beta, A, h, do, dh, dv), chunk_size,
+                               cu_seqlens, chunk_indices)):
                 return True, None
             if kwargs:
                 return False, f"unknown arguments {sorted(kwargs)}"
+            reason = _release_keywords_reason(chunk_offsets=chunk_offsets, use_graph=use_graph)
+            if reason is not None:
+                return False, reason
             tensors = dict(q=q, k=k, v=v, v_new=v_new, g=g, beta=beta, A=A, h=h, do=do, dh=dh,
                            dv=dv)
             reason = _unsupported_reason("chunk_kda_bwd_wy_dqkg_fused", tensors, chunk_size,
@@ -228,7 +261,8 @@ def _make_backend_class(base_class=None, device_type="cuda"):
 
         def chunk_kda_bwd_wy_dqkg_fused(self, q, k, v, v_new, g, beta, A, h, do, dh, dv,
                                         scale=None, state_v_first=False, cu_seqlens=None,
-                                        chunk_size=64, chunk_indices=None, **kwargs):
+                                        chunk_size=64, chunk_indices=None, chunk_offsets=None,
+                                        use_graph=False, **kwargs):
             if cu_seqlens is None:
                 chunk_indices = None  # fla ignores it then; libkda would refuse it
             return wy(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, cu_seqlens, chunk_size,
@@ -236,13 +270,18 @@ def _make_backend_class(base_class=None, device_type="cuda"):
 
         def chunk_kda_bwd_intra_verifier(self, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg,
                                          cu_seqlens=None, chunk_indices=None, chunk_size=64,
-                                         safe_gate=False, **kwargs):
-            if not kwargs and accept("chunk_kda_bwd_intra",
-                                     (q, k, g, beta, dAqk, dAkk, dq, dk, db, dg), chunk_size,
-                                     cu_seqlens, chunk_indices):
+                                         safe_gate=False, lower_bound=None, use_graph=False,
+                                         **kwargs):
+            if (not kwargs and (lower_bound is None or isinstance(lower_bound, (int, float)))
+                    and (use_graph is False or use_graph is True)
+                    and accept("chunk_kda_bwd_intra", (q, k, g, beta, dAqk, dAkk, dq, dk, db, dg),
+                               chunk_size, cu_seqlens, chunk_indices)):
                 return True, None
             if kwargs:
                 return False, f"unknown arguments {sorted(kwargs)}"
+            reason = _release_keywords_reason(use_graph=use_graph, lower_bound=lower_bound)
+            if reason is not None:
+                return False, reason
             tensors = dict(q=q, k=k, g=g, beta=beta, dAqk=dAqk, dAkk=dAkk, dq=dq, dk=dk, db=db,
                            dg=dg)
             reason = _unsupported_reason("chunk_kda_bwd_intra", tensors, chunk_size, cu_seqlens,
@@ -251,7 +290,7 @@ def _make_backend_class(base_class=None, device_type="cuda"):
 
         def chunk_kda_bwd_intra(self, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg,
                                 cu_seqlens=None, chunk_indices=None, chunk_size=64,
-                                safe_gate=False, **kwargs):
+                                safe_gate=False, lower_bound=None, use_graph=False, **kwargs):
             if cu_seqlens is None:
                 chunk_indices = None  # fla ignores it then; libkda would refuse it
             return intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens, chunk_indices,
@@ -311,18 +350,16 @@ def probe_cuda_kernels(device=None):
     return dict(CUDA_KERNELS)
 
 
-def _registry():
-    try:
-        import fla.ops.backends as fla_backends
-        from fla.ops.kda.backends import kda_registry
-    except ImportError as e:
-        raise ImportError(f"kda_kernels.fla needs flash-linear-attention (fla): {e}") from e
-    if fla_backends._DISPATCH_DISABLED:
+def _release():
+    """The installed fla's backend machinery (_fla_release.FlaRelease); ImportError when fla is
+    missing or of an unsupported shape, RuntimeError when its dispatch is switched off."""
+    release = _fla_release.load()
+    if release.dispatch_disabled:
         raise RuntimeError(
             "fla's backend dispatch is off (FLA_DISABLE_BACKEND_DISPATCH=1), so fla would never "
             "call kda_kernels; unset it to use kda_kernels.fla"
         )
-    return kda_registry
+    return release
 
 
 def _operator_names(ops):
@@ -348,7 +385,7 @@ def _subset_class(full_class, ops):
     """The backend class that runs only the operators `ops` (fla names): `full_class` itself for
     all of them, else a subclass whose other operators' functions and verifiers are None. fla's
     dispatch then passes those by: a missing verifier accepts the call, and a backend whose
-    function is None is skipped (fla/ops/backends: `if impl is None: continue`), so the next
+    function is None is skipped (in both releases' dispatch: `if impl is None: continue`), so the next
     backend or fla's own kernel runs them without a call into this module."""
     others = [sig.fla_name for sig in _signatures.SIGNATURES if sig.fla_name not in ops]
     if not others:
@@ -386,14 +423,15 @@ def enable(ops=None):
     ValueError
         ``ops`` names an operator kda_kernels does not have, or none.
     ImportError
-        fla is not installed.
+        fla is not installed, or its backend machinery is neither 0.5.2's nor 0.6.x's (the
+        message says what was found).
     RuntimeError
         The loaded libkda has no usable CUDA backend (it was built without nvcc, or no GPU is
         present), libkda was not found, or fla's dispatch is disabled.
     """
     global _backend_class
     names = _operator_names(ops)
-    registry = _registry()
+    release = _release()
     if not _api.backend_available("cuda"):
         raise RuntimeError(
             f"kda_kernels.fla.enable(): the cuda backend is not available in "
@@ -403,38 +441,33 @@ def enable(ops=None):
         if any(sig.fla_name not in CUDA_KERNELS for sig in _signatures.SIGNATURES):
             probe_cuda_kernels()  # once: the loaded library does not change
         if _backend_class is None:
-            _backend_class = _make_backend_class()
-        registry.register(_subset_class(_backend_class, names)())
+            _backend_class = _make_backend_class(release.base_class)
+        release.register(_subset_class(_backend_class, names)())
 
 
 def disable():
     """Remove kda_kernels from fla's KDA backends; fla's own kernels run again. Harmless when
     not enabled."""
-    registry = _registry()
-    # fla's registry has no unregister: remove ours and let it pick its active backend afresh.
-    with registry._lock:
-        registry._backends.pop(BACKEND_TYPE, None)
-        registry._active = None
-        registry._update_active_backend()
+    _release().unregister(BACKEND_TYPE)
 
 
 def is_enabled():
     """Whether kda_kernels is registered with fla (False when fla is not installed)."""
     try:
-        registry = _registry()
+        release = _release()
     except (ImportError, RuntimeError):
         return False
-    return BACKEND_TYPE in registry._backends
+    return release.registered(BACKEND_TYPE) is not None
 
 
 def enabled_operators():
     """The fla names of the operators the registered backend takes (all of them after
     ``enable()``, the chosen ones after ``enable(ops=...)``); () when not enabled."""
     try:
-        registry = _registry()
+        release = _release()
     except (ImportError, RuntimeError):
         return ()
-    backend = registry._backends.get(BACKEND_TYPE)
+    backend = release.registered(BACKEND_TYPE)
     if backend is None:
         return ()
     return tuple(sig.fla_name for sig in _signatures.SIGNATURES

@@ -1,8 +1,10 @@
-"""kda_kernels.fla: registering with fla's KDA backend registry, the verifiers' hand-backs, the
-probe of which operators the library has CUDA kernels for, and a KDA layer's forward + backward
+"""kda_kernels.fla against the installed fla (0.5.2 or 0.6.x; tools/run-tests.sh runs this file
+once per fla release it finds): registering with fla's KDA backend registry, fla's own dispatch
+reaching our functions with its keywords (on the CPU too), the verifiers' hand-backs, the probe
+of which operators the library has CUDA kernels for, and a KDA layer's forward + backward
 through fla's chunk_kda with and without our backend, counting the calls fla's dispatch makes to
-each of our two functions. Skipped without torch or fla; all but the signature check also need
-a CUDA device and the cuda backend."""
+each of our two functions. Skipped without torch or fla; the tests marked needs_cuda also need a
+CUDA device and the cuda backend."""
 
 import contextlib
 import inspect
@@ -16,12 +18,14 @@ pytest.importorskip("fla", reason="flash-linear-attention (fla) is not installed
 
 import torch.nn.functional as F  # noqa: E402
 from fla.ops.kda import chunk_kda  # noqa: E402
-from fla.ops.kda.backends import kda_registry  # noqa: E402
 
 import kda_kernels as kk  # noqa: E402
 import kda_kernels.fla as kfla  # noqa: E402
 from fla_tuning import trim_fla_autotuners  # noqa: E402
-from kda_kernels import _signatures  # noqa: E402
+from kda_kernels import _fla_release, _signatures  # noqa: E402
+
+RELEASE = _fla_release.load()
+kda_registry = RELEASE.registry
 from kda_testing import PASS_BAR, err_ratio, torch_intra_problem, torch_problem  # noqa: E402
 
 # Correctness does not depend on fla's tuning: one config per kernel, no autotuning (which took
@@ -52,17 +56,96 @@ def _parameters(fn, skip=()):
             if p.name not in skip and p.kind != inspect.Parameter.VAR_KEYWORD]
 
 
+# The keywords fla 0.6 added to each stage function, after 0.5.2's parameters.
+ADDED_IN_06 = {WY: [("chunk_offsets", None), ("use_graph", False)],
+               INTRA: [("lower_bound", None), ("use_graph", False)]}
+
+
+def test_release_shape():
+    """The machinery found is the one this fla release has (told apart by what it provides;
+    the version string only confirms it here)."""
+    import fla
+
+    major_minor = tuple(int(x) for x in fla.__version__.split(".")[:2])
+    assert RELEASE.shape == ("fla.backends" if major_minor >= (0, 6) else "fla.ops.backends")
+    assert RELEASE.version == fla.__version__
+
+
 @pytest.mark.parametrize("sig", _signatures.SIGNATURES, ids=lambda s: s.op_name)
 def test_backend_methods_take_flas_parameters(sig):
     """fla's dispatch calls our methods with its own function's arguments: same names, order
-    and defaults (no GPU needed); chunk_kda_bwd_intra's public function has them too."""
+    and defaults, those of 0.5.2 and then those 0.6 added (no GPU needed); chunk_kda_bwd_intra's
+    public function has 0.5.2's."""
     backend_class = kfla._make_backend_class()
     theirs = _parameters(_fla_function(sig.fla_name))
-    assert _parameters(getattr(backend_class, sig.fla_name), skip=("self",)) == theirs
+    ours = _parameters(getattr(backend_class, sig.fla_name), skip=("self",))
+    assert ours[:len(theirs)] == theirs
+    assert ours[len(theirs):] in ([], ADDED_IN_06[sig.fla_name])
     assert _parameters(getattr(backend_class, sig.fla_name + "_verifier"),
-                       skip=("self",)) == theirs
+                       skip=("self",)) == ours
+    if RELEASE.shape == "fla.backends":
+        assert ours == theirs  # 0.6.x: every keyword it passes is a named parameter
     if sig.fla_name == INTRA:
-        assert _parameters(kk.chunk_kda_bwd_intra, skip=("backend", "kernel")) == theirs
+        public = _parameters(kk.chunk_kda_bwd_intra, skip=("backend", "kernel"))
+        assert public + ADDED_IN_06[INTRA] == ours
+
+
+@pytest.fixture
+def cpu_backend(monkeypatch):
+    """Our backend registered with the real fla registry, built to accept CPU tensors (the
+    host-cost bench's variant: the verifiers' rules with the device type "cpu") and with both
+    operators marked as having kernels, so that fla's own dispatch runs our functions on the
+    library's cpu backend, without a GPU."""
+    backend_class = kfla._make_backend_class(RELEASE.base_class, device_type="cpu")
+    monkeypatch.setattr(kfla, "CUDA_KERNELS", {WY: True, INTRA: True})
+    RELEASE.register(backend_class())
+    yield backend_class
+    RELEASE.unregister(kfla.BACKEND_TYPE)
+
+
+def _fla_dispatched(fla_name):
+    from fla.ops.kda.chunk_bwd import chunk_kda_bwd_wy_dqkg_fused
+    from fla.ops.kda.chunk_intra import chunk_kda_bwd_intra
+
+    return {WY: chunk_kda_bwd_wy_dqkg_fused, INTRA: chunk_kda_bwd_intra}[fla_name]
+
+
+@pytest.mark.parametrize("sig", _signatures.SIGNATURES, ids=lambda s: s.op_name)
+def test_flas_dispatch_runs_our_functions_with_its_keywords(cpu_backend, sig):
+    """fla's own dispatch (the wrapper on its stage function) reaches our function, which gives
+    the public function's results; with 0.6's keywords too (use_graph=True is served)."""
+    if sig.fla_name == WY:
+        inputs, options = torch_problem(x="float32", seqlens=[1, 40, 64, 70], BT=32, HV=4, H=2)
+        want = kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **options)
+        call = dict(inputs, scale=options.get("scale"), cu_seqlens=options["cu_seqlens"],
+                    chunk_size=options["chunk_size"], chunk_indices=options.get("chunk_indices"))
+    else:
+        inputs, options = torch_intra_problem(x="float32", T=100, BT=32, safe_gate=True)
+        want = kk.chunk_kda_bwd_intra(**inputs, **options)
+        call = dict(inputs, cu_seqlens=None, chunk_indices=None, chunk_size=options["chunk_size"],
+                    safe_gate=True)
+    calls = []
+    original = getattr(cpu_backend, sig.fla_name)
+
+    def counted(self, *args, **kwargs):
+        calls.append(kwargs)
+        return original(self, *args, **kwargs)
+
+    setattr(cpu_backend, sig.fla_name, counted)
+    try:
+        extra = [{}]
+        if RELEASE.shape == "fla.backends":
+            extra.append({"use_graph": True, **({"chunk_offsets": None} if sig.fla_name == WY
+                                                else {"lower_bound": -5.0})})
+        for keywords in extra:
+            got = _fla_dispatched(sig.fla_name)(**call, **keywords)
+            assert len(got) == len(want)
+            for a, b in zip(got, want):
+                assert torch.equal(a, b)
+    finally:
+        setattr(cpu_backend, sig.fla_name, original)
+    assert len(calls) == len(extra)
+    assert all(calls[i].items() >= extra[i].items() for i in range(len(extra)))
 
 
 @pytest.fixture
@@ -216,7 +299,7 @@ def backend_calls():
     registered instance). Yields a dict of lists, by function name, that get one entry per
     call."""
     kfla.enable()  # makes sure the class exists; the caller decides whether it stays registered
-    backend_class = type(kfla._registry()._backends[kfla.BACKEND_TYPE])
+    backend_class = type(RELEASE.registered(kfla.BACKEND_TYPE))
     originals = {name: getattr(backend_class, name) for name in (WY, INTRA)}
     calls = {name: [] for name in originals}
 

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 
 import kda_kernels as kk  # noqa: E402
 import kda_kernels.fla as kfla  # noqa: E402
-from kda_kernels import _signatures  # noqa: E402
+from kda_kernels import _fla_release, _signatures  # noqa: E402
 from kda_testing import INTRA_OUTPUT_NAMES, torch_intra_problem, torch_problem  # noqa: E402
 
 
@@ -84,11 +84,31 @@ def test_verifier_reasons(backend):
         "cu_seqlens is a list": dict(cu_seqlens=[0, 64]),
         "cu_seqlens is on meta, q on cpu": dict(cu_seqlens=torch.tensor([0, 64], device="meta")),
         "unknown arguments ['future']": dict(future=1),
+        "use_graph is 1, not a bool": dict(use_graph=1),
+        "chunk_offsets is a list, not a torch.Tensor": dict(chunk_offsets=[0, 1]),
     }
     for want, change in cases.items():
         ok, reason = _verify(backend, **change)
         assert not ok, want
         assert want in reason, (want, reason)
+
+
+def test_fla_06_keywords_pass_to_the_same_results(backend):
+    """fla 0.6's keywords (chunk_offsets, use_graph; lower_bound for intra) change nothing we
+    compute: the verifiers get past them (to the device check, the CPU tensors' only reason
+    left) and the functions give the public functions' results."""
+    inputs, options = torch_problem(x="float32", T=64, BT=32)
+    extra = dict(chunk_offsets=torch.zeros(2, dtype=torch.int64), use_graph=True)
+    assert _verify(backend, **extra)[1].startswith("q is on cpu")
+    got = backend.chunk_kda_bwd_wy_dqkg_fused(**_fla_call(inputs, options), **extra)
+    for a, b in zip(got, kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **options)):
+        assert torch.equal(a, b)
+    inputs, options = torch_intra_problem(x="float32", T=64, BT=32, safe_gate=True)
+    extra = dict(lower_bound=-5.0, use_graph=True)
+    assert _verify_intra(backend, **extra)[1].startswith("q is on cpu")
+    got = backend.chunk_kda_bwd_intra(**_fla_intra_call(inputs, options), **extra)
+    for a, b in zip(got, kk.chunk_kda_bwd_intra(**inputs, **options)):
+        assert torch.equal(a, b)
 
 
 def test_backend_drops_chunk_indices_without_cu_seqlens(backend):
@@ -179,6 +199,8 @@ def test_intra_verifier_reasons(backend):
         "cu_seqlens is a list": dict(cu_seqlens=[0, 64]),
         "chunk_indices is on meta, q on cpu": dict(chunk_indices=torch.zeros(1, 2, device="meta")),
         "unknown arguments ['future']": dict(future=1),
+        "use_graph is 'yes', not a bool": dict(use_graph="yes"),
+        "lower_bound is a str, not a number": dict(lower_bound="-5"),
     }
     for want, change in cases.items():
         ok, reason = _verify_intra(backend, **change)
@@ -338,19 +360,23 @@ WY, INTRA = "chunk_kda_bwd_wy_dqkg_fused", "chunk_kda_bwd_intra"
 
 
 class _FakeRegistry:
-    """What enable() / disable() / enabled_operators() use of fla's KDA registry
-    (fla/ops/backends: BackendRegistry), without fla."""
+    """What enable() / disable() / enabled_operators() use of fla's KDA registry, without fla:
+    0.6's (fla.backends: BackendRegistry, a dict of backends by type) or, with `cached_active`,
+    0.5.2's (fla.ops.backends: the same plus a lock and a cached active backend)."""
 
-    def __init__(self):
+    def __init__(self, cached_active):
         import threading
 
-        self._lock = threading.RLock()
         self._backends = {}
-        self._active = None
+        self.cached_active = cached_active
+        if cached_active:
+            self._lock = threading.RLock()
+            self._active = None
 
     def register(self, backend):
         self._backends[backend.backend_type] = backend
-        self._update_active_backend()
+        if self.cached_active:
+            self._update_active_backend()
 
     def _update_active_backend(self):
         self._active = next(iter(self._backends.values()), None)
@@ -371,12 +397,13 @@ def _dispatch_like_fla(registry, func_name, fla_kernel, *args):
     return fla_kernel(*args)
 
 
-@pytest.fixture
-def fake_fla(monkeypatch):
-    """enable() against a fake registry, with a backend class built on `object` (no fla) and
-    both operators recorded as having CUDA kernels (no probe)."""
-    registry = _FakeRegistry()
-    monkeypatch.setattr(kfla, "_registry", lambda: registry)
+@pytest.fixture(params=["fla.backends", "fla.ops.backends"])
+def fake_fla(monkeypatch, request):
+    """enable() against a fake registry of either fla release's shape, with a backend class
+    built on `object` (no fla) and both operators recorded as having CUDA kernels (no probe)."""
+    registry = _FakeRegistry(cached_active=request.param == "fla.ops.backends")
+    release = _fla_release.FlaRelease(request.param, "fake", object, registry, False)
+    monkeypatch.setattr(kfla, "_release", lambda: release)
     monkeypatch.setattr(kfla._api, "backend_available", lambda name: True)
     monkeypatch.setattr(kfla, "CUDA_KERNELS", {WY: True, INTRA: True})
     monkeypatch.setattr(kfla, "_backend_class", kfla._make_backend_class(object))
@@ -415,6 +442,9 @@ def test_enable_a_subset_of_the_operators(fake_fla):
     assert kfla.enabled_operators() == (WY, INTRA)
     kfla.disable()
     assert not kfla.is_enabled() and kfla.enabled_operators() == ()
+    assert fake_fla._backends == {}
+    if fake_fla.cached_active:
+        assert fake_fla._active is None  # 0.5.2's cached choice no longer names ours
 
 
 @pytest.mark.parametrize("ops", [(WY,), (INTRA,), None], ids=["wy", "intra", "both"])
@@ -439,8 +469,56 @@ def test_enable_checks_ops_before_anything_else(monkeypatch):
     def no_fla():
         raise ImportError("kda_kernels.fla needs flash-linear-attention (fla): no fla")
 
-    monkeypatch.setattr(kfla, "_registry", no_fla)
+    monkeypatch.setattr(kfla, "_release", no_fla)
     with pytest.raises(ValueError, match="unknown operator"):
         kfla.enable(ops=("chunk_kda_fwd",))
     with pytest.raises(ImportError):
         kfla.enable(ops=(WY,))
+
+
+# --- which fla is installed ---------------------------------------------------------------
+
+
+def _load_release_with(tmp_path, files):
+    """_fla_release.load() in a fresh interpreter whose only fla is a stand-in package made of
+    `files` (path under tmp_path: text); returns what it printed (the error's type and text)."""
+    import subprocess
+    import sys
+
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    code = ("from kda_kernels import _fla_release\n"
+            "try:\n    r = _fla_release.load(); print('OK', r.shape)\n"
+            "except ImportError as e:\n    print(type(e).__name__, e)\n")
+    env = dict(__import__("os").environ, PYTHONPATH=f"{tmp_path}:{kk.__path__[0]}/..")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.strip()
+
+
+def test_missing_fla_is_named_as_missing(tmp_path):
+    said = _load_release_with(tmp_path, {"placeholder.txt": ""})
+    assert said.startswith("ImportError"), said
+    assert "which is not installed" in said and "0.5.2 and 0.6.x" in said, said
+
+
+def test_fla_of_another_shape_is_named_with_the_supported_releases(tmp_path):
+    """An fla with neither release's machinery (an old 0.4, say): the error says which fla was
+    found and which releases work, not that fla is missing."""
+    said = _load_release_with(tmp_path, {"fla/__init__.py": "__version__ = '0.4.2'\n"})
+    assert said.startswith("FlaUnsupportedError"), said
+    assert "fla 0.4.2 at" in said and "no backend registry" in said, said
+    assert "0.5.2 and 0.6.x" in said and "not installed" not in said, said
+
+
+def test_fla_with_a_partial_registry_is_named(tmp_path):
+    said = _load_release_with(tmp_path, {
+        "fla/__init__.py": "__version__ = '0.7.0'\n",
+        "fla/backends.py": "class BaseBackend:\n    pass\n",
+    })
+    assert said.startswith("FlaUnsupportedError"), said
+    assert "has fla.backends but not what kda_kernels registers through" in said, said
+    assert "BackendRegistry" in said, said
