@@ -1,15 +1,18 @@
 """`pip install ./python` the way a user on a machine without network does it (no index, no build
 isolation), and `pip install -e` for development: each installed copy is then imported in a
 fresh interpreter, away from the checkout, and must load the right libkda and compute what the
-checkout's package computes, for both operators. The README's offline command runs in a fresh
-virtual environment, as written, once the prerequisites it lists are there, and without them
-fails with a message that names them. Needs pip, setuptools >= 64 and wheel (or setuptools >=
-70.1), as `tools/run-tests.sh` installs them; no torch, no GPU, no network."""
+checkout's package computes, for both operators. The README's one command runs in a fresh
+virtual environment, as written (offline), once the prerequisites it lists are there, and
+without them fails with a message that names them; on a copy of the checkout it builds
+everything with CMake and, after a source change, rebuilds. Needs pip, setuptools >= 64 and
+wheel (or setuptools >= 70.1), as `tools/run-tests.sh` installs them, and for the build cmake
+and the C++ build's packages; no GPU, no network."""
 
 import json
 import os
 import re
 import shlex
+import shutil
 import site
 import subprocess
 import sys
@@ -153,22 +156,26 @@ def _fresh_venv(env_dir, parent_packages):
     return python
 
 
-def _readme_offline_command():
-    """The README's command for an install without network, as its words (`pip install ...`)."""
+def _readme_install_command():
+    """The README's one install command (`pip install ...`, the only one in a sh block), as its
+    words."""
     readme = (REPO_ROOT / "README.md").read_text()
-    commands = re.findall(r"^(pip install [^#\n]*--no-index[^#\n]*?)\s*(?:#.*)?$", readme, re.M)
-    assert len(commands) == 1, f"README.md: expected one offline pip command, found {commands}"
+    blocks = re.findall(r"```sh\n(.*?)```", readme, re.S)
+    commands = [line.split("#")[0].strip() for block in blocks for line in block.splitlines()
+                if line.startswith("pip install")]
+    assert len(commands) == 1, f"README.md: expected one pip command, found {commands}"
     words = shlex.split(commands[0])
-    assert words[-1] == "./python", words
+    assert words[-1] == "./python" and "--no-build-isolation" in words, words
     return words
 
 
-def _run_readme_command(python, env):
-    words = _readme_offline_command()
-    # `pip` of the README is the environment's pip; ./python is the checkout's package folder.
-    args = [str(python), "-m", *words[:-1], str(PACKAGE_DIR)]
-    return subprocess.run(args, capture_output=True, text=True, env=env, cwd=REPO_ROOT,
-                          timeout=600)
+def _run_readme_command(python, env, package_dir=PACKAGE_DIR):
+    """The README's command, offline (PIP_NO_INDEX, as `--no-index` would), by `python`'s pip
+    (`pip` of the README is the environment's pip; ./python is the checkout's package folder)."""
+    words = _readme_install_command()
+    args = [str(python), "-m", *words[:-1], str(package_dir)]
+    return subprocess.run(args, capture_output=True, text=True, env=dict(env, PIP_NO_INDEX="1"),
+                          cwd=package_dir.parent, timeout=900)
 
 
 @needs_build_tools
@@ -206,3 +213,56 @@ def test_readme_offline_install_names_missing_prerequisites(tmp_path):
     assert "No module named 'wheel'" not in output, output[-3000:]
     assert "kda-kernels: building the package needs setuptools >= 70.1" in output, output[-3000:]
     assert "numpy" in output, output[-3000:]
+
+
+needs_cmake = pytest.mark.skipif(
+    shutil.which("cmake") is None or shutil.which("git") is None
+    or not (REPO_ROOT / ".git").exists(),
+    reason="needs cmake, git and a git checkout (the build copies the tracked files)",
+)
+
+
+def _copy_checkout(dest):
+    """The checkout's tracked files (as committed or changed here, not its builds) in `dest`."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        source = REPO_ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+
+
+@needs_build_tools
+@needs_cmake
+def test_one_command_builds_everything_and_rebuilds_after_a_change(tmp_path):
+    """The README's one command, offline, in a fresh virtual environment holding this
+    interpreter's packages (torch among them where it is installed), on a copy of the checkout:
+    it builds libkda (CPU-only here through CMAKE_ARGS, to bound the test's time) and, with
+    torch, the compiled op for that torch, and installs the package bundling both. After a
+    change to a library source the same command rebuilds, and the installed library is the
+    changed one: nothing is bundled as found."""
+    checkout = tmp_path / "checkout"
+    _copy_checkout(checkout)
+    python = _fresh_venv(tmp_path / "venv", parent_packages=True)
+    env = _clean_env(CMAKE_ARGS="-DKDA_ENABLE_CUDA=OFF")
+    result = _run_readme_command(python, env, checkout / "python")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    found = _probe(python, tmp_path, _clean_env())
+    lib_dir = Path(found["library"]).resolve().parent
+    assert lib_dir.name == "lib" and checkout not in lib_dir.parents
+    assert found["version"] == kk.__version__
+    assert found["outputs"] == _expected_outputs()
+    has_torch = subprocess.run([str(python), "-c", "import torch"], env=_clean_env(),
+                               capture_output=True).returncode == 0
+    if has_torch and os.environ.get("KDA_TORCH_OP") != "python":
+        assert found["torch_op"].startswith(f"compiled ({lib_dir}/libkda_torch-"), found
+
+    # A source change: kda_version() now says so. The same command rebuilds and installs it.
+    c_api = checkout / "src" / "core" / "c_api.cpp"
+    text = c_api.read_text()
+    assert "return kda::kVersionString;" in text
+    c_api.write_text(text.replace("return kda::kVersionString;", 'return "changed-here";'))
+    result = _run_readme_command(python, env, checkout / "python")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert _probe(python, tmp_path, _clean_env())["version"] == "changed-here"
