@@ -30,6 +30,12 @@
 #                     H=32 with fla's kernels, with our WY, with both of ours: GPU time per
 #                     kernel, eager wall time, CUDA graph time, gradients against fla's; its
 #                     tables go into the summary
+#   fla               kda_kernels.fla against the mirror's fla source tree and every fla release
+#                     of .carry/fla-releases.tar.xz (PyPI): tests/python/test_fla.py and
+#                     test_fla_layer.py (fla's KimiDeltaAttention trained one step, kernel
+#                     launches counted), then fla's own tests/ops/test_kda.py with our backend
+#                     enabled (tests/python/fla_peer_plugin.py: calls to our backend counted);
+#                     KDA_FLA_PEER_SECONDS bounds each peer run (150)
 #   bench-intra       bench_intra_cuda (chunk_bwd_intra, its variants, both safe_gate values)
 #   ncu-intra         ncu (--set full, SASS-level stall samples) on one chunk_bwd_intra launch at
 #                     the model shape (T=8192 bf16); report, details and the SASS table in logs
@@ -397,6 +403,58 @@ if want bench-py-wy; then
   brc=$?
   row "bench/run.py --op chunk_bwd_wy_dqkg (fla pinned)" "$([ $brc -eq 0 ] && echo PASS || echo "FAIL (rc $brc)"): see bench-py-wy/"
   [ -f "$logs/bench-py-wy/bench.md" ] && cat "$logs/bench-py-wy/bench.md" >>"$summary"
+fi
+
+# --- kda_kernels.fla against each fla: our tests, then fla's own KDA tests ------------------
+if want fla; then
+  releases=$carry/fla-releases
+  if [ -f "$carry/fla-releases.tar.xz" ] && [ ! -d "$releases" ]; then
+    mkdir -p "$releases" && tar -xJf "$carry/fla-releases.tar.xz" -C "$releases"
+  fi
+  trees=()
+  [ -d "$carry/fla" ] && trees+=("$carry")  # the mirror's source tree: $carry/fla
+  for tree in "$releases"/*/; do
+    # KDA_FLA_RELEASES (versions, space-separated) picks some of the carried releases.
+    [[ -z "${KDA_FLA_RELEASES:-}" || " $KDA_FLA_RELEASES " == *" $(basename "$tree") "* ]] || continue
+    [ -d "$tree/fla" ] && trees+=("${tree%/}")
+  done
+  for tree in "${trees[@]}"; do
+    label=$(PYTHONPATH=$tree python3 -c 'import fla; print(fla.__version__)' 2>/dev/null)
+    [ "$tree" = "$carry" ] && label="$label-source"
+    path="$tree:$PWD/python:$PWD/tests/python"
+    bounded 200 env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$path" python3 -m pytest \
+      -q -rsP -p no:cacheprovider tests/python/test_fla.py tests/python/test_fla_layer.py \
+      >"$logs/fla-$label.log" 2>&1
+    frc=$?
+    row "test_fla*.py against fla $label" \
+      "$([ $frc -eq 0 ] && echo PASS || echo "FAIL (rc $frc)"): $(grep -E 'passed|failed' "$logs/fla-$label.log" | tail -1)"
+    grep -h '^\[KimiDeltaAttention\]' "$logs/fla-$label.log" >>"$summary"
+    calls=$logs/fla-peer-calls-$label
+    mkdir -p "$calls"
+    # pytest's cache (kept in the logs) remembers the failures for the baseline run below.
+    cache=(-o "cache_dir=$logs/fla-peer-cache-$label")
+    (cd "$carry/fla-peer" && bounded "${KDA_FLA_PEER_SECONDS:-150}" env \
+      KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$path" KDA_PEER_CALLS_DIR="$calls" \
+      python3 -m pytest -q -rs "${cache[@]}" -p fla_peer_plugin -n "${KDA_FLA_PEER_WORKERS:-4}" \
+      tests/ops/test_kda.py) >"$logs/fla-peer-$label.log" 2>&1
+    prc=$?
+    row "fla's tests/ops/test_kda.py, our backend, fla $label" \
+      "$([ $prc -eq 0 ] && echo PASS || echo "FAIL (rc $prc)"): $(grep -E 'passed|failed' "$logs/fla-peer-$label.log" | tail -1)"
+    row "  calls fla's dispatch made to our backend" "$(python3 -c '
+import collections, json, pathlib, sys
+total = collections.Counter()
+for f in pathlib.Path(sys.argv[1]).glob("calls-*.json"):
+    total.update(json.loads(f.read_text()))
+print(dict(total))' "$calls")"
+    if grep -q '^FAILED' "$logs/fla-peer-$label.log"; then
+      # The failed tests again on fla alone: a failure there too is fla's own, not ours.
+      (cd "$carry/fla-peer" && bounded 120 env KDA_PEER_BACKEND=0 PYTHONPATH="$path" \
+        python3 -m pytest -q -rs "${cache[@]}" -p fla_peer_plugin --lf -n "${KDA_FLA_PEER_WORKERS:-4}" \
+        tests/ops/test_kda.py) >"$logs/fla-peer-$label-baseline.log" 2>&1
+      row "  those that failed, on fla alone" "$(grep -E 'passed|failed' "$logs/fla-peer-$label-baseline.log" | tail -1)"
+      grep -h '^FAILED' "$logs/fla-peer-$label.log" | cut -c1-200 | head -20 >>"$summary"
+    fi
+  done
 fi
 
 # --- a KDA layer through fla's chunk_kda, with and without our kernels (issues 13, 14) ---------

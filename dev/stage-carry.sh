@@ -14,6 +14,9 @@
 #                        that exist only for the trip; the repository never holds them)
 #   .carry/fla_best_configs_h200.json   fla's tuned configs, for the benchmarks
 #   .carry/fla/          fla's Python package from the mirror (for the fla tests and benchmarks)
+#   .carry/fla-releases.tar.xz   every fla release of tests/python/fla_releases.txt from PyPI
+#                        (tools/install-fla-releases.sh), for the `fla` part: one folder each
+#   .carry/fla-peer/     fla's own tests/conftest.py and tests/ops/test_kda.py from the mirror
 # Then, with the device tool: run `dev/gpu-check.sh ...` with carry [".carry"].
 #   dev/stage-carry.sh [--old BUILD_DIR] [--no-fla]
 set -euo pipefail
@@ -55,8 +58,15 @@ for d in ../shared/golden*/; do
 done
 cp ../shared/fla_best_configs_h200.json .carry/
 mirror=/work/.mirror/fla-org+flash-linear-attention/repo
+if [ "$with_fla" = 1 ]; then
+  releases=${KDA_FLA_RELEASES_DIR:-/tmp/kda-fla-releases}
+  tools/install-fla-releases.sh "$releases" "${KDA_TORCH_PYTHON:-python3}" >/dev/null
+  tar -cf - -C "$releases" . | xz -T2 -6 >.carry/fla-releases.tar.xz
+fi
 if [ "$with_fla" = 1 ] && [ -d "$mirror" ]; then
   git -C "$mirror" archive HEAD fla | tar -x -C .carry
+  mkdir -p .carry/fla-peer
+  git -C "$mirror" archive HEAD tests/conftest.py tests/ops/test_kda.py | tar -x -C .carry/fla-peer
 elif [ "$with_fla" = 1 ]; then
   echo "stage-carry: no fla mirror at $mirror (the fla tests and columns will skip)" >&2
 fi

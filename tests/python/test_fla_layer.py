@@ -1,0 +1,108 @@
+"""A training step of fla's KimiDeltaAttention layer (fla/layers/kda.py, its default settings:
+gate and beta sigmoid in the kernel, l2norm in the kernel, V-first state) through fla's
+chunk_kda, with fla's kernels and with kda_kernels' backend, on the installed fla (0.5.2 or
+0.6.x; tools/run-tests.sh runs it once per release). The profiler counts the kernels each
+backward launches: with our backend, fla's two Triton kernels we replace never run and ours run
+once per layer backward; every gradient (weights and input) stays within the bf16 bar of fla's.
+Needs torch, fla (with transformers, which fla's layers import), a CUDA device and the cuda
+backend."""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the fla tests need it)")
+pytest.importorskip("fla", reason="flash-linear-attention (fla) is not installed")
+
+import kda_kernels as kk  # noqa: E402
+import kda_kernels.fla as kfla  # noqa: E402
+from kda_testing import PASS_BAR, err_ratio  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not (torch.cuda.is_available() and kk.backend_available("cuda")),
+    reason="needs a CUDA device and a libkda with the cuda backend",
+)
+
+# Kernel names as the profiler reports them: fla's Triton kernels for the two operators, and
+# ours (C++ names in namespace kda::cuda; chunk_bwd_intra's in kda::cuda::intra).
+FLA_KERNELS = {"wy": "chunk_kda_bwd_kernel_wy_dqkg_fused", "intra": "chunk_kda_bwd_kernel_intra"}
+
+
+def _ours(name, op):
+    if "kda::cuda::" not in name:
+        return False
+    return ("kda::cuda::intra::" in name) == (op == "intra")
+
+
+def _layer(seed=0):
+    """fla's KimiDeltaAttention with its defaults (hidden 2048, 16 heads of 128), in bf16."""
+    from fla_tuning import trim_fla_autotuners
+
+    from fla.layers.kda import KimiDeltaAttention
+
+    torch.manual_seed(seed)
+    layer = KimiDeltaAttention().to(device="cuda", dtype=torch.bfloat16)
+    trim_fla_autotuners()  # one config per fla kernel: correctness does not depend on tuning
+    return layer
+
+
+def _training_step(layer, x, do):
+    """Forward and backward of one step; the gradients of the input and of every weight, and the
+    CUDA kernels the backward launched, by name, with their counts."""
+    from torch.profiler import ProfilerActivity, profile
+
+    layer.zero_grad(set_to_none=True)
+    x = x.detach().requires_grad_(True)
+    o = layer(x)[0]
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        (o.float() * do).sum().backward()
+        torch.cuda.synchronize()
+    launches = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            launches[event.name] = launches.get(event.name, 0) + 1
+    grads = {"x": x.grad.detach().clone()}
+    grads.update({name: p.grad.detach().clone() for name, p in layer.named_parameters()
+                  if p.grad is not None})
+    return grads, launches
+
+
+def _count(launches, fla_kernel=None, ours=None):
+    """Launches of fla's kernel of that name, or of our kernels of operator `ours`."""
+    if fla_kernel is not None:
+        return sum(n for name, n in launches.items() if fla_kernel in name)
+    return sum(n for name, n in launches.items() if _ours(name, ours))
+
+
+def test_kimi_layer_training_step_runs_our_kernels():
+    pytest.importorskip("transformers", reason="fla's layers import transformers")
+    layer = _layer()
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(2, 1024, layer.hidden_size, device="cuda", generator=gen,
+                    dtype=torch.float32).to(torch.bfloat16)
+    do = torch.randn(2, 1024, layer.hidden_size, device="cuda", generator=gen)
+
+    kfla.disable()
+    fla_grads, fla_launches = _training_step(layer, x, do)
+    try:
+        kfla.enable()
+        our_grads, our_launches = _training_step(layer, x, do)
+    finally:
+        kfla.disable()
+    ours = {op: _count(our_launches, ours=op) for op in FLA_KERNELS}
+    theirs = {op: _count(our_launches, fla_kernel=name) for op, name in FLA_KERNELS.items()}
+    without = {op: _count(fla_launches, fla_kernel=name) for op, name in FLA_KERNELS.items()}
+    print(f"\n[KimiDeltaAttention] backward launches with kda_kernels: ours {ours}, "
+          f"fla's replaced kernels {theirs}; without: fla's {without}")
+    # Without our backend fla's kernels run and ours do not (the counts observe the real path).
+    assert without == {"wy": 1, "intra": 1}, fla_launches
+    assert all(_count(fla_launches, ours=op) == 0 for op in FLA_KERNELS), fla_launches
+    # With it: one launch of each of ours per layer backward, none of the two fla kernels.
+    assert ours == {"wy": 1, "intra": 1}, our_launches
+    assert theirs == {"wy": 0, "intra": 0}, our_launches
+    ratios = {n: err_ratio(our_grads[n].double().cpu().numpy(),
+                           fla_grads[n].double().cpu().numpy()) for n in fla_grads}
+    print("[KimiDeltaAttention] gradient err_ratio, ours vs fla: "
+          + " ".join(f"d{n}={r:.1e}" for n, r in sorted(ratios.items())))
+    assert set(our_grads) == set(fla_grads)
+    for name, ratio in ratios.items():
+        assert ratio <= PASS_BAR["bfloat16"], f"d{name}: err_ratio {ratio:.2e}"
