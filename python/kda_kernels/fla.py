@@ -224,12 +224,13 @@ def _make_backend_class(base_class=None, device_type="cuda"):
         state_v_first before cu_seqlens). The parameters are fla 0.6's, which are 0.5.2's
         followed by the keywords 0.6 added (see _release_keywords_reason). **kwargs keeps a
         future extra keyword from breaking the call: the verifier then hands the call back to
-        fla, naming it, so that no keyword is dropped unseen. The functions call the ops with every argument positional, skipping the
-        public functions' argument checks (the verifier saw the call): the compiled op through
-        torch's dispatcher (its implementation is C++), or the python op's implementation
-        directly (past the dispatcher, whose Python custom-op layers cost ~40 us of host time
-        a call and buy nothing here: fla's dispatch is torch.compiler.disable'd, so these
-        always run eagerly on plain CUDA tensors, like fla's own Triton launch).
+        fla, naming it, so that no keyword is dropped unseen. The functions call the ops with
+        every argument positional, skipping the public functions' argument checks (the
+        verifier saw the call): the compiled op through torch's dispatcher (its implementation
+        is C++), or the python op's implementation directly (past the dispatcher, whose Python
+        custom-op layers cost ~40 us of host time a call and buy nothing here: fla's dispatch
+        is torch.compiler.disable'd, so these always run eagerly on plain CUDA tensors, like
+        fla's own Triton launch).
         """
 
         backend_type = BACKEND_TYPE
