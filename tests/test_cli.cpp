@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -248,6 +249,41 @@ TEST(Cli, NanInAnInputPropagatesAndTheCheckStillPasses) {
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "PASS: all 6 outputs")) << r.out;
   std::filesystem::remove(path);
+}
+
+// A file naming an input twice is refused, naming the tensor: the header's last entry was taken
+// (here a second q holding k's values, appended to the data section) and the run went on with it,
+// exit 0.
+TEST(Cli, FileNamingATensorTwiceIsRefused) {
+  for (const auto& [run_op, shape] :
+       {std::pair{kWy, "--shape 1,40,2,16,8 --chunk-size 16 --dtype fp32"},
+        std::pair{kIntra, "--shape 1,40,2,16 --chunk-size 16 --dtype fp32"}}) {
+    SCOPED_TRACE(run_op);
+    const std::string path = temp_path("twice.safetensors");
+    generated_file(run_op, shape, path);
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    const std::string bytes = read_text(path);
+    uint64_t length = 0;
+    for (int i = 0; i < 8; ++i) length |= uint64_t{static_cast<uint8_t>(bytes[i])} << (8 * i);
+    const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, length));
+    std::string data = bytes.substr(8 + length);
+    nlohmann::json second_q = header.at("k");
+    const uint64_t begin = second_q["data_offsets"][0], end = second_q["data_offsets"][1];
+    second_q["data_offsets"] = {data.size(), data.size() + end - begin};
+    data += data.substr(begin, end - begin);
+    const std::string text = header.dump();
+    const std::string twice = text.substr(0, text.size() - 1) + ",\"q\":" + second_q.dump() + "}";
+    std::string prefix(8, '\0');
+    for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>(uint64_t{twice.size()} >> (8 * i));
+    std::ofstream(path, std::ios::binary) << prefix << twice << data;
+
+    const CliResult r = run_kda(run_op + "--input '" + path + "' --backend cpu --repeat 1");
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_TRUE(contains(
+        r.err, "kda: error: safetensors: " + path + ": tensor \"q\" appears twice in the header"))
+        << r.err;
+    std::filesystem::remove(path);
+  }
 }
 
 // -o never overwrites the --input file (it once replaced a golden file's reference outputs with

@@ -309,6 +309,25 @@ std::vector<Malformed> malformed_cases() {
                 R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                 16),
        "overlap"},
+      // A name given twice: json::parse kept the last entry, and the file was read as if the
+      // first were not there. Also spelled differently (an escape), and keys inside an entry.
+      {"tensor named twice",
+       raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                16),
+       "tensor \"a\" appears twice in the header"},
+      {"tensor named twice, once escaped",
+       raw_file(R"({"q":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                R"("\u0071":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                4),
+       "tensor \"q\" appears twice in the header"},
+      {"metadata twice", raw_file(R"({"__metadata__":{},"__metadata__":{"a":"1"}})"),
+       "\"__metadata__\" appears twice in the header"},
+      {"a key twice in an entry",
+       entry(R"({"dtype":"F32","shape":[1],"dtype":"F64","data_offsets":[0,4]})"),
+       "tensor \"t\": key \"dtype\" appears twice"},
+      {"a metadata key twice", raw_file(R"({"__metadata__":{"a":"1","a":"2"}})"),
+       "\"__metadata__\": key \"a\" appears twice"},
       {"metadata not an object", raw_file(R"({"__metadata__":[1]})"),
        "\"__metadata__\" must be an object"},
       {"metadata value not a string", raw_file(R"({"__metadata__":{"scale":0.5}})"),

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <system_error>
+#include <unordered_set>
 #include <utility>
 
 #include "io/op_io_support.hpp"
@@ -270,6 +271,71 @@ HeaderCounts count_header(const uint8_t* text, size_t length) {
   return n;
 }
 
+// json::parse's document builder, refusing a key given twice in one object where json::parse
+// keeps the last one: a header naming a tensor twice was read as its last entry, and the run went
+// on with it (the reference safetensors library refuses such files too). On a duplicate,
+// `duplicate` is the key and `entry` the top-level entry it is in (the key itself at the top).
+class UniqueKeysBuilder {
+ public:
+  explicit UniqueKeysBuilder(json* out) : dom_(*out) {}
+
+  bool null() { return dom_.null(); }
+  bool boolean(bool value) { return dom_.boolean(value); }
+  bool number_integer(json::number_integer_t value) { return dom_.number_integer(value); }
+  bool number_unsigned(json::number_unsigned_t value) { return dom_.number_unsigned(value); }
+  bool number_float(json::number_float_t value, const json::string_t& text) {
+    return dom_.number_float(value, text);
+  }
+  bool string(json::string_t& value) { return dom_.string(value); }
+  bool binary(json::binary_t& value) { return dom_.binary(value); }
+  bool start_object(size_t size) {
+    ++depth_;
+    keys_.emplace_back();
+    return dom_.start_object(size);
+  }
+  bool key(json::string_t& key) {
+    if (depth_ == 1) entry = key;
+    if (!keys_.back().insert(key).second) {
+      duplicate = key;
+      return false;  // stops the parse
+    }
+    return dom_.key(key);
+  }
+  bool end_object() {
+    --depth_;
+    keys_.pop_back();
+    return dom_.end_object();
+  }
+  bool start_array(size_t size) {
+    ++depth_;
+    return dom_.start_array(size);
+  }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
+  template <class Exception>
+  bool parse_error(size_t position, const std::string& token, const Exception& error) {
+    return dom_.parse_error(position, token, error);  // throws it
+  }
+
+  std::string entry, duplicate;
+  int depth() const { return depth_; }
+
+ private:
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  std::vector<std::unordered_set<std::string>> keys_;  // of each enclosing object
+  int depth_ = 0;                                      // enclosing objects and lists
+};
+
+// The message for a key given twice, naming the tensor (or "__metadata__").
+Status duplicate_key_error(const UniqueKeysBuilder& builder) {
+  const std::string entry = builder.entry == kMetadataKey ? std::string("\"__metadata__\"")
+                                                          : "tensor " + quoted(builder.entry);
+  if (builder.depth() == 1) return file_error(entry + " appears twice in the header");
+  return file_error(entry + ": key " + quoted(builder.duplicate) + " appears twice");
+}
+
 Status parse_header(const uint8_t* text, size_t length, json* out) {
   const HeaderCounts n = count_header(text, length);
   if (n.depth > kMaxJsonDepth) {
@@ -284,7 +350,8 @@ Status parse_header(const uint8_t* text, size_t length, json* out) {
                       " values in its objects and lists, this reader's limit");
   }
   try {
-    *out = json::parse(text, text + length);
+    UniqueKeysBuilder builder(out);
+    if (!json::sax_parse(text, text + length, &builder)) return duplicate_key_error(builder);
   } catch (const json::exception& e) {
     // Drop nlohmann's "[json.exception.parse_error.101] " tag; keep its position and reason.
     std::string_view why = e.what();

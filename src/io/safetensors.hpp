@@ -30,8 +30,9 @@ inline constexpr int64_t kMaxSafetensorsEntries = int64_t{1} << 16;
 // status is invalid_argument with a one-line message starting "safetensors: " and *out is left
 // untouched. The header's JSON nests at most 8 deep, holds at most kMaxSafetensorsEntries entries
 // and 16 times as many values in all (checked in one pass before it is parsed, which takes time
-// linear in its size). Tensor byte ranges must not overlap (so the copy never exceeds the file's
-// size) and ranks are at most kMaxRank; bytes after the last tensor are ignored.
+// linear in its size). A key given twice in one object (a tensor named twice) is refused, naming
+// it. Tensor byte ranges must not overlap (so the copy never exceeds the file's size) and ranks
+// are at most kMaxRank; bytes after the last tensor are ignored.
 Status parse_safetensors(const uint8_t* data, size_t size, SafetensorsFile* out);
 Status read_safetensors(const std::string& path, SafetensorsFile* out);
 
