@@ -42,11 +42,11 @@ std::string temp_path(const std::string& name) {
   return ::testing::TempDir() + "kda_test_cli_" + std::to_string(::getpid()) + "_" + name;
 }
 
-// Runs `kda <args>`; stdout through a pipe, stderr through a file.
-CliResult run_kda(const std::string& args) {
+// Runs `kda <args>`; stdout through a pipe, stderr through a file. `shell` runs before it in the
+// same shell (e.g. "ulimit -v 1000000; ").
+CliResult run_kda(const std::string& args, const std::string& shell = "") {
   const std::string err_path = temp_path("stderr.txt");
-  const std::string command =
-      std::string("'") + KDA_CLI_PATH + "' " + args + " 2>'" + err_path + "'";
+  const std::string command = shell + "'" + KDA_CLI_PATH + "' " + args + " 2>'" + err_path + "'";
   CliResult r;
   std::FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return r;
@@ -324,6 +324,44 @@ TEST(Cli, OutputNeverOverwritesTheInputAndIsCheckedBeforeTheRun) {
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(std::filesystem::exists(dir + "/sub/out.safetensors"));
   EXPECT_EQ(read_text(path), before);
+  std::filesystem::remove_all(dir);
+}
+
+// The files in `dir`, hidden ones included (a temporary file left behind is hidden).
+std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  return names;
+}
+
+// -o's file is created before the run, beside the target: a path that passes every check short
+// of creating a file there (as root, /proc/version, an existing file, and /sys/x.st in a
+// directory access() calls writable) failed only after the run ("cannot write /proc/version: No
+// such file or directory"). No temporary file is left, whether a run is refused after -o's file
+// was created or writes it.
+TEST(Cli, OutputFileIsCreatedBeforeTheRun) {
+  const std::string small_intra = kIntra + "--shape 1,64,2,16 --chunk-size 16 --dtype fp32 ";
+  for (const std::string out : {"/proc/version", "/sys/x.st"}) {
+    SCOPED_TRACE(out);
+    if (!std::filesystem::exists(std::filesystem::path(out).parent_path())) continue;
+    const CliResult r = run_kda(small_intra + "--backend cpu --repeat 1 -o " + out);
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    const std::vector<std::string> errors = lines_starting_with(r.err, "kda: error: ");
+    ASSERT_EQ(errors.size(), 1u) << r.err;
+    EXPECT_TRUE(contains(errors[0], "cannot write")) << errors[0];
+    EXPECT_TRUE(contains(errors[0], out)) << errors[0];
+    EXPECT_FALSE(contains(r.err, "kda: running")) << "refused after the run: " << r.err;
+  }
+  const std::string dir = temp_path("created");
+  std::filesystem::create_directories(dir);
+  CliResult r = run_kda(small_intra + "--backend cpu-ref --check -o '" + dir + "/out.safetensors'");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(files_in(dir).empty()) << files_in(dir).front();
+  r = run_kda(small_intra + "--backend cpu --repeat 1 -o '" + dir + "/out.safetensors'");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(files_in(dir), std::vector<std::string>{"out.safetensors"});
   std::filesystem::remove_all(dir);
 }
 

@@ -611,55 +611,98 @@ std::string output_path_problem(const std::string& path) {
   return "";
 }
 
-Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
-  Layout layout;
-  if (Status s = plan_layout(file, &layout); !s.ok()) return s;
+SafetensorsWriter::~SafetensorsWriter() {
+  discard();
+}
+
+void SafetensorsWriter::discard() {
+  if (out_ != nullptr) std::fclose(out_);
+  out_ = nullptr;
+  if (!temp_.empty()) ::unlink(temp_.c_str());
+  temp_.clear();
+}
+
+Status SafetensorsWriter::open(const std::string& path) {
+  discard();
+  path_ = path;
   const std::string where = std::string(kFileErrorPrefix) + "cannot write " + path + ": ";
+  if (path.empty()) return invalid_argument(where + "the path is empty");
   const fs::path target = write_target(path);
   std::error_code ec;
   const fs::file_status st = fs::status(target, ec);
   if (fs::is_directory(st)) return invalid_argument(where + "is a directory");
+  target_ = target.string();
 
   // A device or a pipe (/dev/null, /dev/full, a FIFO) is written in place: never renamed over.
   if (fs::exists(st) && !fs::is_regular_file(st)) {
-    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(target.c_str(), "wb"),
-                                                      &std::fclose);
-    if (!f) return invalid_argument(where + std::strerror(errno));
-    const bool ok = write_layout(f.get(), layout);
-    const int error = errno;
-    if (ok && std::fclose(f.release()) == 0) return Status::Ok();
-    return invalid_argument(where + std::strerror(ok ? errno : error));
+    out_ = std::fopen(target_.c_str(), "wb");
+    if (out_ == nullptr) return invalid_argument(where + std::strerror(errno));
+    return Status::Ok();
   }
-
   // Anything else: the bytes go to a new file beside the target, which replaces it by a rename
   // only once complete and on disk. A failed write, a full disk or a killed process leaves the
   // target as it was (and at worst a hidden ".NAME.partial-PID-N" file beside it); the target is
-  // never a truncated or part-written file that could be read as a problem. Streamed tensor by
-  // tensor: no second copy of a multi-GB problem in memory.
+  // never a truncated or part-written file that could be read as a problem. Created here, so
+  // that a directory where no file can be created (a read-only file system, /proc, /sys: access()
+  // does not tell, least of all to root) is found before the caller's work, not after it.
   std::string temp;
   const int fd = create_temporary(target, &temp);
-  if (fd < 0) return invalid_argument(where + std::strerror(errno));
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(::fdopen(fd, "wb"), &std::fclose);
-  if (!f) {
+  if (fd < 0) {
+    return invalid_argument(where + "cannot create the temporary file " + temp +
+                            " beside it: " + std::strerror(errno));
+  }
+  temp_ = temp;
+  out_ = ::fdopen(fd, "wb");
+  if (out_ == nullptr) {
     const int error = errno;
     ::close(fd);
-    ::unlink(temp.c_str());
+    discard();
     return invalid_argument(where + std::strerror(error));
   }
-  bool ok = write_layout(f.get(), layout) && ::fsync(fd) == 0;
-  int error = errno;
-  if (ok) {
-    // The replaced file's permissions carry over (a new one gets 0666 less the umask).
-    if (fs::is_regular_file(st)) fs::permissions(temp, fs::status(target, ec).permissions(), ec);
-    ok = std::fclose(f.release()) == 0;
-    error = errno;
-    ok = ok && ::rename(temp.c_str(), target.c_str()) == 0;
-    error = ok ? 0 : errno;
+  return Status::Ok();
+}
+
+Status SafetensorsWriter::write(const SafetensorsFile& file) {
+  const std::string where = std::string(kFileErrorPrefix) + "cannot write " + path_ + ": ";
+  if (out_ == nullptr) return invalid_argument(where + "not open (open() first, write() once)");
+  Layout layout;
+  if (Status s = plan_layout(file, &layout); !s.ok()) {
+    discard();
+    return s;
   }
-  f.reset();
+  bool ok = false;
+  int error = 0;
+  {
+    // Streamed tensor by tensor: no second copy of a multi-GB problem in memory.
+    ok = write_layout(out_, layout) && (temp_.empty() || ::fsync(::fileno(out_)) == 0);
+    error = errno;
+    const bool closed = std::fclose(out_) == 0;
+    out_ = nullptr;
+    if (ok && !closed) {
+      ok = false;
+      error = errno;
+    }
+  }
+  if (ok && !temp_.empty()) {
+    // The replaced file's permissions carry over (a new one gets 0666 less the umask).
+    std::error_code ec;
+    const fs::file_status st = fs::status(target_, ec);
+    if (fs::is_regular_file(st)) fs::permissions(temp_, st.permissions(), ec);
+    ok = ::rename(temp_.c_str(), target_.c_str()) == 0;
+    error = errno;
+    if (ok) temp_.clear();
+  }
   if (ok) return Status::Ok();
-  ::unlink(temp.c_str());
-  return invalid_argument(where + std::strerror(error));
+  const bool partial = !temp_.empty();
+  discard();
+  return invalid_argument(where + std::strerror(error) +
+                          (partial ? " (the partial file was removed)" : ""));
+}
+
+Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
+  SafetensorsWriter writer;
+  if (Status s = writer.open(path); !s.ok()) return s;
+  return writer.write(file);
 }
 
 Status problem_from_safetensors(const SafetensorsFile& file, const OpIo& op, HostProblem* problem,

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,8 +42,33 @@ Status read_safetensors(const std::string& path, SafetensorsFile* out);
 Status serialize_safetensors(const SafetensorsFile& file, std::vector<uint8_t>* out);
 // Writes to a temporary file beside `path` (in its directory, after following symbolic links)
 // and renames it over `path` once complete: a failed or interrupted write leaves an existing file
-// as it was. A device or pipe (/dev/null) is written in place.
+// as it was, and a failed one (a full disk, the file-size limit) removes its temporary file. A
+// device or pipe (/dev/null) is written in place.
 Status write_safetensors(const std::string& path, const SafetensorsFile& file);
+
+// write_safetensors in two steps, for a caller with work to do between them: open() creates the
+// temporary file (or opens the device or pipe), so that a path nothing can be written to is
+// refused before the work, saying what failed; write() fills it and renames it over the target,
+// once. Destroyed before a successful write(), it removes the temporary file.
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter() = default;
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  Status open(const std::string& path);
+  Status write(const SafetensorsFile& file);
+
+ private:
+  void discard();  // closes the file and removes the temporary one
+
+  std::string path_;    // as given, for messages
+  std::string target_;  // the file replaced (symbolic links followed)
+  std::string temp_;    // the temporary file; empty when writing in place or done
+  std::FILE* out_ = nullptr;
+};
+
 // Why write_safetensors(path) could not write there, checked without writing (a directory, a
 // missing or read-only directory, a read-only file), or "" when it can: for a caller that wants
 // to know before doing the work.
