@@ -365,6 +365,24 @@ TEST(Cli, OutputFileIsCreatedBeforeTheRun) {
   std::filesystem::remove_all(dir);
 }
 
+// A write past the file-size limit (ulimit -f) is refused with a message, and its partial file
+// removed: SIGXFSZ killed kda and left a hidden ".out.safetensors.partial-PID-0" behind.
+TEST(Cli, OutputPastTheFileSizeLimitLeavesNoPartialFile) {
+  const std::string dir = temp_path("fsize");
+  std::filesystem::create_directories(dir);
+  // 40 blocks: 20 or 40 KB, by the shell's block size; the file is about 130 KB.
+  const CliResult r = run_kda(kIntra + "--shape 1,64,2,16 --chunk-size 16 --backend cpu " +
+                                  "--repeat 1 -o '" + dir + "/out.safetensors'",
+                              "ulimit -f 40; ");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "kda: error: safetensors: cannot write " + dir +
+                                  "/out.safetensors: File too large (the partial file was "
+                                  "removed)"))
+      << r.err;
+  EXPECT_TRUE(files_in(dir).empty()) << files_in(dir).front();
+  std::filesystem::remove_all(dir);
+}
+
 // --check on cpu-ref compares with the file's out.* tensors, the only reference there is: a file
 // without them, or without some, is refused before the run (it printed "check skipped" and
 // exited 0, as a pass would); with all of them it is a real check. Without --check, cpu-ref

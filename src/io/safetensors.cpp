@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -611,6 +612,34 @@ std::string output_path_problem(const std::string& path) {
   return "";
 }
 
+namespace {
+
+// While one lives, SIGXFSZ is ignored where its action is the default, which kills the process: a
+// write past the file-size limit (ulimit -f) then fails with EFBIG and its partial file is
+// removed and reported, where the signal left it behind. Process-wide for that time: another
+// thread's write past the limit then fails the same way instead of ending the process.
+class IgnoreFileSizeSignal {
+ public:
+  IgnoreFileSizeSignal() {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    active_ = ::sigaction(SIGXFSZ, nullptr, &old_) == 0 && old_.sa_handler == SIG_DFL &&
+              ::sigaction(SIGXFSZ, &ignore, nullptr) == 0;
+  }
+  ~IgnoreFileSizeSignal() {
+    if (active_) ::sigaction(SIGXFSZ, &old_, nullptr);
+  }
+  IgnoreFileSizeSignal(const IgnoreFileSizeSignal&) = delete;
+  IgnoreFileSizeSignal& operator=(const IgnoreFileSizeSignal&) = delete;
+
+ private:
+  struct sigaction old_ {};
+  bool active_ = false;
+};
+
+}  // namespace
+
 SafetensorsWriter::~SafetensorsWriter() {
   discard();
 }
@@ -673,6 +702,7 @@ Status SafetensorsWriter::write(const SafetensorsFile& file) {
   bool ok = false;
   int error = 0;
   {
+    const IgnoreFileSizeSignal file_size_signal_ignored;
     // Streamed tensor by tensor: no second copy of a multi-GB problem in memory.
     ok = write_layout(out_, layout) && (temp_.empty() || ::fsync(::fileno(out_)) == 0);
     error = errno;
