@@ -311,8 +311,7 @@ TEST(Cli, OutputNeverOverwritesTheInputAndIsCheckedBeforeTheRun) {
   for (const auto& [out, why] : std::vector<std::pair<std::string, std::string>>{
            {"/nonexistent/dir/out.safetensors", "its directory does not exist"},
            {dir + "/sub", "is a directory"},
-           {dir + "/in.safetensors/x", "its directory " + path + " is not a directory"},
-           {"", "the path is empty"}}) {
+           {dir + "/in.safetensors/x", "its directory " + path + " is not a directory"}}) {
     SCOPED_TRACE(out);
     const CliResult r = run_kda(input + "-o '" + out + "'");
     EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
@@ -536,6 +535,40 @@ TEST(Cli, IntraOutputFileRunsAgainAndCatchesWrongResults) {
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_TRUE(contains(r.err, "for chunk_bwd_wy_dqkg")) << r.err;
   std::filesystem::remove(path);
+}
+
+// An empty value is refused for every option that takes one, naming the option: '' meant the
+// default for --seqlens, --backend and --scale (the run went on, exit 0) and was refused by the
+// others (-o, --kernel) each in its own words.
+TEST(Cli, EmptyOptionValuesAreRefusedNamingTheOption) {
+  const std::vector<std::string> common = {"--chunk-size", "--dtype",  "--beta-dtype", "--seqlens",
+                                           "--seed",       "--output", "-o",           "--backend",
+                                           "--kernel",     "--repeat"};
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {kWy + "--shape 1,64,2,16,16 ", {"--heads-v", "--h-dtype", "--scale"}},
+      {kIntra + "--shape 1,64,2,16 ", {"--heads-v", "--strong-every", "--index-dtype"}}};
+  for (const auto& [run_op, own] : cases) {
+    std::vector<std::string> options = common;
+    options.insert(options.end(), own.begin(), own.end());
+    for (const std::string& option : options) {
+      SCOPED_TRACE(run_op + option + " ''");
+      const CliResult r = run_kda(run_op + "--backend cpu --repeat 1 " + option + " ''");
+      EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+      const std::vector<std::string> errors = lines_starting_with(r.err, "kda: error: ");
+      ASSERT_EQ(errors.size(), 1u) << r.err;
+      const std::string name = option == "-o" ? "--output" : option;
+      EXPECT_TRUE(contains(errors[0], "kda: error: " + name + ": ")) << errors[0];
+      EXPECT_FALSE(contains(r.err, "kda: running")) << r.err;
+    }
+    // --input and --shape, each alone.
+    const std::string op = run_op.substr(0, run_op.find(" --shape") + 1);
+    for (const std::string option : {"--input", "--shape"}) {
+      SCOPED_TRACE(op + option + " ''");
+      const CliResult r = run_kda(op + option + " ''");
+      EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+      EXPECT_TRUE(contains(r.err, "kda: error: " + option + ": expected a value, got ''")) << r.err;
+    }
+  }
 }
 
 struct BadCall {

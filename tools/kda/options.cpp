@@ -139,6 +139,17 @@ GeneratedOption add_run_options(CLI::App* run, std::span<const char* const> shap
   return generated;
 }
 
+void refuse_empty_values(CLI::App* command) {
+  const CLI::Validator non_empty(
+      [](std::string& text) -> std::string {
+        return text.empty() ? "expected a value, got ''" : "";
+      },
+      "");  // no description: the help text stays as it was
+  for (CLI::Option* option : command->get_options()) {
+    if (option->get_type_size_max() > 0) option->check(non_empty);  // flags take none
+  }
+}
+
 CLI::Option* add_heads_v_option(CLI::App* run, int64_t* heads_v) {
   const CLI::Validator positive(
       [](std::string& text) -> std::string {
