@@ -571,6 +571,41 @@ TEST(Cli, EmptyOptionValuesAreRefusedNamingTheOption) {
   }
 }
 
+// The memory guard compares with the address-space limit (ulimit -v) where it leaves less than
+// physical memory: a shape that fit the machine but not the limit was admitted and failed late
+// with a bare "out of memory" (exit 3, after 7 to 47 s at larger shapes).
+TEST(Cli, MemoryGuardHonoursTheAddressSpaceLimit) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves terabytes of address space: nothing starts under "
+                  "ulimit -v";
+#endif
+  const double physical =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (physical < 4e9) GTEST_SKIP() << "the shapes below must fit this machine's memory";
+  const std::string limit = "ulimit -v 1000000; ";  // KiB: about 1 GB
+  const std::string bound = "the process's address-space limit (ulimit -v) is 1.0 GB";
+  const std::string sparse = temp_path("sparse_600mb.safetensors");
+  {
+    std::ofstream(sparse, std::ios::binary).put('\0');
+    std::filesystem::resize_file(sparse, 600'000'000);  // sparse: no disk used
+  }
+  const std::vector<std::pair<std::string, std::string>> calls = {
+      {kWy + "--shape 1,16384,16,128,128 --backend cpu --repeat 1",
+       "--shape: the problem needs 1.6 GB of host memory, " + bound},
+      {kIntra + "--shape 1,32768,16,128 --backend cpu --repeat 1",
+       "--shape: the problem needs 2.4 GB of host memory, " + bound},
+      {kIntra + "--input '" + sparse + "'",
+       "--input: reading it needs about 1.8 GB of host memory (three times the file's 0.6 GB), " +
+           bound}};
+  for (const auto& [args, message] : calls) {
+    SCOPED_TRACE(args);
+    const CliResult r = run_kda(args, limit);
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "kda: error: " + message)) << r.err;
+  }
+  std::filesystem::remove(sparse);
+}
+
 struct BadCall {
   std::string args;
   int exit_code;

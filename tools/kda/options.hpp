@@ -70,6 +70,8 @@ Status resolve_kernel(const RunOptions& options, Kernel* kernel);
 int default_repeat(Backend backend);
 // Refuses an --input file whose problem cannot fit in host memory (the file is read whole, its
 // tensors copied out and the outputs allocated: about three times its size), before reading it.
+// Host memory here and in check_host_memory is the physical memory or, when it leaves less, the
+// process's address-space limit (ulimit -v, RLIMIT_AS); the message says which.
 Status check_input_fits(const std::string& path);
 
 // "B,T,H,K,V" from {"B", "T", "H", "K", "V"}, from `first` on.
