@@ -51,10 +51,8 @@ def describe(op, name, tensor):
 def _refuse(op, name, tensor, code):
     where = op.where(name)
     if code is None:
-        raise TypeError(
-            f"{where}: expected dtype float16, bfloat16, float32, int32 or int64, "
-            f"got {tensor.dtype}"
-        )
+        # What this argument takes, not every dtype libkda has a code for.
+        raise TypeError(f"{where}: expected dtype {op.dtypes[name]}, got {tensor.dtype}")
     if tensor.layout != torch.strided or tensor.is_nested:
         raise ValueError(f"{where}: expected a dense (strided) tensor, got {_layout(tensor)}")
     raise ValueError(f"{where}: expected a cpu or cuda tensor, got one on {tensor.device}")
