@@ -93,6 +93,7 @@ TensorView view(const at::Tensor& tensor, DType dtype, void* data) {
 
 TensorView input_view(const at::Tensor& tensor, const char* op, const char* name,
                       const char* dtypes) {
+  if (!tensor.defined()) throw_type_error(where(op, name) + ": expected a torch.Tensor, got None");
   DType dtype{};
   if (!dtype_code(tensor.scalar_type(), &dtype)) {
     throw_type_error(where(op, name) + ": expected dtype " + dtypes + ", got torch." +

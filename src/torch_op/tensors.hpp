@@ -26,8 +26,9 @@ inline constexpr const char* kDtypesF32 = "float32";
 inline constexpr const char* kDtypesIndex = "int32 or int64";
 
 // The view of argument `name` of operator `op` (its fla name): pointer, dtype, shape, element
-// strides, device. Throws c10::TypeError for a dtype libkda has no code for (saying `dtypes`,
-// what the argument takes), and c10::ValueError for a non-strided or nested tensor, a device other than
+// strides, device. Throws c10::TypeError for None (an undefined tensor: the dispatcher passes
+// None for a required tensor) and for a dtype libkda has no code for (saying `dtypes`, what the
+// argument takes), and c10::ValueError for a non-strided or nested tensor, a device other than
 // cpu/cuda or a rank a TensorView cannot hold (above kMaxRank, worded as the C ABI words it),
 // naming the argument; every other rule (ranks, shapes, dtypes per argument, devices) is
 // libkda's to check.

@@ -443,7 +443,7 @@ def test_schema_defaults_are_the_public_functions(name):
     assert len(schema.arguments) == len(public)
 
 
-# --- a dtype libkda has no code for ---------------------------------------------------------
+# --- None, a dtype libkda has no code for ---------------------------------------------------
 
 WY = "chunk_kda_bwd_wy_dqkg_fused"
 INTRA = "chunk_kda_bwd_intra"
@@ -456,6 +456,20 @@ def _varlen_problem(fla_name):
     inputs, options = make(seqlens=[10, 22], K=8, BT=16, **extra)
     options["chunk_indices"] = kk.chunk_indices(options["cu_seqlens"], 16)
     return inputs, options
+
+
+@pytest.mark.parametrize("fla_name", [WY, INTRA])
+def test_the_op_called_directly_names_a_required_tensor_given_none(fla_name):
+    """torch.ops.kda_kernels.<op> itself, not the public function: the dispatcher passes None
+    for a required tensor on to the implementation (an undefined tensor in C++), where the
+    compiled op raised "RuntimeError: Unimplemented scalar type" and the python op an
+    AttributeError."""
+    inputs, options = _varlen_problem(fla_name)
+    packet = getattr(torch.ops.kda_kernels, fla_name)
+    for name in inputs:
+        with pytest.raises(TypeError, match=rf"^{fla_name}: argument '{name}': expected a "
+                           r"torch.Tensor, got None$"):
+            packet(**{**inputs, name: None}, **options)
 
 
 @pytest.mark.parametrize("fla_name", [WY, INTRA])
