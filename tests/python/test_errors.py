@@ -368,7 +368,7 @@ def test_scale_too_large_for_a_float_names_the_argument(scale):
         kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **{**options, "scale": scale})
 
 
-# --- a dtype libkda has no code for ---------------------------------------------------------
+# --- a dtype libkda has no code for; a q that is no array -----------------------------------
 
 
 @pytest.mark.parametrize("fla_name", ["chunk_kda_bwd_wy_dqkg_fused", "chunk_kda_bwd_intra"])
@@ -393,3 +393,12 @@ def test_foreign_dtype_lists_only_what_the_argument_takes(fla_name):
                 function(**args)
             assert listed_dtypes(str(info.value)) == accepted, (foreign, str(info.value))
 
+
+def test_a_q_that_is_no_array_is_told_the_kind_of_the_others():
+    """q neither a NumPy array nor a torch tensor: the message names the kind of the call's
+    other arrays."""
+    inputs, options = problem()
+    for q in (None, inputs["q"].tolist()):
+        with pytest.raises(TypeError, match=names("q") + " expected a numpy.ndarray like the "
+                           "other arguments, got "):
+            kk.chunk_kda_bwd_wy_dqkg_fused(**{**inputs, "q": q}, **options)

@@ -443,7 +443,7 @@ def test_schema_defaults_are_the_public_functions(name):
     assert len(schema.arguments) == len(public)
 
 
-# --- None, a dtype libkda has no code for ---------------------------------------------------
+# --- None, a dtype libkda has no code for, a q that is no tensor ----------------------------
 
 WY = "chunk_kda_bwd_wy_dqkg_fused"
 INTRA = "chunk_kda_bwd_intra"
@@ -492,3 +492,13 @@ def test_foreign_dtype_lists_only_what_the_argument_takes(fla_name):
                     call(**args)
                 assert listed_dtypes(str(info.value)) == accepted, (foreign, str(info.value))
 
+
+@pytest.mark.parametrize("fla_name", [WY, INTRA])
+def test_a_q_that_is_no_tensor_among_torch_tensors_is_told_to_be_one(fla_name):
+    """q neither a tensor nor an array (None, a list) sends the call down the NumPy path, which
+    said "expected a numpy.ndarray" though every other argument is a torch tensor."""
+    inputs, options = _varlen_problem(fla_name)
+    for q in (None, inputs["q"].tolist()):
+        with pytest.raises(TypeError, match=rf"^{fla_name}: argument 'q': expected a "
+                           r"torch.Tensor like the other arguments, got "):
+            getattr(kk, fla_name)(**{**inputs, "q": q}, **options)
