@@ -1,10 +1,14 @@
 // Writes the seed corpus of fuzz_safetensors: a few small valid files that reach every part of
-// the reader and of problem_from_safetensors. The files are committed under
-// fuzz/corpus/fuzz_safetensors/; rerun this only when the file layout changes:
+// the reader and of problem_from_safetensors, and one that names a tensor twice. The files are
+// committed under fuzz/corpus/fuzz_safetensors/; rerun this only when the file layout changes:
 //   build-fuzz/fuzz/fuzz_make_seeds fuzz/corpus/fuzz_safetensors
 
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "io/host_problem.hpp"
 #include "io/safetensors.hpp"
@@ -23,6 +27,32 @@ SafetensorsFile solved(const WyDqkgConfig& c) {
   const kda::Status s = kda::run(p.as<kda::ChunkBwdWyDqkgProblem>(), kda::Backend::cpu_ref);
   if (!s.ok()) std::fprintf(stderr, "make_seeds: %s\n", s.message.c_str());
   return kda::io::problem_to_safetensors(p);
+}
+
+// `file` with a second header entry for tensor `name` holding `like`'s bytes (appended to the data
+// section): a name given twice, which the writer cannot produce and the reader refuses.
+std::vector<uint8_t> named_twice(const SafetensorsFile& file, const std::string& name,
+                                 const std::string& like) {
+  std::vector<uint8_t> bytes;
+  if (!kda::io::serialize_safetensors(file, &bytes).ok()) return bytes;
+  uint64_t length = 0;
+  for (int i = 0; i < 8; ++i) length |= uint64_t{bytes[i]} << (8 * i);
+  const std::string text(bytes.begin() + 8, bytes.begin() + 8 + static_cast<ptrdiff_t>(length));
+  const nlohmann::json header = nlohmann::json::parse(text);
+  std::vector<uint8_t> data(bytes.begin() + 8 + static_cast<ptrdiff_t>(length), bytes.end());
+  nlohmann::json second = header.at(like);
+  const uint64_t begin = second["data_offsets"][0], end = second["data_offsets"][1];
+  second["data_offsets"] = {data.size(), data.size() + end - begin};
+  data.insert(data.end(), data.begin() + static_cast<ptrdiff_t>(begin),
+              data.begin() + static_cast<ptrdiff_t>(end));
+  const std::string dumped = header.dump();
+  const std::string twice =
+      dumped.substr(0, dumped.size() - 1) + ",\"" + name + "\":" + second.dump() + "}";
+  std::vector<uint8_t> out(8);
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(uint64_t{twice.size()} >> (8 * i));
+  out.insert(out.end(), twice.begin(), twice.end());
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
 }
 
 HostTensor ramp(DType dtype, std::vector<int64_t> shape) {
@@ -47,6 +77,15 @@ int main(int argc, char** argv) {
       ok = false;
     }
   };
+  auto write_bytes = [&](const std::string& name, const std::vector<uint8_t>& bytes) {
+    std::FILE* f = std::fopen((dir + "/" + name).c_str(), "wb");
+    const bool written =
+        f != nullptr && std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+    if (f == nullptr || std::fclose(f) != 0 || !written || bytes.empty()) {
+      std::fprintf(stderr, "make_seeds: cannot write %s\n", name.c_str());
+      ok = false;
+    }
+  };
 
   WyDqkgConfig fixed;  // fixed length, a tail chunk, f32
   fixed.B = 1;
@@ -58,6 +97,8 @@ int main(int argc, char** argv) {
   fixed.x_dtype = DType::f32;
   fixed.seed = 1;
   write("problem_fixed_f32.safetensors", solved(fixed));
+  // q given twice, the second time with k's values: refused, naming q.
+  write_bytes("problem_q_named_twice.safetensors", named_twice(solved(fixed), "q", "k"));
 
   WyDqkgConfig varlen;  // cu_seqlens + chunk_indices, GVA, state_v_first, bf16 states
   varlen.B = 1;

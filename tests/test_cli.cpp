@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -41,11 +42,11 @@ std::string temp_path(const std::string& name) {
   return ::testing::TempDir() + "kda_test_cli_" + std::to_string(::getpid()) + "_" + name;
 }
 
-// Runs `kda <args>`; stdout through a pipe, stderr through a file.
-CliResult run_kda(const std::string& args) {
+// Runs `kda <args>`; stdout through a pipe, stderr through a file. `shell` runs before it in the
+// same shell (e.g. "ulimit -v 1000000; ").
+CliResult run_kda(const std::string& args, const std::string& shell = "") {
   const std::string err_path = temp_path("stderr.txt");
-  const std::string command =
-      std::string("'") + KDA_CLI_PATH + "' " + args + " 2>'" + err_path + "'";
+  const std::string command = shell + "'" + KDA_CLI_PATH + "' " + args + " 2>'" + err_path + "'";
   CliResult r;
   std::FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return r;
@@ -250,6 +251,41 @@ TEST(Cli, NanInAnInputPropagatesAndTheCheckStillPasses) {
   std::filesystem::remove(path);
 }
 
+// A file naming an input twice is refused, naming the tensor: the header's last entry was taken
+// (here a second q holding k's values, appended to the data section) and the run went on with it,
+// exit 0.
+TEST(Cli, FileNamingATensorTwiceIsRefused) {
+  for (const auto& [run_op, shape] :
+       {std::pair{kWy, "--shape 1,40,2,16,8 --chunk-size 16 --dtype fp32"},
+        std::pair{kIntra, "--shape 1,40,2,16 --chunk-size 16 --dtype fp32"}}) {
+    SCOPED_TRACE(run_op);
+    const std::string path = temp_path("twice.safetensors");
+    generated_file(run_op, shape, path);
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    const std::string bytes = read_text(path);
+    uint64_t length = 0;
+    for (int i = 0; i < 8; ++i) length |= uint64_t{static_cast<uint8_t>(bytes[i])} << (8 * i);
+    const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, length));
+    std::string data = bytes.substr(8 + length);
+    nlohmann::json second_q = header.at("k");
+    const uint64_t begin = second_q["data_offsets"][0], end = second_q["data_offsets"][1];
+    second_q["data_offsets"] = {data.size(), data.size() + end - begin};
+    data += data.substr(begin, end - begin);
+    const std::string text = header.dump();
+    const std::string twice = text.substr(0, text.size() - 1) + ",\"q\":" + second_q.dump() + "}";
+    std::string prefix(8, '\0');
+    for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>(uint64_t{twice.size()} >> (8 * i));
+    std::ofstream(path, std::ios::binary) << prefix << twice << data;
+
+    const CliResult r = run_kda(run_op + "--input '" + path + "' --backend cpu --repeat 1");
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_TRUE(contains(
+        r.err, "kda: error: safetensors: " + path + ": tensor \"q\" appears twice in the header"))
+        << r.err;
+    std::filesystem::remove(path);
+  }
+}
+
 // -o never overwrites the --input file (it once replaced a golden file's reference outputs with
 // ours), whatever the spelling of the path, and an output path that cannot be written is refused
 // before the run, not after it.
@@ -275,8 +311,7 @@ TEST(Cli, OutputNeverOverwritesTheInputAndIsCheckedBeforeTheRun) {
   for (const auto& [out, why] : std::vector<std::pair<std::string, std::string>>{
            {"/nonexistent/dir/out.safetensors", "its directory does not exist"},
            {dir + "/sub", "is a directory"},
-           {dir + "/in.safetensors/x", "its directory " + path + " is not a directory"},
-           {"", "the path is empty"}}) {
+           {dir + "/in.safetensors/x", "its directory " + path + " is not a directory"}}) {
     SCOPED_TRACE(out);
     const CliResult r = run_kda(input + "-o '" + out + "'");
     EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
@@ -288,6 +323,62 @@ TEST(Cli, OutputNeverOverwritesTheInputAndIsCheckedBeforeTheRun) {
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(std::filesystem::exists(dir + "/sub/out.safetensors"));
   EXPECT_EQ(read_text(path), before);
+  std::filesystem::remove_all(dir);
+}
+
+// The files in `dir`, hidden ones included (a temporary file left behind is hidden).
+std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  return names;
+}
+
+// -o's file is created before the run, beside the target: a path that passes every check short
+// of creating a file there (as root, /proc/version, an existing file, and /sys/x.st in a
+// directory access() calls writable) failed only after the run ("cannot write /proc/version: No
+// such file or directory"). No temporary file is left, whether a run is refused after -o's file
+// was created or writes it.
+TEST(Cli, OutputFileIsCreatedBeforeTheRun) {
+  const std::string small_intra = kIntra + "--shape 1,64,2,16 --chunk-size 16 --dtype fp32 ";
+  for (const std::string out : {"/proc/version", "/sys/x.st"}) {
+    SCOPED_TRACE(out);
+    if (!std::filesystem::exists(std::filesystem::path(out).parent_path())) continue;
+    const CliResult r = run_kda(small_intra + "--backend cpu --repeat 1 -o " + out);
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    const std::vector<std::string> errors = lines_starting_with(r.err, "kda: error: ");
+    ASSERT_EQ(errors.size(), 1u) << r.err;
+    EXPECT_TRUE(contains(errors[0], "cannot write")) << errors[0];
+    EXPECT_TRUE(contains(errors[0], out)) << errors[0];
+    EXPECT_FALSE(contains(r.err, "kda: running")) << "refused after the run: " << r.err;
+  }
+  const std::string dir = temp_path("created");
+  std::filesystem::create_directories(dir);
+  CliResult r = run_kda(small_intra + "--backend cpu-ref --check -o '" + dir + "/out.safetensors'");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(files_in(dir).empty()) << files_in(dir).front();
+  r = run_kda(small_intra + "--backend cpu --repeat 1 -o '" + dir + "/out.safetensors'");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(files_in(dir), std::vector<std::string>{"out.safetensors"});
+  std::filesystem::remove_all(dir);
+}
+
+// A write past the file-size limit (ulimit -f) is refused with a message, and its partial file
+// removed: SIGXFSZ killed kda and left a hidden ".out.safetensors.partial-PID-0" behind.
+TEST(Cli, OutputPastTheFileSizeLimitLeavesNoPartialFile) {
+  const std::string dir = temp_path("fsize");
+  std::filesystem::create_directories(dir);
+  // 40 blocks: 20 or 40 KB, by the shell's block size; the file is about 130 KB.
+  const CliResult r = run_kda(kIntra + "--shape 1,64,2,16 --chunk-size 16 --backend cpu " +
+                                  "--repeat 1 -o '" + dir + "/out.safetensors'",
+                              "ulimit -f 40; ");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "kda: error: safetensors: cannot write " + dir +
+                                  "/out.safetensors: File too large (the partial file was "
+                                  "removed)"))
+      << r.err;
+  EXPECT_TRUE(files_in(dir).empty()) << files_in(dir).front();
   std::filesystem::remove_all(dir);
 }
 
@@ -444,6 +535,75 @@ TEST(Cli, IntraOutputFileRunsAgainAndCatchesWrongResults) {
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_TRUE(contains(r.err, "for chunk_bwd_wy_dqkg")) << r.err;
   std::filesystem::remove(path);
+}
+
+// An empty value is refused for every option that takes one, naming the option: '' meant the
+// default for --seqlens, --backend and --scale (the run went on, exit 0) and was refused by the
+// others (-o, --kernel) each in its own words.
+TEST(Cli, EmptyOptionValuesAreRefusedNamingTheOption) {
+  const std::vector<std::string> common = {"--chunk-size", "--dtype",  "--beta-dtype", "--seqlens",
+                                           "--seed",       "--output", "-o",           "--backend",
+                                           "--kernel",     "--repeat"};
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {kWy + "--shape 1,64,2,16,16 ", {"--heads-v", "--h-dtype", "--scale"}},
+      {kIntra + "--shape 1,64,2,16 ", {"--heads-v", "--strong-every", "--index-dtype"}}};
+  for (const auto& [run_op, own] : cases) {
+    std::vector<std::string> options = common;
+    options.insert(options.end(), own.begin(), own.end());
+    for (const std::string& option : options) {
+      SCOPED_TRACE(run_op + option + " ''");
+      const CliResult r = run_kda(run_op + "--backend cpu --repeat 1 " + option + " ''");
+      EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+      const std::vector<std::string> errors = lines_starting_with(r.err, "kda: error: ");
+      ASSERT_EQ(errors.size(), 1u) << r.err;
+      const std::string name = option == "-o" ? "--output" : option;
+      EXPECT_TRUE(contains(errors[0], "kda: error: " + name + ": ")) << errors[0];
+      EXPECT_FALSE(contains(r.err, "kda: running")) << r.err;
+    }
+    // --input and --shape, each alone.
+    const std::string op = run_op.substr(0, run_op.find(" --shape") + 1);
+    for (const std::string option : {"--input", "--shape"}) {
+      SCOPED_TRACE(op + option + " ''");
+      const CliResult r = run_kda(op + option + " ''");
+      EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+      EXPECT_TRUE(contains(r.err, "kda: error: " + option + ": expected a value, got ''")) << r.err;
+    }
+  }
+}
+
+// The memory guard compares with the address-space limit (ulimit -v) where it leaves less than
+// physical memory: a shape that fit the machine but not the limit was admitted and failed late
+// with a bare "out of memory" (exit 3, after 7 to 47 s at larger shapes).
+TEST(Cli, MemoryGuardHonoursTheAddressSpaceLimit) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves terabytes of address space: nothing starts under "
+                  "ulimit -v";
+#endif
+  const double physical =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (physical < 4e9) GTEST_SKIP() << "the shapes below must fit this machine's memory";
+  const std::string limit = "ulimit -v 1000000; ";  // KiB: about 1 GB
+  const std::string bound = "the process's address-space limit (ulimit -v) is 1.0 GB";
+  const std::string sparse = temp_path("sparse_600mb.safetensors");
+  {
+    std::ofstream(sparse, std::ios::binary).put('\0');
+    std::filesystem::resize_file(sparse, 600'000'000);  // sparse: no disk used
+  }
+  const std::vector<std::pair<std::string, std::string>> calls = {
+      {kWy + "--shape 1,16384,16,128,128 --backend cpu --repeat 1",
+       "--shape: the problem needs 1.6 GB of host memory, " + bound},
+      {kIntra + "--shape 1,32768,16,128 --backend cpu --repeat 1",
+       "--shape: the problem needs 2.4 GB of host memory, " + bound},
+      {kIntra + "--input '" + sparse + "'",
+       "--input: reading it needs about 1.8 GB of host memory (three times the file's 0.6 GB), " +
+           bound}};
+  for (const auto& [args, message] : calls) {
+    SCOPED_TRACE(args);
+    const CliResult r = run_kda(args, limit);
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "kda: error: " + message)) << r.err;
+  }
+  std::filesystem::remove(sparse);
 }
 
 struct BadCall {

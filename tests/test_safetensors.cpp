@@ -183,6 +183,38 @@ TEST(Safetensors, FailedWriteKeepsTheExistingFile) {
   std::filesystem::remove_all(dir);
 }
 
+// A write past the file-size limit with SIGXFSZ at its default action (which ends the process):
+// the signal is ignored for the write, which then fails with a message, and its partial file is
+// removed. The signal ended the process and left a hidden ".x.safetensors.partial-PID-0".
+TEST(Safetensors, WritePastTheFileSizeLimitRemovesItsPartialFile) {
+  SafetensorsFile big;
+  big.tensors["big"] = HostTensor(DType::f32, {1 << 16});  // 256 KiB of data
+  const std::string dir = ::testing::TempDir() + "kda_fsize_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_DFL);
+    const rlimit limit{64 * 1024, 64 * 1024};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    const Status s = kda::io::write_safetensors(dir + "/x.safetensors", big);
+    const bool reported =
+        s.message.find("File too large (the partial file was removed)") != std::string::npos;
+    struct sigaction after {};
+    ::sigaction(SIGXFSZ, nullptr, &after);
+    ::_exit(!s.ok() && reported ? (after.sa_handler == SIG_DFL ? 0 : 2) : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status);
+  EXPECT_NE(WEXITSTATUS(status), 1) << "the write did not fail with the message";
+  EXPECT_NE(WEXITSTATUS(status), 2) << "SIGXFSZ's action was not restored";
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    ADD_FAILURE() << "left behind: " << entry.path();
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Safetensors, WriterIsDeterministicAlignedAndSorted) {
   const std::vector<uint8_t> a = serialize(sample_file());
   const std::vector<uint8_t> b = serialize(sample_file());
@@ -309,6 +341,25 @@ std::vector<Malformed> malformed_cases() {
                 R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                 16),
        "overlap"},
+      // A name given twice: json::parse kept the last entry, and the file was read as if the
+      // first were not there. Also spelled differently (an escape), and keys inside an entry.
+      {"tensor named twice",
+       raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                16),
+       "tensor \"a\" appears twice in the header"},
+      {"tensor named twice, once escaped",
+       raw_file(R"({"q":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                R"("\u0071":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                4),
+       "tensor \"q\" appears twice in the header"},
+      {"metadata twice", raw_file(R"({"__metadata__":{},"__metadata__":{"a":"1"}})"),
+       "\"__metadata__\" appears twice in the header"},
+      {"a key twice in an entry",
+       entry(R"({"dtype":"F32","shape":[1],"dtype":"F64","data_offsets":[0,4]})"),
+       "tensor \"t\": key \"dtype\" appears twice"},
+      {"a metadata key twice", raw_file(R"({"__metadata__":{"a":"1","a":"2"}})"),
+       "\"__metadata__\": key \"a\" appears twice"},
       {"metadata not an object", raw_file(R"({"__metadata__":[1]})"),
        "\"__metadata__\" must be an object"},
       {"metadata value not a string", raw_file(R"({"__metadata__":{"scale":0.5}})"),

@@ -2,6 +2,8 @@
 the CPU backends directly. Each operator's function spells out fla's signature (for help() and
 for fla's keyword calls) and hands its arguments to the one shared path (_call)."""
 
+import numpy as np
+
 from . import _abi, _library, _numpy_path, _problem
 
 try:
@@ -208,11 +210,28 @@ def chunk_kda_bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=No
 def _call(op, inputs, optionals, options, backend, kernel):
     """An operator's path for anything but torch tensors on a torch with custom ops (NumPy
     arrays): the CPU backends directly. ``options`` are in the signature's option order."""
-    if _is_torch_tensor(inputs["q"]):
+    q = inputs["q"]
+    if _is_torch_tensor(q):
         raise RuntimeError(
             f"kda_kernels needs torch >= 2.4 (torch.library.custom_op); found {torch.__version__}"
         )
+    if not isinstance(q, np.ndarray):
+        _refuse_q(op, q, inputs)
     return _numpy_path.run(op, inputs, optionals, options, backend, kernel)
+
+
+def _refuse_q(op, q, inputs):
+    """A q that is no array: the TypeError says which kind it should be, the kind of the call's
+    other tensors (the NumPy path's "expected a numpy.ndarray" misled a call whose other
+    arguments were all torch tensors)."""
+    others = [value for name, value in inputs.items() if name != "q"]
+    torch_ones = any(map(_is_torch_tensor, others))
+    numpy_ones = any(isinstance(value, np.ndarray) for value in others)
+    if torch_ones == numpy_ones:  # both kinds, or neither
+        kind = "a numpy.ndarray or a torch.Tensor"
+    else:
+        kind = ("a torch.Tensor" if torch_ones else "a numpy.ndarray") + " like the other arguments"
+    raise TypeError(f"{op.where('q')}: expected {kind}, got {type(q).__name__}")
 
 
 def chunk_indices(cu_seqlens, chunk_size=64):

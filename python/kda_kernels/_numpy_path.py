@@ -37,9 +37,11 @@ def describe(op, name, array):
         raise TypeError(f"{op.where(name)}: expected a numpy.ndarray, got {type(array).__name__}")
     code = _dtype_code(array.dtype)
     if code is None:
+        # What this argument takes, not every dtype libkda has a code for.
+        dtypes = op.dtypes[name].replace("bfloat16", "bfloat16 (ml_dtypes)")
         raise TypeError(
-            f"{op.where(name)}: expected dtype float16, bfloat16 (ml_dtypes), float32, int32 or "
-            f"int64 in native byte order, got {array.dtype.str} ({array.dtype.name})"
+            f"{op.where(name)}: expected dtype {dtypes} in native byte order, got "
+            f"{array.dtype.str} ({array.dtype.name})"
         )
     itemsize = array.dtype.itemsize
     if any(s % itemsize for s in array.strides):

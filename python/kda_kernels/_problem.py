@@ -56,6 +56,8 @@ class Operator:
         self.output_names = tuple(a.name for a in signature.outputs)
         self.returned = tuple(a.returned_as for a in signature.outputs)
         self.option_names = tuple(o.name for o in signature.options)
+        # What each input (optional ones included) takes, for a dtype libkda has no code for.
+        self.dtypes = {a.name: a.dtypes for a in signature.tensor_args}
         # (output's rank, [(input name, dim)], in X) per output, for output_layout.
         self._outputs = tuple((a.rank, a.shape, a.x) for a in signature.outputs)
         self._ranks = {a.name: a.rank for a in signature.args}

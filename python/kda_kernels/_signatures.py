@@ -21,6 +21,16 @@ INT32, INT64, FLOAT64 = "i", "q", "d"
 
 REQUIRED = object()  # the default of a parameter without one
 
+# The dtypes an argument takes, as the core's messages list them (src/torch_op/tensors.hpp has
+# the same words): what the bindings tell an array of a dtype libkda has no code for (bool,
+# int8, a big-endian or an object array), instead of every dtype libkda has a code for.
+DTYPES_X = "float16, bfloat16 or float32"
+DTYPES_OF_Q = "float16, bfloat16 or float32 (the dtype of q)"
+DTYPES_OF_Q_OR_F32 = "float16, bfloat16 or float32 (the dtype of q, or float32)"
+DTYPES_OF_H = "float16, bfloat16 or float32 (the dtype of h)"
+DTYPES_F32 = "float32"
+DTYPES_INDEX = "int32 or int64"
+
 
 @dataclass(frozen=True)
 class Arg:
@@ -28,7 +38,8 @@ class Arg:
 
     ``name`` is the table's ("do", "out.dq"); ``member`` the C struct member ("do_" for "do");
     for outputs, ``shape`` says where each extent comes from, as (input name, dim) pairs, and
-    ``x`` whether it is stored in q's dtype (else float32).
+    ``x`` whether it is stored in q's dtype (else float32); for inputs, ``dtypes`` is what the
+    argument takes (one of the DTYPES_* above).
     """
 
     name: str
@@ -37,6 +48,7 @@ class Arg:
     rank: int
     shape: tuple = ()
     x: bool = False
+    dtypes: str = ""
 
     @property
     def returned_as(self):
@@ -115,12 +127,13 @@ class Signature:
 
 
 def _inputs(*rows):
-    return tuple(Arg(name, member, ROLE_INPUT, rank) for name, member, rank in rows)
+    return tuple(Arg(name, member, ROLE_INPUT, rank, dtypes=dtypes)
+                 for name, member, rank, dtypes in rows)
 
 
 _INDEX_ARGS = (
-    Arg("cu_seqlens", "cu_seqlens", ROLE_OPTIONAL, 1),
-    Arg("chunk_indices", "chunk_indices", ROLE_OPTIONAL, 2),
+    Arg("cu_seqlens", "cu_seqlens", ROLE_OPTIONAL, 1, dtypes=DTYPES_INDEX),
+    Arg("chunk_indices", "chunk_indices", ROLE_OPTIONAL, 2, dtypes=DTYPES_INDEX),
 )
 
 # --- chunk_bwd_wy_dqkg: fla's chunk_kda_bwd_wy_dqkg_fused (SPEC.md) ------------------------
@@ -130,9 +143,12 @@ CHUNK_BWD_WY_DQKG = Signature(
     op=0,
     op_name="chunk_bwd_wy_dqkg",
     fla_name="chunk_kda_bwd_wy_dqkg_fused",
-    args=_inputs(("q", "q", 4), ("k", "k", 4), ("v", "v", 4), ("v_new", "v_new", 4),
-                 ("g", "g", 4), ("beta", "beta", 3), ("A", "A", 4), ("h", "h", 5),
-                 ("do", "do_", 4), ("dh", "dh", 5), ("dv", "dv", 4))
+    args=_inputs(("q", "q", 4, DTYPES_X), ("k", "k", 4, DTYPES_OF_Q),
+                 ("v", "v", 4, DTYPES_OF_Q), ("v_new", "v_new", 4, DTYPES_OF_Q),
+                 ("g", "g", 4, DTYPES_F32), ("beta", "beta", 3, DTYPES_OF_Q_OR_F32),
+                 ("A", "A", 4, DTYPES_OF_Q), ("h", "h", 5, DTYPES_OF_Q_OR_F32),
+                 ("do", "do_", 4, DTYPES_OF_Q), ("dh", "dh", 5, DTYPES_OF_H),
+                 ("dv", "dv", 4, DTYPES_OF_Q))
     + _INDEX_ARGS
     + (
         Arg("out.dq", "dq", ROLE_OUTPUT, 4, _BTHVK),
@@ -162,9 +178,11 @@ CHUNK_BWD_INTRA = Signature(
     op=1,
     op_name="chunk_bwd_intra",
     fla_name="chunk_kda_bwd_intra",
-    args=_inputs(("q", "q", 4), ("k", "k", 4), ("g", "g", 4), ("beta", "beta", 3),
-                 ("dAqk", "dAqk", 4), ("dAkk", "dAkk", 4), ("dq", "dq", 4), ("dk", "dk", 4),
-                 ("db", "db", 3), ("dg", "dg", 4))
+    args=_inputs(("q", "q", 4, DTYPES_X), ("k", "k", 4, DTYPES_OF_Q),
+                 ("g", "g", 4, DTYPES_F32), ("beta", "beta", 3, DTYPES_OF_Q_OR_F32),
+                 ("dAqk", "dAqk", 4, DTYPES_F32), ("dAkk", "dAkk", 4, DTYPES_F32),
+                 ("dq", "dq", 4, DTYPES_F32), ("dk", "dk", 4, DTYPES_F32),
+                 ("db", "db", 3, DTYPES_F32), ("dg", "dg", 4, DTYPES_F32))
     + _INDEX_ARGS
     + (
         Arg("out.dq", "dq_out", ROLE_OUTPUT, 4, _BTHVK_INTRA),

@@ -36,9 +36,12 @@ _DEVICE_TYPES = {"cpu": _abi.DEVICE_CPU, "cuda": _abi.DEVICE_CUDA}
 
 def describe(op, name, tensor):
     """kda_tensor field values of a torch tensor (``_problem.tensor_fields``); TypeError or
-    ValueError naming the argument when it cannot be expressed as a kda_tensor at all (foreign
-    dtype, sparse layout, device other than cpu/cuda). Paid for every tensor of every call, so
-    the common case is a few dict lookups and the messages are built only on failure."""
+    ValueError naming the argument when it cannot be expressed as a kda_tensor at all (None,
+    which the dispatcher passes for a required tensor; foreign dtype, sparse layout, device
+    other than cpu/cuda). Paid for every tensor of every call, so the common case is a few dict
+    lookups and the messages are built only on failure."""
+    if tensor is None:
+        raise _none_error(op, name)
     code = _DTYPE_CODES.get(tensor.dtype)
     device = tensor.device
     device_type = _DEVICE_TYPES.get(device.type)
@@ -48,13 +51,15 @@ def describe(op, name, tensor):
                                   device_type, device.index or 0)
 
 
+def _none_error(op, name):
+    return TypeError(f"{op.where(name)}: expected a torch.Tensor, got None")
+
+
 def _refuse(op, name, tensor, code):
     where = op.where(name)
     if code is None:
-        raise TypeError(
-            f"{where}: expected dtype float16, bfloat16, float32, int32 or int64, "
-            f"got {tensor.dtype}"
-        )
+        # What this argument takes, not every dtype libkda has a code for.
+        raise TypeError(f"{where}: expected dtype {op.dtypes[name]}, got {tensor.dtype}")
     if tensor.layout != torch.strided or tensor.is_nested:
         raise ValueError(f"{where}: expected a dense (strided) tensor, got {_layout(tensor)}")
     raise ValueError(f"{where}: expected a cpu or cuda tensor, got one on {tensor.device}")
@@ -167,7 +172,7 @@ class TorchOp:
         args = self._positional(args, kwargs)
         options = op.convert_options([args[i] for i in self._option_at])
         q = args[0]
-        on_cuda = q.device.type == "cuda"
+        on_cuda = q is not None and q.device.type == "cuda"  # None: refused below, naming q
         backend = op.backend_code(args[-2], on_cuda)
         kernel = op.kernel_code(args[-1])
         tensors = [describe(op, name, t) for name, t in zip(op.input_names, args)]
@@ -206,6 +211,9 @@ class TorchOp:
 
     def fake(self, *args, **kwargs):
         args = self._positional(args, kwargs)
+        for name, i in zip(self.op.input_names, self._input_at):
+            if args[i] is None:
+                raise _none_error(self.op, name)
         self._refuse_meta_beside_real(args)
         return tuple(self._empty_outputs(args))
 

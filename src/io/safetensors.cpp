@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <system_error>
+#include <unordered_set>
 #include <utility>
 
 #include "io/op_io_support.hpp"
@@ -270,6 +272,71 @@ HeaderCounts count_header(const uint8_t* text, size_t length) {
   return n;
 }
 
+// json::parse's document builder, refusing a key given twice in one object where json::parse
+// keeps the last one: a header naming a tensor twice was read as its last entry, and the run went
+// on with it (the reference safetensors library refuses such files too). On a duplicate,
+// `duplicate` is the key and `entry` the top-level entry it is in (the key itself at the top).
+class UniqueKeysBuilder {
+ public:
+  explicit UniqueKeysBuilder(json* out) : dom_(*out) {}
+
+  bool null() { return dom_.null(); }
+  bool boolean(bool value) { return dom_.boolean(value); }
+  bool number_integer(json::number_integer_t value) { return dom_.number_integer(value); }
+  bool number_unsigned(json::number_unsigned_t value) { return dom_.number_unsigned(value); }
+  bool number_float(json::number_float_t value, const json::string_t& text) {
+    return dom_.number_float(value, text);
+  }
+  bool string(json::string_t& value) { return dom_.string(value); }
+  bool binary(json::binary_t& value) { return dom_.binary(value); }
+  bool start_object(size_t size) {
+    ++depth_;
+    keys_.emplace_back();
+    return dom_.start_object(size);
+  }
+  bool key(json::string_t& key) {
+    if (depth_ == 1) entry = key;
+    if (!keys_.back().insert(key).second) {
+      duplicate = key;
+      return false;  // stops the parse
+    }
+    return dom_.key(key);
+  }
+  bool end_object() {
+    --depth_;
+    keys_.pop_back();
+    return dom_.end_object();
+  }
+  bool start_array(size_t size) {
+    ++depth_;
+    return dom_.start_array(size);
+  }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
+  template <class Exception>
+  bool parse_error(size_t position, const std::string& token, const Exception& error) {
+    return dom_.parse_error(position, token, error);  // throws it
+  }
+
+  std::string entry, duplicate;
+  int depth() const { return depth_; }
+
+ private:
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  std::vector<std::unordered_set<std::string>> keys_;  // of each enclosing object
+  int depth_ = 0;                                      // enclosing objects and lists
+};
+
+// The message for a key given twice, naming the tensor (or "__metadata__").
+Status duplicate_key_error(const UniqueKeysBuilder& builder) {
+  const std::string entry = builder.entry == kMetadataKey ? std::string("\"__metadata__\"")
+                                                          : "tensor " + quoted(builder.entry);
+  if (builder.depth() == 1) return file_error(entry + " appears twice in the header");
+  return file_error(entry + ": key " + quoted(builder.duplicate) + " appears twice");
+}
+
 Status parse_header(const uint8_t* text, size_t length, json* out) {
   const HeaderCounts n = count_header(text, length);
   if (n.depth > kMaxJsonDepth) {
@@ -284,7 +351,8 @@ Status parse_header(const uint8_t* text, size_t length, json* out) {
                       " values in its objects and lists, this reader's limit");
   }
   try {
-    *out = json::parse(text, text + length);
+    UniqueKeysBuilder builder(out);
+    if (!json::sax_parse(text, text + length, &builder)) return duplicate_key_error(builder);
   } catch (const json::exception& e) {
     // Drop nlohmann's "[json.exception.parse_error.101] " tag; keep its position and reason.
     std::string_view why = e.what();
@@ -544,55 +612,127 @@ std::string output_path_problem(const std::string& path) {
   return "";
 }
 
-Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
-  Layout layout;
-  if (Status s = plan_layout(file, &layout); !s.ok()) return s;
+namespace {
+
+// While one lives, SIGXFSZ is ignored where its action is the default, which kills the process: a
+// write past the file-size limit (ulimit -f) then fails with EFBIG and its partial file is
+// removed and reported, where the signal left it behind. Process-wide for that time: another
+// thread's write past the limit then fails the same way instead of ending the process.
+class IgnoreFileSizeSignal {
+ public:
+  IgnoreFileSizeSignal() {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    active_ = ::sigaction(SIGXFSZ, nullptr, &old_) == 0 && old_.sa_handler == SIG_DFL &&
+              ::sigaction(SIGXFSZ, &ignore, nullptr) == 0;
+  }
+  ~IgnoreFileSizeSignal() {
+    if (active_) ::sigaction(SIGXFSZ, &old_, nullptr);
+  }
+  IgnoreFileSizeSignal(const IgnoreFileSizeSignal&) = delete;
+  IgnoreFileSizeSignal& operator=(const IgnoreFileSizeSignal&) = delete;
+
+ private:
+  struct sigaction old_ {};
+  bool active_ = false;
+};
+
+}  // namespace
+
+SafetensorsWriter::~SafetensorsWriter() {
+  discard();
+}
+
+void SafetensorsWriter::discard() {
+  if (out_ != nullptr) std::fclose(out_);
+  out_ = nullptr;
+  if (!temp_.empty()) ::unlink(temp_.c_str());
+  temp_.clear();
+}
+
+Status SafetensorsWriter::open(const std::string& path) {
+  discard();
+  path_ = path;
   const std::string where = std::string(kFileErrorPrefix) + "cannot write " + path + ": ";
+  if (path.empty()) return invalid_argument(where + "the path is empty");
   const fs::path target = write_target(path);
   std::error_code ec;
   const fs::file_status st = fs::status(target, ec);
   if (fs::is_directory(st)) return invalid_argument(where + "is a directory");
+  target_ = target.string();
 
   // A device or a pipe (/dev/null, /dev/full, a FIFO) is written in place: never renamed over.
   if (fs::exists(st) && !fs::is_regular_file(st)) {
-    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(target.c_str(), "wb"),
-                                                      &std::fclose);
-    if (!f) return invalid_argument(where + std::strerror(errno));
-    const bool ok = write_layout(f.get(), layout);
-    const int error = errno;
-    if (ok && std::fclose(f.release()) == 0) return Status::Ok();
-    return invalid_argument(where + std::strerror(ok ? errno : error));
+    out_ = std::fopen(target_.c_str(), "wb");
+    if (out_ == nullptr) return invalid_argument(where + std::strerror(errno));
+    return Status::Ok();
   }
-
   // Anything else: the bytes go to a new file beside the target, which replaces it by a rename
   // only once complete and on disk. A failed write, a full disk or a killed process leaves the
   // target as it was (and at worst a hidden ".NAME.partial-PID-N" file beside it); the target is
-  // never a truncated or part-written file that could be read as a problem. Streamed tensor by
-  // tensor: no second copy of a multi-GB problem in memory.
+  // never a truncated or part-written file that could be read as a problem. Created here, so
+  // that a directory where no file can be created (a read-only file system, /proc, /sys: access()
+  // does not tell, least of all to root) is found before the caller's work, not after it.
   std::string temp;
   const int fd = create_temporary(target, &temp);
-  if (fd < 0) return invalid_argument(where + std::strerror(errno));
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(::fdopen(fd, "wb"), &std::fclose);
-  if (!f) {
+  if (fd < 0) {
+    return invalid_argument(where + "cannot create the temporary file " + temp +
+                            " beside it: " + std::strerror(errno));
+  }
+  temp_ = temp;
+  out_ = ::fdopen(fd, "wb");
+  if (out_ == nullptr) {
     const int error = errno;
     ::close(fd);
-    ::unlink(temp.c_str());
+    discard();
     return invalid_argument(where + std::strerror(error));
   }
-  bool ok = write_layout(f.get(), layout) && ::fsync(fd) == 0;
-  int error = errno;
-  if (ok) {
-    // The replaced file's permissions carry over (a new one gets 0666 less the umask).
-    if (fs::is_regular_file(st)) fs::permissions(temp, fs::status(target, ec).permissions(), ec);
-    ok = std::fclose(f.release()) == 0;
-    error = errno;
-    ok = ok && ::rename(temp.c_str(), target.c_str()) == 0;
-    error = ok ? 0 : errno;
+  return Status::Ok();
+}
+
+Status SafetensorsWriter::write(const SafetensorsFile& file) {
+  const std::string where = std::string(kFileErrorPrefix) + "cannot write " + path_ + ": ";
+  if (out_ == nullptr) return invalid_argument(where + "not open (open() first, write() once)");
+  Layout layout;
+  if (Status s = plan_layout(file, &layout); !s.ok()) {
+    discard();
+    return s;
   }
-  f.reset();
+  bool ok = false;
+  int error = 0;
+  {
+    const IgnoreFileSizeSignal file_size_signal_ignored;
+    // Streamed tensor by tensor: no second copy of a multi-GB problem in memory.
+    ok = write_layout(out_, layout) && (temp_.empty() || ::fsync(::fileno(out_)) == 0);
+    error = errno;
+    const bool closed = std::fclose(out_) == 0;
+    out_ = nullptr;
+    if (ok && !closed) {
+      ok = false;
+      error = errno;
+    }
+  }
+  if (ok && !temp_.empty()) {
+    // The replaced file's permissions carry over (a new one gets 0666 less the umask).
+    std::error_code ec;
+    const fs::file_status st = fs::status(target_, ec);
+    if (fs::is_regular_file(st)) fs::permissions(temp_, st.permissions(), ec);
+    ok = ::rename(temp_.c_str(), target_.c_str()) == 0;
+    error = errno;
+    if (ok) temp_.clear();
+  }
   if (ok) return Status::Ok();
-  ::unlink(temp.c_str());
-  return invalid_argument(where + std::strerror(error));
+  const bool partial = !temp_.empty();
+  discard();
+  return invalid_argument(where + std::strerror(error) +
+                          (partial ? " (the partial file was removed)" : ""));
+}
+
+Status write_safetensors(const std::string& path, const SafetensorsFile& file) {
+  SafetensorsWriter writer;
+  if (Status s = writer.open(path); !s.ok()) return s;
+  return writer.write(file);
 }
 
 Status problem_from_safetensors(const SafetensorsFile& file, const OpIo& op, HostProblem* problem,

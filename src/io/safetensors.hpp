@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,8 +31,9 @@ inline constexpr int64_t kMaxSafetensorsEntries = int64_t{1} << 16;
 // status is invalid_argument with a one-line message starting "safetensors: " and *out is left
 // untouched. The header's JSON nests at most 8 deep, holds at most kMaxSafetensorsEntries entries
 // and 16 times as many values in all (checked in one pass before it is parsed, which takes time
-// linear in its size). Tensor byte ranges must not overlap (so the copy never exceeds the file's
-// size) and ranks are at most kMaxRank; bytes after the last tensor are ignored.
+// linear in its size). A key given twice in one object (a tensor named twice) is refused, naming
+// it. Tensor byte ranges must not overlap (so the copy never exceeds the file's size) and ranks
+// are at most kMaxRank; bytes after the last tensor are ignored.
 Status parse_safetensors(const uint8_t* data, size_t size, SafetensorsFile* out);
 Status read_safetensors(const std::string& path, SafetensorsFile* out);
 
@@ -40,8 +42,33 @@ Status read_safetensors(const std::string& path, SafetensorsFile* out);
 Status serialize_safetensors(const SafetensorsFile& file, std::vector<uint8_t>* out);
 // Writes to a temporary file beside `path` (in its directory, after following symbolic links)
 // and renames it over `path` once complete: a failed or interrupted write leaves an existing file
-// as it was. A device or pipe (/dev/null) is written in place.
+// as it was, and a failed one (a full disk, the file-size limit) removes its temporary file. A
+// device or pipe (/dev/null) is written in place.
 Status write_safetensors(const std::string& path, const SafetensorsFile& file);
+
+// write_safetensors in two steps, for a caller with work to do between them: open() creates the
+// temporary file (or opens the device or pipe), so that a path nothing can be written to is
+// refused before the work, saying what failed; write() fills it and renames it over the target,
+// once. Destroyed before a successful write(), it removes the temporary file.
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter() = default;
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  Status open(const std::string& path);
+  Status write(const SafetensorsFile& file);
+
+ private:
+  void discard();  // closes the file and removes the temporary one
+
+  std::string path_;    // as given, for messages
+  std::string target_;  // the file replaced (symbolic links followed)
+  std::string temp_;    // the temporary file; empty when writing in place or done
+  std::FILE* out_ = nullptr;
+};
+
 // Why write_safetensors(path) could not write there, checked without writing (a directory, a
 // missing or read-only directory, a read-only file), or "" when it can: for a caller that wants
 // to know before doing the work.

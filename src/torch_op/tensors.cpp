@@ -91,11 +91,12 @@ TensorView view(const at::Tensor& tensor, DType dtype, void* data) {
 
 }  // namespace
 
-TensorView input_view(const at::Tensor& tensor, const char* op, const char* name) {
+TensorView input_view(const at::Tensor& tensor, const char* op, const char* name,
+                      const char* dtypes) {
+  if (!tensor.defined()) throw_type_error(where(op, name) + ": expected a torch.Tensor, got None");
   DType dtype{};
   if (!dtype_code(tensor.scalar_type(), &dtype)) {
-    throw_type_error(where(op, name) +
-                     ": expected dtype float16, bfloat16, float32, int32 or int64, got torch." +
+    throw_type_error(where(op, name) + ": expected dtype " + dtypes + ", got torch." +
                      c10::getDtypeNames(tensor.scalar_type()).first);
   }
   if (tensor.layout() != at::kStrided || tensor.is_nested()) {
@@ -116,8 +117,9 @@ TensorView input_view(const at::Tensor& tensor, const char* op, const char* name
   return view(tensor, dtype, const_cast<void*>(tensor.const_data_ptr()));
 }
 
-TensorView input_view(const std::optional<at::Tensor>& tensor, const char* op, const char* name) {
-  return tensor.has_value() ? input_view(*tensor, op, name) : TensorView{};
+TensorView input_view(const std::optional<at::Tensor>& tensor, const char* op, const char* name,
+                      const char* dtypes) {
+  return tensor.has_value() ? input_view(*tensor, op, name, dtypes) : TensorView{};
 }
 
 TensorView output_view(const at::Tensor& tensor) {

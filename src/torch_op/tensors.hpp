@@ -14,14 +14,29 @@ namespace kda::torch_op {
 // per argument: int32/int64 only for the index tensors, float64 nowhere yet).
 bool dtype_code(at::ScalarType type, DType* out);
 
+// The dtypes an argument takes, as libkda's messages list them (the ctypes path's
+// _signatures.DTYPES_*): what a tensor of a dtype libkda has no code for (bool, int8, complex)
+// is told, instead of every dtype libkda has a code for.
+inline constexpr const char* kDtypesX = "float16, bfloat16 or float32";
+inline constexpr const char* kDtypesOfQ = "float16, bfloat16 or float32 (the dtype of q)";
+inline constexpr const char* kDtypesOfQOrF32 =
+    "float16, bfloat16 or float32 (the dtype of q, or float32)";
+inline constexpr const char* kDtypesOfH = "float16, bfloat16 or float32 (the dtype of h)";
+inline constexpr const char* kDtypesF32 = "float32";
+inline constexpr const char* kDtypesIndex = "int32 or int64";
+
 // The view of argument `name` of operator `op` (its fla name): pointer, dtype, shape, element
-// strides, device. Throws c10::TypeError for a dtype libkda has no code for, and c10::ValueError
-// for a non-strided or nested tensor, a device other than cpu/cuda or a rank a TensorView cannot
-// hold (above kMaxRank, worded as the C ABI words it), naming the argument; every other rule
-// (ranks, shapes, dtypes per argument, devices) is libkda's to check.
-TensorView input_view(const at::Tensor& tensor, const char* op, const char* name);
+// strides, device. Throws c10::TypeError for None (an undefined tensor: the dispatcher passes
+// None for a required tensor) and for a dtype libkda has no code for (saying `dtypes`, what the
+// argument takes), and c10::ValueError for a non-strided or nested tensor, a device other than
+// cpu/cuda or a rank a TensorView cannot hold (above kMaxRank, worded as the C ABI words it),
+// naming the argument; every other rule (ranks, shapes, dtypes per argument, devices) is
+// libkda's to check.
+TensorView input_view(const at::Tensor& tensor, const char* op, const char* name,
+                      const char* dtypes);
 // An omitted optional argument is the empty view.
-TensorView input_view(const std::optional<at::Tensor>& tensor, const char* op, const char* name);
+TensorView input_view(const std::optional<at::Tensor>& tensor, const char* op, const char* name,
+                      const char* dtypes);
 // The view of an output made by new_output (contiguous, writable).
 TensorView output_view(const at::Tensor& tensor);
 

@@ -3,6 +3,7 @@ both operators (chunk_kda_bwd_wy_dqkg_fused: SPEC.md; chunk_kda_bwd_intra:
 SPEC-chunk-bwd-intra.md). Imports NumPy only, so every test file can be collected without
 torch."""
 
+import functools
 import json
 import os
 import struct
@@ -296,6 +297,49 @@ def intra_golden_case(path):
     expected = tuple(tensors[key] for key in INTRA_GOLDEN_OUTPUT_KEYS)
     x = "bfloat16" if "bf16" in Path(path).stem else str(inputs["q"].dtype)
     return inputs, options, expected, x
+
+
+# The dtypes libkda has a code for, as their names appear in messages.
+CODED_DTYPES = ("float16", "bfloat16", "float32", "float64", "int32", "int64")
+
+
+@functools.lru_cache(maxsize=None)
+def core_accepted_dtypes(fla_name, argument):
+    """The dtypes libkda's validation takes for input `argument` of operator `fla_name` in some
+    valid problem: with X each of float16, bfloat16 and float32, the argument cast to each dtype
+    libkda has a code for (h and dh together: dh must be h's), called on cpu-ref through the
+    NumPy path. What a binding's own refusal of a dtype libkda has no code for must list. Needs
+    ml_dtypes (bfloat16)."""
+    import kda_kernels as kk
+
+    wy = fla_name == "chunk_kda_bwd_wy_dqkg_fused"
+    function = getattr(kk, fla_name)
+    indices = argument in ("cu_seqlens", "chunk_indices")
+    accepted = set()
+    for x in ("float16", "bfloat16", "float32"):
+        shape = dict(T=32, H=2, K=8, BT=16, x=x, seqlens=[10, 22] if indices else None)
+        inputs, options = (make_problem(V=8, **shape) if wy else make_intra_problem(**shape))
+        if indices:
+            options["chunk_indices"] = kk.chunk_indices(options["cu_seqlens"], 16)
+        tied = ("h", "dh") if argument in ("h", "dh") else (argument,)
+        for name in CODED_DTYPES:
+            args = {**inputs, **options}
+            with np.errstate(invalid="ignore"):  # NaN (intra's unread entries) to an int
+                for t in tied:
+                    args[t] = args[t].astype(numpy_dtype(name))
+            try:
+                function(**args, backend="cpu-ref")
+            except (TypeError, ValueError):
+                continue
+            accepted.add(name)
+    return accepted
+
+
+def listed_dtypes(message):
+    """The dtype names a message's "expected dtype ..., got ..." lists."""
+    listed = message.split("expected dtype ", 1)[1].split(", got ", 1)[0]
+    return {word for word in listed.replace(",", " ").replace("(", " ").split()
+            if word in CODED_DTYPES}
 
 
 # --- torch helpers (torch is imported only when they are called) ---------------------------

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kda_kernels as kk
-from kda_testing import make_intra_problem, make_problem
+from kda_testing import core_accepted_dtypes, listed_dtypes, make_intra_problem, make_problem
 
 
 def problem(**kw):
@@ -366,3 +366,39 @@ def test_scale_too_large_for_a_float_names_the_argument(scale):
     with pytest.raises(ValueError, match=names("scale") + " expected a finite float, got an int "
                        "too large for a float"):
         kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **{**options, "scale": scale})
+
+
+# --- a dtype libkda has no code for; a q that is no array -----------------------------------
+
+
+@pytest.mark.parametrize("fla_name", ["chunk_kda_bwd_wy_dqkg_fused", "chunk_kda_bwd_intra"])
+def test_foreign_dtype_lists_only_what_the_argument_takes(fla_name):
+    """An array of a dtype libkda has no code for (bool, int8, big-endian, object) is refused by
+    the NumPy path itself, naming the argument and the dtypes it takes: those libkda's validation
+    takes for it. Every such error listed all the dtypes libkda has a code for (ints for q,
+    floats for cu_seqlens)."""
+    pytest.importorskip("ml_dtypes", reason="the dtypes libkda takes include bfloat16")
+    wy = fla_name == "chunk_kda_bwd_wy_dqkg_fused"
+    inputs, options = (problem(seqlens=[10, 22]) if wy
+                       else intra_problem(seqlens=[10, 22]))
+    options["chunk_indices"] = kk.chunk_indices(options["cu_seqlens"], options["chunk_size"])
+    function = getattr(kk, fla_name)
+    for name in (*inputs, "cu_seqlens", "chunk_indices"):
+        accepted = core_accepted_dtypes(fla_name, name)
+        for foreign in (np.bool_, np.int8, ">f4", object):
+            args = {**inputs, **options}
+            with np.errstate(invalid="ignore"):  # NaN (intra's unread entries) to an int
+                args[name] = args[name].astype(foreign)
+            with pytest.raises(TypeError, match=names(name, fla_name) + " expected dtype ") as info:
+                function(**args)
+            assert listed_dtypes(str(info.value)) == accepted, (foreign, str(info.value))
+
+
+def test_a_q_that_is_no_array_is_told_the_kind_of_the_others():
+    """q neither a NumPy array nor a torch tensor: the message names the kind of the call's
+    other arrays."""
+    inputs, options = problem()
+    for q in (None, inputs["q"].tolist()):
+        with pytest.raises(TypeError, match=names("q") + " expected a numpy.ndarray like the "
+                           "other arguments, got "):
+            kk.chunk_kda_bwd_wy_dqkg_fused(**{**inputs, "q": q}, **options)

@@ -17,6 +17,8 @@ from kda_testing import (  # noqa: E402
     INTRA_PASS_BAR,
     PASS_BAR,
     assert_close_all,
+    core_accepted_dtypes,
+    listed_dtypes,
     make_intra_problem,
     make_problem,
     to_float64,
@@ -439,3 +441,64 @@ def test_schema_defaults_are_the_public_functions(name):
             assert arg.has_default_value(), f"{arg.name} has no default in the schema"
             assert arg.default_value == param.default, arg.name
     assert len(schema.arguments) == len(public)
+
+
+# --- None, a dtype libkda has no code for, a q that is no tensor ----------------------------
+
+WY = "chunk_kda_bwd_wy_dqkg_fused"
+INTRA = "chunk_kda_bwd_intra"
+
+
+def _varlen_problem(fla_name):
+    """Torch inputs and options (cu_seqlens and chunk_indices given) of a small varlen problem."""
+    make = torch_problem if fla_name == WY else torch_intra_problem
+    extra = dict(V=8) if fla_name == WY else {}
+    inputs, options = make(seqlens=[10, 22], K=8, BT=16, **extra)
+    options["chunk_indices"] = kk.chunk_indices(options["cu_seqlens"], 16)
+    return inputs, options
+
+
+@pytest.mark.parametrize("fla_name", [WY, INTRA])
+def test_the_op_called_directly_names_a_required_tensor_given_none(fla_name):
+    """torch.ops.kda_kernels.<op> itself, not the public function: the dispatcher passes None
+    for a required tensor on to the implementation (an undefined tensor in C++), where the
+    compiled op raised "RuntimeError: Unimplemented scalar type" and the python op an
+    AttributeError."""
+    inputs, options = _varlen_problem(fla_name)
+    packet = getattr(torch.ops.kda_kernels, fla_name)
+    for name in inputs:
+        with pytest.raises(TypeError, match=rf"^{fla_name}: argument '{name}': expected a "
+                           r"torch.Tensor, got None$"):
+            packet(**{**inputs, name: None}, **options)
+
+
+@pytest.mark.parametrize("fla_name", [WY, INTRA])
+def test_foreign_dtype_lists_only_what_the_argument_takes(fla_name):
+    """A tensor of a dtype libkda has no code for (bool, int8, uint8, complex64) is refused by the
+    op itself, naming the argument and the dtypes it takes: those libkda's validation takes for
+    it. Every such error listed all the dtypes libkda has a code for (ints for q, floats for
+    cu_seqlens). Through the public function and the op called directly."""
+    pytest.importorskip("ml_dtypes", reason="the dtypes libkda takes include bfloat16")
+    inputs, options = _varlen_problem(fla_name)
+    calls = (getattr(kk, fla_name), getattr(torch.ops.kda_kernels, fla_name))
+    for name in (*inputs, "cu_seqlens", "chunk_indices"):
+        accepted = core_accepted_dtypes(fla_name, name)
+        for foreign in (torch.bool, torch.int8, torch.uint8, torch.complex64):
+            args = {**inputs, **options}
+            args[name] = args[name].to(foreign)
+            for call in calls:
+                with pytest.raises(TypeError, match=rf"^{fla_name}: argument '{name}': expected "
+                                   "dtype ") as info:
+                    call(**args)
+                assert listed_dtypes(str(info.value)) == accepted, (foreign, str(info.value))
+
+
+@pytest.mark.parametrize("fla_name", [WY, INTRA])
+def test_a_q_that_is_no_tensor_among_torch_tensors_is_told_to_be_one(fla_name):
+    """q neither a tensor nor an array (None, a list) sends the call down the NumPy path, which
+    said "expected a numpy.ndarray" though every other argument is a torch tensor."""
+    inputs, options = _varlen_problem(fla_name)
+    for q in (None, inputs["q"].tolist()):
+        with pytest.raises(TypeError, match=rf"^{fla_name}: argument 'q': expected a "
+                           r"torch.Tensor like the other arguments, got "):
+            getattr(kk, fla_name)(**{**inputs, "q": q}, **options)

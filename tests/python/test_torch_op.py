@@ -178,6 +178,12 @@ def bad_wy_calls():
         "g-dtype": call(g=inputs["g"].half()),
         "beta-int8": call(beta=inputs["beta"].to(torch.int8)),
         "A-complex": call(A=inputs["A"].to(torch.complex64)),
+        "q-bool": call(q=inputs["q"].bool()),
+        "q-None": call(q=None),
+        "dv-None": call(dv=None),
+        "cu_seqlens-int8": wy_args(varlen, {**varlen_options,
+                                           "cu_seqlens": varlen_options["cu_seqlens"].to(
+                                               torch.int8)}),
         "h-chunks": call(h=torch.cat([inputs["h"], inputs["h"]], dim=1)),
         "v-heads": call(v=inputs["v"][:, :, :1]),
         "A-chunk-size": wy_args(inputs, {**options, "chunk_size": 32}),
@@ -219,6 +225,8 @@ def bad_intra_calls():
         "kernel": call(kernel="tensor-core"),
         "sm80_mma-on-cpu-ref": call(backend="cpu-ref", kernel="sm80_mma"),
         "g-bool": call(g=inputs["g"].bool()),
+        "k-int8": call(k=inputs["k"].to(torch.int8)),
+        "k-None": call(k=None),
         "outputs-too-large": intra_args(broadcast_to_huge(inputs, (), "dAqk", 48),
                                         {**options, "chunk_size": 48}),
     }

@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
     const GeneratedOption generated =
         add_run_options(c.command, c.cli->shape_names(), c.cli->shape_example(), &options);
     c.cli->add_options(c.command, generated);
+    refuse_empty_values(c.command);
   }
   run->footer("operators: " + operator_list(commands) + "; kda run <operator> --help lists its " +
               "options");

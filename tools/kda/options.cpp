@@ -1,9 +1,12 @@
 #include "options.hpp"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 namespace kda::cli {
@@ -57,6 +60,47 @@ double physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size)
                                     : 0.0;
+}
+
+// The process's address space in use now (mappings: code, stacks, malloc's arenas).
+double address_space_in_use() {
+  unsigned long pages = 0;
+  std::FILE* statm = std::fopen("/proc/self/statm", "r");
+  if (statm == nullptr) return 0.0;
+  if (std::fscanf(statm, "%lu", &pages) != 1) pages = 0;
+  std::fclose(statm);
+  return static_cast<double>(pages) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+}
+
+// What a problem's memory must fit in: this machine's physical memory or, when it leaves less,
+// the process's address-space limit (ulimit -v), which allocations hit first (a shape admitted
+// by physical memory alone failed there, late, with a bare "out of memory"). `room` is what the
+// problem may take (0: unknown), `text` says which bound it is and how large.
+struct MemoryBound {
+  double room = 0.0;
+  std::string text;
+};
+
+MemoryBound memory_bound() {
+  char text[160];
+  const double physical = physical_memory_bytes();
+  std::snprintf(text, sizeof text, "this machine has %.1f GB", physical * 1e-9);
+  MemoryBound bound{physical, text};
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    const double total = static_cast<double>(limit.rlim_cur), used = address_space_in_use();
+    const double room = std::max(total - used, 0.0);
+    if (physical <= 0 || room < physical) {
+      std::snprintf(text, sizeof text, "the process's address-space limit (ulimit -v) is %.1f GB",
+                    total * 1e-9);
+      if (used >= 0.05e9) {
+        const size_t end = std::strlen(text);
+        std::snprintf(text + end, sizeof text - end, ", %.1f GB of it in use", used * 1e-9);
+      }
+      bound = {room, text};
+    }
+  }
+  return bound;
 }
 
 }  // namespace
@@ -137,6 +181,17 @@ GeneratedOption add_run_options(CLI::App* run, std::span<const char* const> shap
                 "cpu-ref, golden bar against the file's out.* tensors); with --backend cpu-ref "
                 "the file's out.* tensors are the only reference, so every output needs one");
   return generated;
+}
+
+void refuse_empty_values(CLI::App* command) {
+  const CLI::Validator non_empty(
+      [](std::string& text) -> std::string {
+        return text.empty() ? "expected a value, got ''" : "";
+      },
+      "");  // no description: the help text stays as it was
+  for (CLI::Option* option : command->get_options()) {
+    if (option->get_type_size_max() > 0) option->check(non_empty);  // flags take none
+  }
 }
 
 CLI::Option* add_heads_v_option(CLI::App* run, int64_t* heads_v) {
@@ -222,13 +277,12 @@ Status parse_x_or_fp32(const std::string& option, const std::string& text, DType
 }
 
 Status check_host_memory(double need) {
-  const double have = physical_memory_bytes();
-  if (have > 0 && need > 0.8 * have) {
-    char text[160];
-    std::snprintf(text, sizeof text,
-                  "--shape: the problem needs %.1f GB of host memory, this machine has %.1f GB",
-                  need * 1e-9, have * 1e-9);
-    return usage(text);
+  const MemoryBound bound = memory_bound();
+  if (bound.room > 0 && need > 0.8 * bound.room) {
+    char text[80];
+    std::snprintf(text, sizeof text, "--shape: the problem needs %.1f GB of host memory, ",
+                  need * 1e-9);
+    return usage(text + bound.text);
   }
   return Status::Ok();
 }
@@ -237,14 +291,15 @@ Status check_input_fits(const std::string& path) {
   std::error_code ec;
   const uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec) return Status::Ok();  // not a readable regular file: the reader says why
-  const double need = 3.0 * static_cast<double>(size), have = physical_memory_bytes();
-  if (have > 0 && need > 0.8 * have) {
-    char text[200];
+  const double need = 3.0 * static_cast<double>(size);
+  const MemoryBound bound = memory_bound();
+  if (bound.room > 0 && need > 0.8 * bound.room) {
+    char text[160];
     std::snprintf(text, sizeof text,
                   "--input: reading it needs about %.1f GB of host memory (three times the "
-                  "file's %.1f GB), this machine has %.1f GB",
-                  need * 1e-9, static_cast<double>(size) * 1e-9, have * 1e-9);
-    return usage(text);
+                  "file's %.1f GB), ",
+                  need * 1e-9, static_cast<double>(size) * 1e-9);
+    return usage(text + bound.text);
   }
   return Status::Ok();
 }

@@ -53,6 +53,11 @@ class GeneratedOption {
 GeneratedOption add_run_options(CLI::App* command, std::span<const char* const> shape_names,
                                 const std::string& shape_example, RunOptions* o);
 
+// Refuses an empty value for every option of `command` that takes one, naming the option: "" once
+// meant the default for some (--seqlens, --backend, --scale) and was refused by others. Call it
+// once all of the command's options are declared.
+void refuse_empty_values(CLI::App* command);
+
 // --heads-v (value heads, default H), for the operators that have them: a given value must be
 // positive (0 stands for "not given" in the configs).
 CLI::Option* add_heads_v_option(CLI::App* command, int64_t* heads_v);
@@ -65,6 +70,8 @@ Status resolve_kernel(const RunOptions& options, Kernel* kernel);
 int default_repeat(Backend backend);
 // Refuses an --input file whose problem cannot fit in host memory (the file is read whole, its
 // tensors copied out and the outputs allocated: about three times its size), before reading it.
+// Host memory here and in check_host_memory is the physical memory or, when it leaves less, the
+// process's address-space limit (ulimit -v, RLIMIT_AS); the message says which.
 Status check_input_fits(const std::string& path);
 
 // "B,T,H,K,V" from {"B", "T", "H", "K", "V"}, from `first` on.

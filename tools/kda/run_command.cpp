@@ -127,8 +127,12 @@ int run_command(const io::OpIo& op, const OpCli& cli, const RunOptions& o) {
     if (Status s = cuda_ready(); !s.ok()) return report_error(s.message, exit_code_for(s));
   }
 
+  // The file the outputs go to is created now, beside -o's target, and filled after the run:
+  // a path nothing can be written to is refused before the run, not after it.
+  io::SafetensorsWriter output;
   if (o.output_given) {
     if (Status s = check_output_path(o); !s.ok()) return report_error(s.message, kExitUsage);
+    if (Status s = output.open(o.output); !s.ok()) return report_error(s.message, kExitUsage);
   }
   if (o.check && backend == Backend::cpu_ref && o.input.empty()) {  // before generating inputs
     return report_error(kNothingToCheck +
@@ -203,7 +207,7 @@ int run_command(const io::OpIo& op, const OpCli& cli, const RunOptions& o) {
 
   if (o.output_given) {
     progress("writing " + o.output);
-    if (Status s = io::write_safetensors(o.output, io::problem_to_safetensors(problem)); !s.ok()) {
+    if (Status s = output.write(io::problem_to_safetensors(problem)); !s.ok()) {
       return report_error(s.message, kExitUsage);
     }
   }
