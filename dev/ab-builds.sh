@@ -10,7 +10,7 @@
 # set, so that one library can appear several times with different runtime settings, e.g.
 # s5=.carry/ab/stagger.tar.xz@KDA_WY_STAGGER_NS=5000; the steps run `env ${envs[n]} ...`).
 # Only summary.txt and logs.tar.gz go under $OUT: a call brings back at most 8 files, and a
-# killed run that left its logs there brought back none of its results (ninth session, call 4).
+# killed run that left its logs there brought back none of its results.
 # ab_finish (run on exit, also when killed by SIGTERM/SIGINT) packs the logs and prints the
 # summary. KDA_AB_SECONDS (default 480) bounds the whole script: ab_time_left says what is left,
 # and a step that would not fit is skipped with a line in the summary.
@@ -35,7 +35,7 @@ ab_builds() {
   build=$carry/build
   # Unpacked afresh unless the folder holds this very archive's files (its checksum, written after
   # unpacking): a machine still warm keeps an earlier call's folder, which held another build or
-  # lacked its symbolic links (eleventh session, calls 4 and 5).
+  # lacked its symbolic links.
   if [ -f "$carry/build.tar.xz" ] &&
     [ "$(cat "$build/.unpacked" 2>/dev/null)" != "$(sha1sum <"$carry/build.tar.xz")" ]; then
     rm -rf "$build" && mkdir -p "$build" && tar -xJf "$carry/build.tar.xz" -C "$carry" &&
@@ -67,7 +67,7 @@ ab_builds() {
     fi
     # A build that is not there must stop the run: with an empty library path the binaries load
     # the carried build through their RUNPATH, and its rows would read as the experiment's
-    # (eleventh session, call 1: .carry/ab had been emptied by a later stage-carry.sh).
+    # (as when a later stage-carry.sh has emptied .carry/ab).
     if [ ! -f "$dir/libkda.so.0.2" ]; then
       echo "ab_builds: $spec: no libkda.so.0.2 there (expected NAME=DIR or NAME=FILE.tar.xz)" |
         tee -a "$summary" >&2
@@ -83,7 +83,7 @@ ab_builds() {
 # of SECONDS, cut to what the deadline leaves), then racecheck + synccheck on its tests matching
 # FILTER for every build; one line each into $summary, the logs into $logs. Every build's tests
 # come before any sanitizer run, so that a tight deadline drops sanitizer runs, not a build's
-# tests (the tenth session's call 4 lost an experiment's test_cuda to the base's sanitizers), and
+# tests (else the base's sanitizers can use up the time an experiment's test_cuda needed), and
 # a build whose tests did not pass is named UNTESTED in the summary beside its timings.
 # KDA_AB_SANITIZERS names the sanitizer tools (default "racecheck synccheck"; empty: none, for a
 # timing-first call whose kept build gets its sanitizers in a later call); KDA_AB_TESTS=0 skips

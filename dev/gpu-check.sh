@@ -74,7 +74,7 @@ carry=$(cd "$carry" && pwd)
 build=$carry/build
 # The builds travel packed (dev/stage-carry.sh). Unpacked afresh unless the folder holds this very archive's files (its checksum, written after
 # unpacking): a machine still warm keeps an earlier call's folder, which held another build or
-# lacked its symbolic links (eleventh session, calls 4 and 5).
+# lacked its symbolic links.
 if [ -f "$carry/build.tar.xz" ] &&
   [ "$(cat "$build/.unpacked" 2>/dev/null)" != "$(sha1sum <"$carry/build.tar.xz")" ]; then
   rm -rf "$build" && mkdir -p "$build" && tar -xJf "$carry/build.tar.xz" -C "$carry" &&
@@ -315,8 +315,8 @@ fi
 time_row() {
   local label=$1 log=$2
   shift 2
-  # Past the deadline nothing runs (a timeout of 1 s, or an input never generated, read as a
-  # failure in the twentieth session's check): the row says it was cut.
+  # Past the deadline nothing runs (a timeout of 1 s, or an input never generated, would read
+  # as a failure): the row says it was cut.
   if [ "$SECONDS" -ge "$deadline" ]; then
     row "$label" "CUT (deadline): not run"
     return

@@ -2,11 +2,11 @@
 """Compares the SASS of two builds of libkda kernel by kernel: which instantiations are the same
 once addresses, encodings and parameter-block offsets (c[0x0][...]) are set aside. Shows that a
 library combining changes measured in separate builds runs, kernel by kernel, the code that ran
-on the GPU (docs/gpu-validation.md, fourteenth session).
+on the GPU.
 
     dev/sass-compare.py A.so B.so [NAME_SUBSTRING]    (default substring: _kernel)
 
-Needs cuobjdump and nvdisasm on PATH (docs/status.md says where the venv has them).
+Needs cuobjdump and nvdisasm on PATH (dev/journal/status.md says where the venv has them).
 """
 
 import re

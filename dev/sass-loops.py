@@ -2,12 +2,12 @@
 """Static instruction mix of one kernel's loops: for each backward branch of the kernel's SASS
 whose body holds a matrix instruction (HGMMA, HMMA), the body's instruction count and its most
 frequent opcodes, smallest body first (the innermost loop that does the products, e.g. the WY
-kernel's K loop). Used to predict a rung before a device call (docs/performance.md, fifteenth
-session: the K loop's 1339 -> 1115 instructions with 32-bit offsets).
+kernel's K loop). Used to predict a rung before a device call (e.g. the WY K loop's 1339 -> 1115
+instructions with 32-bit offsets).
 
     dev/sass-loops.py LIB_OR_OBJECT KERNEL_SUBSTRING [--min-bytes N] [--top N]
 
-Needs cuobjdump and nvdisasm on PATH (docs/status.md says where the venv has them). Counts are
+Needs cuobjdump and nvdisasm on PATH (dev/journal/status.md says where the venv has them). Counts are
 static: a loop's body as laid out, each instruction once, whatever branches inside it skip.
 """
 

@@ -1,6 +1,6 @@
 """The SASS of a library's or object's functions, as cuobjdump prints it, read into Python: what
 dev/sass-compare.py and dev/sass-loops.py both start from. Needs cuobjdump and nvdisasm on PATH
-(docs/status.md says where the venv has them)."""
+(dev/journal/status.md says where the venv has them)."""
 
 import re
 import subprocess

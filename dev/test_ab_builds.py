@@ -1,6 +1,6 @@
 """dev/ab-builds.sh, the part of the GPU A/B scripts that decides what comes back from a device
-call: only summary.txt and logs.tar.gz under $OUT (a call brings back 8 files; the ninth
-session's call 4 lost every result to that), steps skipped with a line once the deadline
+call: only summary.txt and logs.tar.gz under $OUT (a call brings back 8 files, and a run that
+left more lost every result), steps skipped with a line once the deadline
 (KDA_AB_SECONDS) is near, and the logs packed on exit or SIGTERM. Runs without a GPU."""
 
 import os

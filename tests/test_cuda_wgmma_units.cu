@@ -10,7 +10,8 @@
 //      a slab copy);
 //   4. the 64 x 64 product with the tiles written by bulk tensor copies with the 128-byte swizzle
 //      (tensor_map.hpp's TileSwizzle::bytes128): the copy engine's layout is the one the
-//      descriptors read (the first risk of docs/design.md's v3 plan), and the map rules;
+//      descriptors read (the first risk of the v3 plan, dev/journal/design-history.md), and the
+//      map rules;
 //   5. the 64 x 64 product over k = 128 with A in registers (the "RS" form of v3's k-major
 //      products: a slab of h as the A operand), B from two swizzled tiles.
 

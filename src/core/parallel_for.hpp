@@ -14,7 +14,7 @@ namespace kda::cpu {
 
 // The processors the system has online, read once: std::thread::hardware_concurrency() reads
 // /sys/devices/system/cpu/online on every call (glibc's get_nprocs), which cost ~5 µs of each
-// call of a small problem on the cpu backend (perf, docs/performance.md v-host.3).
+// call of a small problem on the cpu backend (perf; dev/journal/performance.md, v-host.3).
 inline int64_t hardware_threads() {
   static const int64_t threads = std::max<int64_t>(1, std::thread::hardware_concurrency());
   return threads;

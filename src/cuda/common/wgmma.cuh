@@ -1,10 +1,10 @@
 #pragma once
 // Hopper's warpgroup matrix multiply (wgmma, sm_90a), the first building block of the WY
-// operator's v3 (issue 12; docs/design.md "Toward v3"): a warpgroup (4 consecutive warps, 128
-// threads) multiplies a 64 x 16 tile of A by a 16 x N tile of B, both read by the tensor cores
-// straight from shared memory through 64-bit matrix descriptors, into float32 accumulators held
-// in registers. v2's mma.sync needs every operand loaded into registers first (ldmatrix), and
-// ncu shows v2 waiting on exactly that shared-memory traffic.
+// operator's v3 (issue 12; dev/journal/design-history.md, "Toward v3"): a warpgroup (4
+// consecutive warps, 128 threads) multiplies a 64 x 16 tile of A by a 16 x N tile of B, both read
+// by the tensor cores straight from shared memory through 64-bit matrix descriptors, into float32
+// accumulators held in registers. v2's mma.sync needs every operand loaded into registers first
+// (ldmatrix), and ncu shows v2 waiting on exactly that shared-memory traffic.
 //
 // Layout used here: both operands K-major (a row of A or of Bᵀ holds consecutive k) in 16-bit
 // types, tiles of 64 k (128 bytes) per row with the 128-byte swizzle, the layout a bulk tensor
@@ -98,7 +98,7 @@ __device__ __forceinline__ void mma_m64n64k16_bf16(float (&d)[32], uint64_t desc
 
 // D (64 x 64, float32) [+]= A (64 x 16) · B (16 x 64) with A in registers (the "RS" form) and B
 // in shared memory, K-major (a descriptor above): the building block of v3's k-major products
-// (docs/status.md, issue 12), where A is a slab of h converted in registers. Thread t of the
+// (issue 12), where A is a slab of h converted in registers. Thread t of the
 // warpgroup (warp w, lane l) holds A's rows 16 w + l / 4 (+ 8) at k = 2 (l % 4) (+ 1) (+ 8),
 // packed in pairs as the mma.sync m16n8k16 A fragment: a[0] (row +0, k +0), a[1] (row +8, k +0),
 // a[2] (row +0, k +8), a[3] (row +8, k +8). Accumulators as mma_m64n64k16_bf16's. The registers

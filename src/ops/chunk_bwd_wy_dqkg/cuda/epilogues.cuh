@@ -13,8 +13,8 @@
 // are: the epilogue inputs are the caller's arrays (a struct of them changed register
 // allocation); the products and barriers of phase 2 stay in the kernels; phase 0's dv_out/db and
 // the K loop's first epilogue half are still written out in each kernel (as helpers they moved
-// instructions in the sm80_mma SASS); the second half is one helper (epilogue_dk_dg) since the
-// twentieth session, with every kernel's SASS unchanged.
+// instructions in the sm80_mma SASS); the second half is one helper (epilogue_dk_dg), with every
+// kernel's SASS unchanged.
 
 #include <cstdint>
 #include <type_traits>
@@ -235,8 +235,8 @@ __device__ __forceinline__ void load_epilogue_inputs(
     for (int h = 0; h < 2; ++h) {
       const int i = w.m0 + w.grp + 8 * h;
       float4 g4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      // g's load stays inside each branch: hoisted above them it changed the SASS of all 18
-      // quad-column kernels (twentieth session), which no GPU had run.
+      // g's load stays inside each branch: hoisted above them it changes the SASS of all 18
+      // quad-column kernels away from the code that was measured and tested on the GPU.
       if constexpr (std::is_same_v<XT, float>) {
         float4 q4 = g4;
         float4 k4 = g4;

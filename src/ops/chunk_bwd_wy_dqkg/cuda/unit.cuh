@@ -29,10 +29,10 @@ struct WorkUnit {
 // The span is copied whole, valid or not (an invalid ChunkSpan is all zero, so the unit is the
 // same as with an early return). An early `if (!c.valid) return w;` made nvcc merge the two
 // paths with a select of every field in warp 0's prologue, and that perturbed ptxas's register
-// allocation and scheduling of the whole kernel: after the layout refactor (issue 11) the
-// sm80_mma and simt kernels' SASS differed from 6478d54's in ~1/3 of the instructions (same
-// counts and memory operations). Copied whole, the SASS is 6478d54's again instruction for
-// instruction (docs/performance.md, "bf16 h-fp32 regression: what the SASS shows").
+// allocation and scheduling of the whole kernel: the sm80_mma and simt kernels' SASS differed
+// from 6478d54's in ~1/3 of the instructions (same counts and memory operations). Copied whole,
+// the SASS is 6478d54's again instruction for instruction (dev/journal/performance.md, "bf16
+// h-fp32 regression: what the SASS shows").
 __device__ inline WorkUnit resolve_unit(const WyDqkgParams& p, int64_t unit, int chunk_size,
                                         int lane) {
   WorkUnit w{};

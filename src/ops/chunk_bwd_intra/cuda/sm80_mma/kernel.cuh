@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   // starts. Measured (H200, T=8192 bf16): item start 438-447 µs, after the issuer's phase 1
   // 416-418 (T=2048: 125 -> 113); one item ahead 502 (the lines wait longer in L2 and are evicted
   // before phase 2 reads them). Tensor-core diagonal: item start 431-432, after phase 1 436 -> 441,
-  // before the diagonal block 422-423 (T=2048: 123.5 -> 117; eighth session).
+  // before the diagonal block 422-423 (T=2048: 123.5 -> 117).
   constexpr bool kIncomingLate = Tr::kBulkStages == 2 && !Tr::kDiagTc;
   constexpr bool kIncomingMid = Tr::kBulkStages == 2 && Tr::kDiagTc;
   uint32_t phases = 0;  // bit s: the parity of stage s's next bulk-copy phase

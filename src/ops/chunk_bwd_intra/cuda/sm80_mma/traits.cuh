@@ -19,7 +19,7 @@ struct IntraTraits {
   // 0: tiles by cp.async, the stage count at run time; 1 or 2: tiles by bulk tensor copies
   // (IntraParams::tma_copies) into that many stages, the incoming dq/dk/dg prefetched to L2 by
   // bulk requests. Compile-time choices, so that each kernel holds one copy path: run-time flags
-  // kept every path's registers live, and ncu (sixth session) showed ~7% of the stall samples on
+  // kept every path's registers live, and ncu showed ~7% of the stall samples on
   // reloads of the values spilled for them at every item.
   static constexpr int kBulkStages = kBulkStages_;
   static constexpr bool kBulk = kBulkStages > 0;

@@ -94,7 +94,7 @@ bool refuse(std::string* why_not, const Reason& reason) {
 // CTAs per unit for the split-unit kernel (BT = 64, h stored [K][V], 16-bit X): 4 or 2 (dividing
 // the unit's slab pairs) when the split grid still fits one CTA per SM, so a problem with fewer
 // units than SMs is not left to a few CTAs' serial chains; else 1 (one CTA per unit). One CTA
-// per SM, not the two the kernel could hold: on an H200 (eleventh session) a split grid of up
+// per SM, not the two the kernel could hold: on an H200 a split grid of up
 // to 132 CTAs ran in one wave (B=1 T=512 H=8: 26.5 -> 20.9 µs with 2 CTAs per unit), but every
 // split grid of more CTAs than SMs was slower than no split (T=1024 H=8: 30.4 -> 32.6 µs at 256
 // CTAs, 50.0 at 512). KDA_WY_SPLIT overrides the size rule, for tests and measurements: 1 never

@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   }
   if constexpr (Tr::kHalfSlabs) {
     // The first pair's second half is issued only after phase 0 (the 16-bit copy holds Vv until
-    // then) and its copy waits alone (ncu, fourteenth session: 4.7% of the stall samples): ask
+    // then) and its copy waits alone (ncu: 4.7% of the stall samples): ask
     // L2 for its lines now, one 128-byte line per thread, so that its copy finds L2, not DRAM.
     constexpr int kLinesPerRow = Tr::kSlabCols * static_cast<int>(sizeof(float)) / 128;
     constexpr int kLines = Tr::kCopyK * kLinesPerRow;  // of S, and as many of dS

@@ -117,8 +117,8 @@ struct WyDqkgMmaTraits {
   // Everything positional (dW, KG, Σ Kk⊙dK0, the products) follows the permuted order; the
   // global columns are read at k, Σ S⊙dS at the slab position (epilogues' sds_pos).
   // Both h dtypes: with Σ S⊙dS at slab positions and the epilogue in tile order no kernel
-  // spills (the seventeenth session's float32-h attempt spilled, +14%, or rolled its
-  // conversion, +3%); H100: model bf16 -2.6%, h bf16 -4.1% (performance.md, nineteenth session).
+  // spills (with Σ S⊙dS read at k the float32-h kernels spilled, +14%, or had to roll their
+  // conversion, +3%); H100: model bf16 -2.6%, h bf16 -4.1% (docs/performance.md, rung v2.kqf).
   static constexpr bool kQuadCols = kSlabPair;
   // The position in the slab copy of its k row `row` (identity without quad columns).
   __host__ __device__ static constexpr int slab_row_pos(int row) {
