@@ -435,7 +435,7 @@ if want fla; then
     cache=(-o "cache_dir=$logs/fla-peer-cache-$label")
     (cd "$carry/fla-peer" && bounded "${KDA_FLA_PEER_SECONDS:-150}" env \
       KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$path" KDA_PEER_CALLS_DIR="$calls" \
-      python3 -m pytest -q -rs "${cache[@]}" -p fla_peer_plugin -n "${KDA_FLA_PEER_WORKERS:-4}" \
+      python3 -m pytest -q -rfs "${cache[@]}" -p fla_peer_plugin -n "${KDA_FLA_PEER_WORKERS:-4}" \
       tests/ops/test_kda.py) >"$logs/fla-peer-$label.log" 2>&1
     prc=$?
     row "fla's tests/ops/test_kda.py, our backend, fla $label" \
