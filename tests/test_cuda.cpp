@@ -22,6 +22,7 @@
 #include "io/host_problem.hpp"
 #include "io/safetensors.hpp"
 #include "kda/kda.hpp"
+#include "ops/chunk_bwd_wy_dqkg/backends.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -41,35 +42,8 @@ struct Case {
   WyDqkgConfig config;
   std::vector<std::string> padded = {};  // inputs stored with a padded head stride
   bool int32_indices = false;            // cu_seqlens / chunk_indices as int32
-  bool strong_decay = false;       // g redrawn as steep chunk-local cumsums (with_strong_decay)
-  const char* wy_split = nullptr;  // KDA_WY_SPLIT for the run (nullptr: unset, the size rule)
-  bool wy_v3 = false;  // KDA_WY_V3=1 for the run: the sm90_ws kernel (v3) where it applies
-};
-
-// Sets environment variable `name` to `value` for a scope, or leaves it unset for nullptr; unset
-// afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (value != nullptr) {
-      EXPECT_EQ(setenv(name, value, 1), 0);
-    }
-  }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
-
-// KDA_WY_SPLIT (the split-unit kernel's CTAs per unit, sm80_mma/dispatch.cu) and KDA_WY_V3 (the
-// sm90_ws kernel, sm90_ws/dispatch.hpp) as a case asks.
-struct CaseEnv {
-  explicit CaseEnv(const Case& c)
-      : split("KDA_WY_SPLIT", c.wy_split), v3("KDA_WY_V3", c.wy_v3 ? "1" : nullptr) {}
-  ScopedEnv split;
-  ScopedEnv v3;
+  bool strong_decay = false;  // g redrawn as steep chunk-local cumsums (with_strong_decay)
+  int split_ranks = 0;  // the split-unit kernel's CTAs per unit (WyCudaTuning; 0: the size rule)
 };
 
 // Printed by its name (gtest would print a hex dump of the struct in every test listing and skip
@@ -105,11 +79,21 @@ std::string dtype_tag(DType d) {
   }
 }
 
+// kda::run on the cuda backend with the given tuning (the default tuning goes through kda::run
+// itself).
+kda::Status run_tuned(const kda::ChunkBwdWyDqkgProblem& p, cudaStream_t stream, Kernel kernel,
+                      const kda::detail::WyCudaTuning& tuning) {
+  if (tuning.split_ranks == 0) return kda::run(p, kda::Backend::cuda, stream, kernel);
+  kda::ChunkBwdWyDqkgDims dims;
+  if (kda::Status s = p.validate(&dims); !s.ok()) return s;
+  return kda::detail::run_chunk_bwd_wy_dqkg_cuda_tuned(p, dims, kernel, stream, tuning);
+}
+
 // Runs `hp` on the GPU with every kernel (poisoned outputs each time) and checks every output
 // against cpu-ref, computed once. `mma` says whether sm80_mma must take the problem; where it must
 // not, it must refuse it as unsupported, saying why.
 void check_against_reference(HostProblem hp, const std::vector<std::string>& padded, bool mma,
-                             cudaStream_t stream = nullptr) {
+                             cudaStream_t stream = nullptr, int split_ranks = 0) {
   const HostProblem ref = reference_of(hp);
   DeviceProblem dev(hp, 0, padded);
   const DType x = hp.get("q").dtype;
@@ -118,8 +102,8 @@ void check_against_reference(HostProblem hp, const std::vector<std::string>& pad
     const std::string kname(kda::kernel_name(kernel));
     SCOPED_TRACE("kernel " + kname);
     dev.poison_outputs();
-    const kda::Status s =
-        kda::run(dev.as<kda::ChunkBwdWyDqkgProblem>(), kda::Backend::cuda, stream, kernel);
+    const kda::Status s = run_tuned(dev.as<kda::ChunkBwdWyDqkgProblem>(), stream, kernel,
+                                    kda::detail::WyCudaTuning{split_ranks});
     if (kernel == Kernel::sm80_mma && !mma) {
       EXPECT_EQ(s.code, kda::StatusCode::unsupported) << s.message;
       EXPECT_NE(s.message.find("sm80_mma cannot take this problem"), std::string::npos)
@@ -275,14 +259,14 @@ std::vector<Case> matrix() {
   // of length 1, < BT, = BT and > 4 BT, and GVA. h in X is the stored form fla's own pipeline
   // hands over (and the one the slab-pair experiment changes). These problems have few units,
   // so the size rule splits them over clusters of 4 CTAs (K = 128) or 2 (K = 64); each case runs
-  // also with one CTA per unit (KDA_WY_SPLIT=1) and with two CTAs per unit (two slab pairs each
+  // also with one CTA per unit (split_ranks 1) and with two CTAs per unit (two slab pairs each
   // at K = 128: the ring and the float32 halves inside a CTA's share).
   const std::pair<int64_t, int64_t> wgmma_kv[] = {{128, 128}, {64, 128}, {128, 64}};
   for (DType x : {DType::f16, DType::bf16}) {
     for (DType h : state_dtypes(x)) {
       const std::string tag = dtype_tag(x) + (h == DType::f32 ? "_hfp32" : "_hx");
-      for (const char* split : {static_cast<const char*>(nullptr), "1", "2"}) {
-        const std::string stag = split == nullptr ? "" : std::string("_split") + split;
+      for (int split : {0, 1, 2}) {
+        const std::string stag = split == 0 ? "" : "_split" + std::to_string(split);
         for (auto [K, V] : wgmma_kv) {
           WyDqkgConfig c = base(x, h, 64);
           c.K = K;
@@ -296,33 +280,6 @@ std::vector<Case> matrix() {
         cases.push_back(
             {"wgmma_gva_varlen_" + tag + stag, gva_varlen_k128(x, h), {}, false, false, split});
       }
-    }
-  }
-  // v3 (the sm90_ws kernel, KDA_WY_V3=1: 16-bit X, BT = 64, K = V = 128, h k-first): fixed
-  // length with a tail chunk (the tile copies read the next batch row's rows), varlen with
-  // sequences of length 1, < BT, = BT and > 4 BT, GVA, and steep gates; more units than SMs in
-  // the longest, so that CTAs walk several units and reuse every buffer and the h ring.
-  for (DType x : {DType::f16, DType::bf16}) {
-    for (DType h : state_dtypes(x)) {
-      const std::string tag = dtype_tag(x) + (h == DType::f32 ? "_hfp32" : "_hx");
-      WyDqkgConfig c = base(x, h, 64);
-      c.K = 128;
-      c.V = 128;
-      cases.push_back({"v3_" + tag, c, {}, false, false, nullptr, true});
-      cases.push_back({"v3_strong_decay_" + tag, c, {}, false, true, nullptr, true});
-      WyDqkgConfig l = c;
-      l.B = 2;
-      l.T = 2100;
-      l.H = 4;
-      l.HV = 4;
-      cases.push_back({"v3_many_units_" + tag, l, {}, false, false, nullptr, true});
-      c.B = 1;
-      c.seqlens = {1, 61, 64, 263, 1, 128};
-      cases.push_back({"v3_varlen_" + tag, c, {}, false, false, nullptr, true});
-      c.pass_chunk_indices = true;
-      cases.push_back({"v3_varlen_indices_" + tag, c, {}, false, false, nullptr, true});
-      cases.push_back(
-          {"v3_gva_varlen_" + tag, gva_varlen_k128(x, h), {}, false, false, nullptr, true});
     }
   }
   // The small chunks (BT = 16, 32) at the model's head dims and with state_v_first: their
@@ -419,8 +376,8 @@ TEST_P(CudaMatrix, MatchesFloat64Reference) {
   HostProblem hp = kda::io::make_random_problem(c.config);
   if (c.int32_indices) use_int32_indices(hp);
   if (c.strong_decay) with_strong_decay(hp, c.config.BT);
-  const CaseEnv env(c);
-  check_against_reference(std::move(hp), c.padded, sm80_mma_takes(c.config, c.padded));
+  check_against_reference(std::move(hp), c.padded, sm80_mma_takes(c.config, c.padded), nullptr,
+                          c.split_ranks);
 }
 
 INSTANTIATE_TEST_SUITE_P(Options, CudaMatrix, ::testing::ValuesIn(matrix()), case_name);
@@ -449,14 +406,9 @@ std::vector<Case> sanitizer_subset() {
   w.V = 128;
   w.seqlens = {1, 61, 70};
   cases.push_back({"wgmma_varlen_bf16_hx", w});
-  cases.push_back({"wgmma_varlen_bf16_hx_split1", w, {}, false, false, "1"});
+  cases.push_back({"wgmma_varlen_bf16_hx_split1", w, {}, false, false, 1});
   w.h_dtype = DType::f32;
-  cases.push_back({"wgmma_varlen_bf16_hfp32_split2", w, {}, false, false, "2"});
-  // v3 (KDA_WY_V3=1) with both h dtypes, short chunks included.
-  w.h_dtype = DType::bf16;
-  cases.push_back({"v3_varlen_bf16_hx", w, {}, false, false, nullptr, true});
-  w.h_dtype = DType::f32;
-  cases.push_back({"v3_varlen_bf16_hfp32", w, {}, false, false, nullptr, true});
+  cases.push_back({"wgmma_varlen_bf16_hfp32_split2", w, {}, false, false, 2});
   // The small-chunk layouts at the model's head dims: BT = 32 with float32 h (one staging slot,
   // swizzled token tiles) and BT = 16 with h in X (Vv in ring slot 1), short sequences included.
   for (const auto& [bt, h, tag] : {std::tuple{int64_t{32}, DType::f32, "bt32_varlen_fp16"},
@@ -485,9 +437,8 @@ TEST_P(CudaSanitizerSubset, MatchesFloat64Reference) {
   Case c = GetParam();
   c.config.seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(c.config.seed));
-  const CaseEnv env(c);
   check_against_reference(kda::io::make_random_problem(c.config), c.padded,
-                          sm80_mma_takes(c.config, c.padded));
+                          sm80_mma_takes(c.config, c.padded), nullptr, c.split_ranks);
 }
 
 INSTANTIATE_TEST_SUITE_P(Subset, CudaSanitizerSubset, ::testing::ValuesIn(sanitizer_subset()),
@@ -565,10 +516,10 @@ TEST(Cuda, Tf32x3BitwiseDeterministic) {
   }
 }
 
-// Split units (BT = 64, h k-first, 16-bit X): KDA_WY_SPLIT picks the CTAs per unit. Each split
-// is bitwise reproducible; a split run differs from the one-CTA run in D's and db's summation
-// order (so the split path was taken: db's bits differ), and both meet the bars (the matrix
-// checks them against float64); a value other than auto, 1, 2, 4 is an error naming the variable.
+// Split units (BT = 64, h k-first, 16-bit X): the tuning's split_ranks picks the CTAs per unit.
+// Each split is bitwise reproducible; a split run differs from the one-CTA run in D's and db's
+// summation order (so the split path was taken: db's bits differ), and both meet the bars (the
+// matrix checks them against float64); a value other than 0, 1, 2, 4 is an error naming it.
 TEST(Cuda, SplitUnits) {
   SKIP_WITHOUT_GPU();
   WyDqkgConfig c = base(DType::bf16, DType::f32, 64);
@@ -582,13 +533,14 @@ TEST(Cuda, SplitUnits) {
   SCOPED_TRACE("seed " + std::to_string(c.seed));
   HostProblem hp = kda::io::make_random_problem(c);
   DeviceProblem dev(hp);
-  std::map<std::string, HostProblem> outputs;
-  for (const char* split : {"1", "2", "4", "auto"}) {
-    const ScopedEnv env("KDA_WY_SPLIT", split);
+  const auto& problem = dev.as<kda::ChunkBwdWyDqkgProblem>();
+  std::map<int, HostProblem> outputs;
+  for (int split : {1, 2, 4, 0}) {
     for (int run = 0; run < 2; ++run) {
       dev.poison_outputs();
-      const kda::Status s = dev.run(kda::Backend::cuda, nullptr, Kernel::sm80_mma);
-      ASSERT_TRUE(s.ok()) << "KDA_WY_SPLIT=" << split << ": " << s.message;
+      const kda::Status s =
+          run_tuned(problem, nullptr, Kernel::sm80_mma, kda::detail::WyCudaTuning{split});
+      ASSERT_TRUE(s.ok()) << "split_ranks " << split << ": " << s.message;
       kda::testing::check_cuda(cudaDeviceSynchronize(), "sync");
       HostProblem out = dev.download_outputs();
       if (run == 0) {
@@ -597,83 +549,54 @@ TEST(Cuda, SplitUnits) {
       }
       for (const std::string& name : kda::testing::wy_outputs()) {
         EXPECT_EQ(out.get(name).bytes, outputs[split].get(name).bytes)
-            << "KDA_WY_SPLIT=" << split << ": " << name << " differs between two runs";
+            << "split_ranks " << split << ": " << name << " differs between two runs";
       }
     }
   }
   // 20 units: the size rule takes 4 CTAs per unit on any GPU with >= 80 SMs.
   for (const char* name : {"out.db", "out.dA"}) {
-    EXPECT_EQ(outputs["auto"].get(name).bytes, outputs["4"].get(name).bytes) << name;
+    EXPECT_EQ(outputs[0].get(name).bytes, outputs[4].get(name).bytes) << name;
   }
   // db is summed in float32 straight from the parts, so another order changes some of its last
   // bits (dA passes through X rounded to bf16, which usually hides the difference: an H200 run
   // once gave split 2 the bits of split 1 there).
-  EXPECT_NE(outputs["1"].get("out.db").bytes, outputs["4"].get("out.db").bytes);
-  EXPECT_NE(outputs["1"].get("out.db").bytes, outputs["2"].get("out.db").bytes);
+  EXPECT_NE(outputs[1].get("out.db").bytes, outputs[4].get("out.db").bytes);
+  EXPECT_NE(outputs[1].get("out.db").bytes, outputs[2].get("out.db").bytes);
   // dq, dk, dg, dv_out come from one CTA's products whatever the split: the same bits.
   for (const char* name : {"out.dq", "out.dk", "out.dg", "out.dv_out"}) {
-    EXPECT_EQ(outputs["1"].get(name).bytes, outputs["4"].get(name).bytes) << name;
+    EXPECT_EQ(outputs[1].get(name).bytes, outputs[4].get(name).bytes) << name;
   }
-  const ScopedEnv bad_env("KDA_WY_SPLIT", "3");
-  const kda::Status bad = dev.run(kda::Backend::cuda, nullptr, Kernel::sm80_mma);
+  const kda::Status bad =
+      run_tuned(problem, nullptr, Kernel::sm80_mma, kda::detail::WyCudaTuning{3});
   EXPECT_EQ(bad.code, kda::StatusCode::invalid_argument) << bad.message;
-  EXPECT_NE(bad.message.find("KDA_WY_SPLIT"), std::string::npos) << bad.message;
+  EXPECT_NE(bad.message.find("split_ranks"), std::string::npos) << bad.message;
 }
 
-// KDA_WY_V3 takes 0 or 1; any other value is an error naming the variable (on a problem of v3's
-// shape, where the variable is read).
-TEST(Cuda, WyV3VariableRejectsOtherValues) {
-  SKIP_WITHOUT_GPU();
-  WyDqkgConfig c = base(DType::bf16, DType::f32, 64);
-  c.K = 128;
-  c.V = 128;
-  c.seed = fresh_seed();
-  const HostProblem hp = kda::io::make_random_problem(c);
-  DeviceProblem dev(hp, 0);
-  for (const char* value : {"2", "yes"}) {
-    const ScopedEnv bad_env("KDA_WY_V3", value);
-    const kda::Status bad = dev.run(kda::Backend::cuda, nullptr, Kernel::sm80_mma);
-    EXPECT_EQ(bad.code, kda::StatusCode::invalid_argument) << value << ": " << bad.message;
-    EXPECT_NE(bad.message.find("KDA_WY_V3"), std::string::npos) << bad.message;
-  }
-}
-
-// KDA_CUDA_KERNEL names the kernel auto runs; an unknown value is an error naming the variable,
-// never a silent "auto". An explicit kernel wins over it.
-TEST(Cuda, EnvironmentKernelChoice) {
+// The library reads no environment: KDA_CUDA_KERNEL (which the edges, the CLI, bench and the
+// Python package, turn into an explicit kernel) changes nothing in a call that passes auto, and
+// an unknown value in it is no error there.
+TEST(Cuda, LibraryIgnoresTheEnvironmentsKernel) {
   SKIP_WITHOUT_GPU();
   WyDqkgConfig c = base(DType::bf16, DType::f32, 64);
   c.seed = fresh_seed();
   HostProblem hp = kda::io::make_random_problem(c);
   DeviceProblem dev(hp);
-  std::map<std::string, HostProblem> outputs;
-  for (const char* kernel : {"simt", "sm80_mma"}) {
-    dev.poison_outputs();
-    Kernel k{};
-    ASSERT_TRUE(kda::parse_kernel(kernel, &k).ok());
-    ASSERT_TRUE(dev.run(kda::Backend::cuda, nullptr, k).ok());
-    kda::testing::check_cuda(cudaDeviceSynchronize(), "sync");
-    outputs[kernel] = dev.download_outputs();
-  }
-  for (const char* kernel : {"simt", "sm80_mma"}) {
-    ASSERT_EQ(setenv("KDA_CUDA_KERNEL", kernel, 1), 0);
+  ASSERT_TRUE(dev.run(kda::Backend::cuda, nullptr, Kernel::sm80_mma).ok());
+  kda::testing::check_cuda(cudaDeviceSynchronize(), "sync");
+  const HostProblem mma = dev.download_outputs();
+  for (const char* value : {"simt", "general"}) {
+    ASSERT_EQ(setenv("KDA_CUDA_KERNEL", value, 1), 0);
     dev.poison_outputs();
     const kda::Status s = dev.run(kda::Backend::cuda);
-    ASSERT_TRUE(s.ok()) << s.message;
+    ASSERT_TRUE(s.ok()) << "KDA_CUDA_KERNEL=" << value << ": " << s.message;
     kda::testing::check_cuda(cudaDeviceSynchronize(), "sync");
     const HostProblem out = dev.download_outputs();
     for (const std::string& name : kda::testing::wy_outputs()) {
-      EXPECT_EQ(out.get(name).bytes, outputs[kernel].get(name).bytes)
-          << "KDA_CUDA_KERNEL=" << kernel << ": " << name << " is not that kernel's";
+      EXPECT_EQ(out.get(name).bytes, mma.get(name).bytes)
+          << "KDA_CUDA_KERNEL=" << value << ": " << name << " is not auto's (sm80_mma's)";
     }
   }
-  ASSERT_EQ(setenv("KDA_CUDA_KERNEL", "general", 1), 0);
-  const kda::Status bad = dev.run(kda::Backend::cuda);
-  EXPECT_EQ(bad.code, kda::StatusCode::invalid_argument) << bad.message;
-  EXPECT_NE(bad.message.find("KDA_CUDA_KERNEL"), std::string::npos) << bad.message;
-  EXPECT_TRUE(dev.run(kda::Backend::cuda, nullptr, Kernel::simt).ok()) << "explicit kernel wins";
   ASSERT_EQ(unsetenv("KDA_CUDA_KERNEL"), 0);
-  kda::testing::check_cuda(cudaDeviceSynchronize(), "sync");
 }
 
 TEST(Cuda, RunsOnCallersStream) {

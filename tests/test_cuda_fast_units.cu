@@ -744,7 +744,7 @@ TEST_P(CudaFastPath, MatchesFloat64Reference) {
   poison_outputs(run);
   cudaStream_t stream;
   ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const kda::Status s = kda::detail::launch_sm80_mma(run.problem, run.dims, stream);
+  const kda::Status s = kda::detail::launch_sm80_mma(run.problem, run.dims, stream, 0);
   ASSERT_TRUE(s.ok()) << s.message;
   ASSERT_CUDA(cudaStreamSynchronize(stream));
   ASSERT_CUDA(cudaStreamDestroy(stream));
@@ -786,7 +786,7 @@ TEST(CudaFastUnits, BitwiseDeterministic) {
   std::vector<std::vector<uint8_t>> first;
   for (int rep = 0; rep < 5; ++rep) {
     poison_outputs(run);
-    ASSERT_TRUE(kda::detail::launch_sm80_mma(run.problem, run.dims, nullptr).ok());
+    ASSERT_TRUE(kda::detail::launch_sm80_mma(run.problem, run.dims, nullptr, 0).ok());
     ASSERT_CUDA(cudaDeviceSynchronize());
     size_t index = 0;
     for (const auto& arg : kda::ChunkBwdWyDqkgProblem::args()) {
@@ -827,7 +827,7 @@ TEST(CudaFastUnits, ModelShapeTiming) {
     std::vector<float> ms;
     for (int rep = 0; rep < 30; ++rep) {
       ASSERT_CUDA(cudaEventRecord(start));
-      ASSERT_TRUE(kda::detail::launch_sm80_mma(run.problem, run.dims, nullptr).ok());
+      ASSERT_TRUE(kda::detail::launch_sm80_mma(run.problem, run.dims, nullptr, 0).ok());
       ASSERT_CUDA(cudaEventRecord(stop));
       ASSERT_CUDA(cudaEventSynchronize(stop));
       float t = 0;

@@ -10,6 +10,8 @@
 // - garbage device-resident cu_seqlens / chunk_indices never fault, and skip exactly the units
 //   docs/design.md says (compute-sanitizer memcheck runs the DeviceIndexGarbage tests).
 // Each test skips, saying why, when its hardware is missing: no GPU, one GPU, too little memory.
+// Every run asks for the kernel KDA_CUDA_KERNEL names (auto when unset): this program reads it, as
+// the library reads no environment, so that dev/gpu-check.sh runs the suite once per kernel.
 
 #include <gtest/gtest.h>
 
@@ -18,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -54,6 +57,21 @@ using kda::testing::DeviceProblem;
 using kda::testing::fresh_seed;
 using kda::testing::reference_of;
 using kda::testing::use_int32_indices;
+
+// The kernel of every run here: KDA_CUDA_KERNEL's, read once (an unknown name fails the run).
+kda::Kernel run_kernel() {
+  static const kda::Kernel kernel = [] {
+    kda::Kernel k = kda::Kernel::auto_;
+    const char* env = std::getenv("KDA_CUDA_KERNEL");
+    if (env != nullptr && *env != '\0' &&
+        !kda::parse_kernel(env, &k, "environment variable KDA_CUDA_KERNEL").ok()) {
+      std::fprintf(stderr, "test_cuda_reliability: KDA_CUDA_KERNEL=%s names no kernel\n", env);
+      std::abort();
+    }
+    return k;
+  }();
+  return kernel;
+}
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -94,7 +112,8 @@ WyDqkgConfig varlen_of(WyDqkgConfig c, std::vector<int64_t> seqlens, bool pass_c
 // Poisons the outputs, runs on `stream` and downloads them; the problem's device must be current.
 HostProblem run_on(DeviceProblem& dev, cudaStream_t stream) {
   dev.poison_outputs_async(stream);
-  const kda::Status s = kda::run(dev.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, stream);
+  const kda::Status s =
+      kda::run(dev.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, stream, run_kernel());
   if (!s.ok()) throw std::runtime_error("cuda run failed: " + s.message);
   return dev.download_outputs_on(stream);
 }
@@ -359,11 +378,11 @@ TEST(Concurrency, TwoProblemsOnTwoStreamsAtOnceGetSerialBits) {
     // Alternate which is queued first; nothing synchronizes until both are queued.
     kda::Status first, second;
     if (it % 2 == 0) {
-      first = kda::run(da.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, s1);
-      second = kda::run(db.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, s2);
+      first = kda::run(da.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, s1, run_kernel());
+      second = kda::run(db.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, s2, run_kernel());
     } else {
-      second = kda::run(db.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, s2);
-      first = kda::run(da.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, s1);
+      second = kda::run(db.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, s2, run_kernel());
+      first = kda::run(da.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, s1, run_kernel());
     }
     ASSERT_TRUE(first.ok()) << first.message;
     ASSERT_TRUE(second.ok()) << second.message;
@@ -620,7 +639,7 @@ TEST_P(Past2To31Elements, AgreeWithReferenceOnChunksAroundTheBoundaries) {
   }
   p.chunk_size = c.BT;
   const Clock::time_point launched = Clock::now();
-  const kda::Status s = kda::run(p, Backend::cuda, stream);
+  const kda::Status s = kda::run(p, Backend::cuda, stream, run_kernel());
   ASSERT_TRUE(s.ok()) << s.message;
   const cudaError_t synced = cudaStreamSynchronize(stream);
   ASSERT_EQ(synced, cudaSuccess) << cudaGetErrorString(synced);
@@ -901,7 +920,8 @@ TEST_P(GpuSpecialValues, StayInTheirChunkAndHeadsExactlyAsInCpuRef) {
     const HostProblem ref = reference_of(dirty);
     DeviceProblem dev(dirty, 0);
     dev.poison_outputs();
-    const kda::Status s = kda::run(dev.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda);
+    const kda::Status s =
+        kda::run(dev.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, nullptr, run_kernel());
     ASSERT_TRUE(s.ok()) << s.message;
     const cudaError_t synced = cudaDeviceSynchronize();
     ASSERT_EQ(synced, cudaSuccess) << cudaGetErrorString(synced);
@@ -1014,7 +1034,8 @@ TEST_P(GpuExtremeGates, FiniteWhereverCpuRefIsAndWithinTheBar) {
     const HostProblem ref = reference_of(hp);
     DeviceProblem dev(hp, 0);
     dev.poison_outputs();
-    const kda::Status s = kda::run(dev.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda);
+    const kda::Status s =
+        kda::run(dev.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, nullptr, run_kernel());
     ASSERT_TRUE(s.ok()) << s.message;
     const cudaError_t synced = cudaDeviceSynchronize();
     ASSERT_EQ(synced, cudaSuccess) << cudaGetErrorString(synced);
@@ -1124,7 +1145,8 @@ void resize_states(HostProblem& hp, int64_t chunks, uint64_t seed) {
 HostProblem run_garbage(const HostProblem& hp) {
   DeviceProblem dev(hp, 0);
   dev.poison_outputs();
-  const kda::Status s = kda::run(dev.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda);
+  const kda::Status s =
+      kda::run(dev.as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, nullptr, run_kernel());
   EXPECT_TRUE(s.ok()) << s.message;
   const cudaError_t synced = cudaDeviceSynchronize();
   EXPECT_EQ(synced, cudaSuccess) << "the run faulted: " << cudaGetErrorString(synced);
@@ -1407,7 +1429,8 @@ TEST_P(MultiGpu, TensorsOnDevice1RunThereAndDevice0IsLeftAlone) {
     for (cudaStream_t stream : {static_cast<cudaStream_t>(nullptr), s1}) {
       SCOPED_TRACE(stream == nullptr ? "legacy default stream" : "a stream of device 1");
       check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
-      const kda::Status s = kda::run(on1->as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, stream);
+      const kda::Status s =
+          kda::run(on1->as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, stream, run_kernel());
       ASSERT_TRUE(s.ok()) << s.message;
       EXPECT_EQ(current_device(), 0) << "the caller's current device was changed";
       const cudaError_t sync0 = cudaDeviceSynchronize();
@@ -1430,7 +1453,8 @@ TEST_P(MultiGpu, TensorsOnDevice1RunThereAndDevice0IsLeftAlone) {
 
     // The reverse: tensors on device 0 while device 1 is current.
     check_cuda(cudaSetDevice(dev1), "cudaSetDevice(dev1)");
-    const kda::Status s = kda::run(on0->as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, nullptr);
+    const kda::Status s =
+        kda::run(on0->as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, nullptr, run_kernel());
     ASSERT_TRUE(s.ok()) << s.message;
     EXPECT_EQ(current_device(), dev1) << "the caller's current device was changed";
     check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
@@ -1467,7 +1491,8 @@ TEST_P(MultiGpu, AStreamOfAnotherDeviceIsRefusedAndTheCallersDeviceRestored) {
   on1->poison_outputs();
   check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
   cudaStream_t s0 = make_stream();  // a stream of device 0
-  const kda::Status refused = kda::run(on1->as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, s0);
+  const kda::Status refused =
+      kda::run(on1->as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, s0, run_kernel());
   EXPECT_EQ(refused.code, StatusCode::invalid_argument) << refused.message;
   EXPECT_NE(refused.message.find("stream"), std::string::npos) << refused.message;
   std::printf("    status: %s\n", refused.message.c_str());
@@ -1483,7 +1508,8 @@ TEST_P(MultiGpu, AStreamOfAnotherDeviceIsRefusedAndTheCallersDeviceRestored) {
   }
   check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
 
-  const kda::Status s = kda::run(on1->as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, nullptr);
+  const kda::Status s =
+      kda::run(on1->as<kda::ChunkBwdWyDqkgProblem>(), Backend::cuda, nullptr, run_kernel());
   ASSERT_TRUE(s.ok()) << s.message;
   EXPECT_EQ(current_device(), 0);
   check_cuda(cudaSetDevice(dev1), "cudaSetDevice(dev1)");

@@ -4,7 +4,7 @@ for fla's keyword calls) and hands its arguments to the one shared path (_call).
 
 import numpy as np
 
-from . import _abi, _library, _numpy_path, _problem
+from . import _abi, _library, _locate, _numpy_path, _problem
 
 try:
     import torch
@@ -19,6 +19,39 @@ if _TORCH_OP:
     _WY_OP = _torch_op.OPS["chunk_kda_bwd_wy_dqkg_fused"]
     _INTRA_OP = _torch_op.OPS["chunk_kda_bwd_intra"]
     _Tensor = torch.Tensor
+
+
+def _auto_kernel():
+    """The kernel name that kernel="auto" stands for: $KDA_CUDA_KERNEL, read once here (the
+    package's edge: the library reads no environment), else "auto" (the library's choice); None
+    when the variable names no kernel (each call with "auto" then raises, naming it)."""
+    name = _locate.env_kernel()
+    if name is None:
+        return "auto"
+    return name if name in _abi.KERNELS else None
+
+
+AUTO_KERNEL = _auto_kernel()
+
+
+def _kernel(kernel):
+    """The kernel a CUDA call runs: `kernel`, or for "auto" what AUTO_KERNEL says."""
+    if kernel != "auto":
+        return kernel
+    if AUTO_KERNEL is None:
+        names = ", ".join(repr(n) for n in _abi.KERNELS)
+        raise ValueError(f"environment variable {_locate.KERNEL_ENV_VAR}: expected one of "
+                         f"{names}, got {_locate.env_kernel()!r} (read when kda_kernels was "
+                         f"imported)")
+    return AUTO_KERNEL
+
+
+def _torch_kernel(kernel, q, backend):
+    """The kernel of a torch call: AUTO_KERNEL's choice for "auto" where the call runs on the
+    cuda backend (CUDA tensors, backend None or "cuda"); the CPU backends take "auto" as it is."""
+    if kernel == "auto" and (backend is None or backend == "cuda") and q.is_cuda:
+        return _kernel(kernel)
+    return kernel
 
 
 def _is_torch_tensor(x):
@@ -67,7 +100,7 @@ def chunk_kda_bwd_wy_dqkg_fused(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale
         and CPU data on 'cpu' (float32, threaded). 'cpu-ref' is the float64 reference.
     kernel : {'auto', 'simt', 'sm80_mma'}, keyword-only, default 'auto'
         The CUDA kernel: 'auto' the fastest that takes the problem (or the one the environment
-        variable KDA_CUDA_KERNEL names), 'simt' the float32 FFMA kernel (every option and
+        variable KDA_CUDA_KERNEL named when kda_kernels was imported), 'simt' the float32 FFMA kernel (every option and
         dtype), 'sm80_mma' the tensor-core kernel (refused, NotImplementedError, for a
         problem it cannot take). The CPU backends take 'auto' only.
 
@@ -111,7 +144,8 @@ def chunk_kda_bwd_wy_dqkg_fused(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale
     # training step.
     if _TORCH_OP and isinstance(q, _Tensor):
         return _WY_OP.call((q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, cu_seqlens,
-                            chunk_size, chunk_indices, state_v_first, backend, kernel))
+                            chunk_size, chunk_indices, state_v_first, backend,
+                            _torch_kernel(kernel, q, backend)))
     return _call(_problem.CHUNK_BWD_WY_DQKG,
                  dict(q=q, k=k, v=v, v_new=v_new, g=g, beta=beta, A=A, h=h, do=do, dh=dh, dv=dv),
                  dict(cu_seqlens=cu_seqlens, chunk_indices=chunk_indices),
@@ -161,7 +195,7 @@ def chunk_kda_bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=No
         and CPU data on 'cpu' (float32, threaded). 'cpu-ref' is the float64 reference.
     kernel : {'auto', 'simt', 'sm80_mma'}, keyword-only, default 'auto'
         The CUDA kernel ('auto': the fastest that takes the problem, or the one the environment
-        variable KDA_CUDA_KERNEL names); a kernel the operator does not have is refused
+        variable KDA_CUDA_KERNEL named when kda_kernels was imported); a kernel the operator does not have is refused
         (NotImplementedError). The CPU backends take 'auto' only.
 
     All arrays are either torch tensors (CPU or CUDA; both run through the custom op
@@ -200,7 +234,8 @@ def chunk_kda_bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=No
     """
     if _TORCH_OP and isinstance(q, _Tensor):
         return _INTRA_OP.call((q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens,
-                               chunk_indices, chunk_size, safe_gate, backend, kernel))
+                               chunk_indices, chunk_size, safe_gate, backend,
+                               _torch_kernel(kernel, q, backend)))
     return _call(_problem.CHUNK_BWD_INTRA,
                  dict(q=q, k=k, g=g, beta=beta, dAqk=dAqk, dAkk=dAkk, dq=dq, dk=dk, db=db, dg=dg),
                  dict(cu_seqlens=cu_seqlens, chunk_indices=chunk_indices),

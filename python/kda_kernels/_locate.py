@@ -10,6 +10,9 @@ ENV_VAR = "KDA_LIBRARY"
 # one), compiled (that one or an error), python (the ctypes one). See _torch_ext.
 TORCH_OP_ENV_VAR = "KDA_TORCH_OP"
 TORCH_OP_MODES = ("auto", "compiled", "python")
+# The CUDA kernel that kernel="auto" stands for in the package's functions (read once, at import:
+# the library itself reads no environment). Unset: the library's own choice.
+KERNEL_ENV_VAR = "KDA_CUDA_KERNEL"
 
 
 def library_file_name():
@@ -55,3 +58,8 @@ def env_library():
     """$KDA_LIBRARY as a Path, or None when unset or empty."""
     value = os.environ.get(ENV_VAR, "")
     return Path(value) if value else None
+
+
+def env_kernel():
+    """$KDA_CUDA_KERNEL, or None when unset or empty."""
+    return os.environ.get(KERNEL_ENV_VAR, "") or None

@@ -213,6 +213,7 @@ def _make_backend_class(base_class=None, device_type="cuda"):
 
     wy = _torch_op.OPS["chunk_kda_bwd_wy_dqkg_fused"].run
     intra = _torch_op.OPS["chunk_kda_bwd_intra"].run
+    kernel = _api._kernel("auto")  # $KDA_CUDA_KERNEL's choice, as the public functions make it
     accept = _accepting_check(device_type)
     Tensor = torch.Tensor
 
@@ -267,7 +268,7 @@ def _make_backend_class(base_class=None, device_type="cuda"):
             if cu_seqlens is None:
                 chunk_indices = None  # fla ignores it then; libkda would refuse it
             return wy(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, cu_seqlens, chunk_size,
-                      chunk_indices, state_v_first, None, "auto")
+                      chunk_indices, state_v_first, None, kernel)
 
         def chunk_kda_bwd_intra_verifier(self, q, k, g, beta, dAqk, dAkk, dq, dk, db, dg,
                                          cu_seqlens=None, chunk_indices=None, chunk_size=64,
@@ -295,7 +296,7 @@ def _make_backend_class(base_class=None, device_type="cuda"):
             if cu_seqlens is None:
                 chunk_indices = None  # fla ignores it then; libkda would refuse it
             return intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens, chunk_indices,
-                         chunk_size, safe_gate, None, "auto")
+                         chunk_size, safe_gate, None, kernel)
 
     return KdaKernelsBackend
 
@@ -318,10 +319,10 @@ def _probe_arguments(fla_name, device):
                    zeros(*tok, dtype=x), zeros(*tok), zeros(1, n, 1, dtype=x),
                    zeros(*tok, dtype=x), zeros(*state), zeros(*tok, dtype=x), zeros(*state),
                    zeros(*tok, dtype=x)]
-        return (*tensors, None, None, n, None, False, "cuda", "auto")
+        return (*tensors, None, None, n, None, False, "cuda", _api._kernel("auto"))
     tensors = [zeros(*tok, dtype=x), zeros(*tok, dtype=x), zeros(*tok), zeros(1, n, 1),
                zeros(*tok), zeros(*tok), zeros(*tok), zeros(*tok), zeros(1, n, 1), zeros(*tok)]
-    return (*tensors, None, None, n, False, "cuda", "auto")
+    return (*tensors, None, None, n, False, "cuda", _api._kernel("auto"))
 
 
 def probe_cuda_kernels(device=None):

@@ -85,21 +85,6 @@ bool cpu_backend_supported() {
 #endif
 }
 
-Status effective_kernel(Kernel requested, Kernel* out) {
-  if (requested != Kernel::auto_) {
-    *out = requested;
-    return Status::Ok();
-  }
-  // Read on every call (a getenv is cheap next to a launch), so a test can change it; an unknown
-  // value is an error, never a silent "auto".
-  const char* env = std::getenv("KDA_CUDA_KERNEL");
-  if (env == nullptr || *env == '\0') {
-    *out = Kernel::auto_;
-    return Status::Ok();
-  }
-  return parse_kernel(env, out, "environment variable KDA_CUDA_KERNEL");
-}
-
 Status check_backend_call(Backend backend, Kernel kernel, const TensorView& anchor) {
   const bool on_cuda = anchor.device.type == DeviceType::cuda;
   switch (backend) {

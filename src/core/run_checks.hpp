@@ -14,10 +14,6 @@ bool cpu_backend_supported();
 // CPU backends given kernel auto.
 Status check_backend_call(Backend backend, Kernel kernel, const TensorView& anchor);
 
-// `requested`, or when it is auto the kernel that $KDA_CUDA_KERNEL names (auto when unset); an
-// unknown value is an error naming the variable.
-Status effective_kernel(Kernel requested, Kernel* out);
-
 // An operator's backend entry points, for run_validated. `cuda` is null in a build without CUDA
 // (check_backend_call refuses the cuda backend there first).
 template <typename P, typename Dims>

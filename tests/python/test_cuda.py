@@ -133,21 +133,48 @@ def test_sm80_mma_refuses_what_it_cannot_take():
                      PASS_BAR["float32"])
 
 
-def test_kernel_environment_variable(monkeypatch):
-    """KDA_CUDA_KERNEL names the kernel that kernel='auto' runs; an explicit kernel= wins; an
-    unknown value is an error naming the variable."""
-    inputs, options = torch_problem(device="cuda", T=256, H=2, K=128, V=128, BT=64,
-                                    x="bfloat16")
-    simt = op(inputs, options, kernel="simt")
-    mma = op(inputs, options, kernel="sm80_mma")
-    monkeypatch.setenv("KDA_CUDA_KERNEL", "simt")
-    for a, b in zip(op(inputs, options), simt):
-        assert torch.equal(a, b)
-    for a, b in zip(op(inputs, options, kernel="sm80_mma"), mma):
-        assert torch.equal(a, b)
-    monkeypatch.setenv("KDA_CUDA_KERNEL", "fastest")
-    with pytest.raises(ValueError, match="KDA_CUDA_KERNEL"):
-        op(inputs, options)
+def test_kernel_environment_variable():
+    """KDA_CUDA_KERNEL, read once when kda_kernels is imported, names the kernel that
+    kernel='auto' runs; an explicit kernel= wins; an unknown value is an error naming the
+    variable at each call that relies on it (in fresh interpreters: the package reads it at
+    import)."""
+    import os
+    import subprocess
+    import sys
+
+    code = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import kda_kernels as kk
+from kda_testing import torch_problem
+inputs, options = torch_problem(device="cuda", T=256, H=2, K=128, V=128, BT=64, x="bfloat16")
+run = lambda **kw: kk.chunk_kda_bwd_wy_dqkg_fused(**inputs, **options, **kw)
+try:
+    auto = run()
+except ValueError as e:
+    print("ERROR", e)
+    sys.exit(0)
+same = lambda a, b: all(torch.equal(x, y) for x, y in zip(a, b))
+print("AUTO_IS", "simt" if same(auto, run(kernel="simt")) else "",
+      "sm80_mma" if same(auto, run(kernel="sm80_mma")) else "",
+      "EXPLICIT", same(run(kernel="sm80_mma"), run(kernel="sm80_mma")))
+"""
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+
+    def run_with(value):
+        env = dict(os.environ)
+        env.pop("KDA_CUDA_KERNEL", None)
+        if value is not None:
+            env["KDA_CUDA_KERNEL"] = value
+        result = subprocess.run([sys.executable, "-c", code, tests_dir], capture_output=True,
+                                text=True, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stdout.strip().splitlines()[-1]
+
+    assert run_with("simt").startswith("AUTO_IS simt ")
+    assert run_with(None).startswith("AUTO_IS  sm80_mma")
+    said = run_with("fastest")
+    assert said.startswith("ERROR") and "KDA_CUDA_KERNEL" in said and "'fastest'" in said, said
 
 
 def test_runs_on_the_current_stream():

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -171,8 +172,8 @@ GeneratedOption add_run_options(CLI::App* run, std::span<const char* const> shap
   run->add_option("-b,--backend", o->backend,
                   "cpu-ref, cpu or cuda (default: cuda when available, else cpu)");
   run->add_option("--kernel", o->kernel,
-                  "cuda kernel: auto, simt or sm80_mma (cpu backends take auto)")
-      ->capture_default_str();
+                  "cuda kernel: auto, simt or sm80_mma (cpu backends take auto; default: "
+                  "$KDA_CUDA_KERNEL, else auto)");
   run->add_option("--repeat", o->repeat,
                   "timed runs after one warm-up (default: cuda 20, cpu 3, cpu-ref 1)")
       ->check(CLI::Range(1, 100000));
@@ -219,7 +220,16 @@ Status resolve_backend(const RunOptions& o, Backend* backend) {
 }
 
 Status resolve_kernel(const RunOptions& o, Kernel* kernel) {
-  return parse_kernel(o.kernel, kernel, "--kernel");
+  if (!o.kernel.empty()) return parse_kernel(o.kernel, kernel, "--kernel");
+  const char* env = std::getenv("KDA_CUDA_KERNEL");
+  if (env == nullptr || *env == '\0') {
+    *kernel = Kernel::auto_;
+    return Status::Ok();
+  }
+  if (Status s = parse_kernel(env, kernel, "environment variable KDA_CUDA_KERNEL"); !s.ok()) {
+    return usage(s.message);
+  }
+  return Status::Ok();
 }
 
 int default_repeat(Backend backend) {

@@ -30,10 +30,10 @@ struct RunOptions {
   uint64_t seed = 0;
   // Either source.
   std::string output;
-  bool output_given = false;    // -o was given (its value may then be empty: refused)
-  std::string backend;          // empty: cuda when available, else cpu
-  std::string kernel = "auto";  // auto, simt, sm80_mma (cuda kernels)
-  int repeat = 0;               // 0: the backend's default (see default_repeat)
+  bool output_given = false;  // -o was given (its value may then be empty: refused)
+  std::string backend;        // empty: cuda when available, else cpu
+  std::string kernel;  // auto, simt, sm80_mma (cuda kernels); empty: $KDA_CUDA_KERNEL, else auto
+  int repeat = 0;      // 0: the backend's default (see default_repeat)
   bool check = false;
 };
 
@@ -64,7 +64,9 @@ CLI::Option* add_heads_v_option(CLI::App* command, int64_t* heads_v);
 
 // The --backend value, or the default: cuda when built in and a device is visible, else cpu.
 Status resolve_backend(const RunOptions& options, Backend* backend);
-// The --kernel value (a usage error naming the option when unknown).
+// The --kernel value, or without it the kernel the environment variable KDA_CUDA_KERNEL names
+// (read here, at the command's edge; the library reads no environment), else auto. A usage error
+// naming the option or the variable when unknown.
 Status resolve_kernel(const RunOptions& options, Kernel* kernel);
 // Timed runs when --repeat is not given: enough for a stable median on a GPU, few on a CPU.
 int default_repeat(Backend backend);

@@ -673,7 +673,7 @@ TEST(IntraVariants, TensorCoreDiagonalFollowsSafeGate) {
   }
 }
 
-// --- kernel variants (the benchmark's switches and KDA_INTRA_VARIANT)
+// --- kernel variants (the benchmark's switches, passed to run_chunk_bwd_intra_cuda_variant)
 // ------------------------------
 
 // The variant strings: every switch parses in any order and subset, describe() writes what

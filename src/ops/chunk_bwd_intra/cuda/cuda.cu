@@ -1,14 +1,12 @@
 // chunk_bwd_intra's CUDA backend: one kernel, sm80_mma (TF32 mma.sync for 16-bit X, 3xTF32 for
-// float32 X), launched on the tensors' device and the caller's stream. Its variant (the
-// benchmark's switches) is IntraVariant{} unless the environment variable KDA_INTRA_VARIANT names
-// another; a malformed value is an error naming the variable.
+// float32 X), launched on the tensors' device and the caller's stream. kda::run takes the default
+// IntraVariant{}; the benchmark and the tests pass others explicitly
+// (run_chunk_bwd_intra_cuda_variant).
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <string>
 
-#include "core/run_checks.hpp"
 #include "cuda/common/devices.hpp"
 #include "cuda/common/dispatch.hpp"
 #include "ops/chunk_bwd_intra/backends.hpp"
@@ -40,20 +38,6 @@ Status launch(const IntraParams& params, const IntraVariant& variant, const Chun
   });
 }
 
-Status environment_variant(IntraVariant* out) {
-  *out = IntraVariant{};
-  const char* text = std::getenv("KDA_INTRA_VARIANT");
-  if (text == nullptr || *text == '\0') return Status::Ok();
-  if (!IntraVariant::parse(text, out)) {
-    return invalid_argument(
-        std::string("environment variable KDA_INTRA_VARIANT: expected "
-                    "split=1|3,stages=0|1|2,prefetch=0|1,fast=0|1,tma=0|1,diag=0|1 (any subset), "
-                    "got '") +
-        text + "'");
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status run_chunk_bwd_intra_cuda_variant(const ChunkBwdIntraProblem& problem,
@@ -68,16 +52,12 @@ Status run_chunk_bwd_intra_cuda_variant(const ChunkBwdIntraProblem& problem,
 }
 
 Status run_chunk_bwd_intra_cuda(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& dims,
-                                Kernel requested, void* stream) {
-  Kernel kernel = Kernel::auto_;
-  if (Status s = effective_kernel(requested, &kernel); !s.ok()) return s;
+                                Kernel kernel, void* stream) {
   if (kernel == Kernel::simt) {
     return {StatusCode::unsupported,
             "kernel: chunk_bwd_intra has no simt kernel; its kernel is sm80_mma (or auto)"};
   }
-  IntraVariant variant;
-  if (Status s = environment_variant(&variant); !s.ok()) return s;
-  return run_chunk_bwd_intra_cuda_variant(problem, dims, stream, variant);
+  return run_chunk_bwd_intra_cuda_variant(problem, dims, stream, IntraVariant{});
 }
 
 }  // namespace kda::detail

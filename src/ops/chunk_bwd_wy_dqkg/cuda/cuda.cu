@@ -6,7 +6,6 @@
 
 #include <string>
 
-#include "core/run_checks.hpp"
 #include "cuda/common/devices.hpp"
 #include "ops/chunk_bwd_wy_dqkg/backends.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/simt/dispatch.hpp"
@@ -15,9 +14,18 @@
 namespace kda::detail {
 
 Status run_chunk_bwd_wy_dqkg_cuda(const ChunkBwdWyDqkgProblem& problem,
-                                  const ChunkBwdWyDqkgDims& dims, Kernel requested, void* stream) {
-  Kernel kernel = Kernel::auto_;
-  if (Status s = effective_kernel(requested, &kernel); !s.ok()) return s;
+                                  const ChunkBwdWyDqkgDims& dims, Kernel kernel, void* stream) {
+  return run_chunk_bwd_wy_dqkg_cuda_tuned(problem, dims, kernel, stream, WyCudaTuning{});
+}
+
+Status run_chunk_bwd_wy_dqkg_cuda_tuned(const ChunkBwdWyDqkgProblem& problem,
+                                        const ChunkBwdWyDqkgDims& dims, Kernel kernel, void* stream,
+                                        const WyCudaTuning& tuning) {
+  if (tuning.split_ranks != 0 && tuning.split_ranks != 1 && tuning.split_ranks != 2 &&
+      tuning.split_ranks != 4) {
+    return invalid_argument("tuning split_ranks: expected 0 (the size rule), 1, 2 or 4, got " +
+                            std::to_string(tuning.split_ranks));
+  }
   // The reason sm80_mma refuses a problem is worded only when it was asked for by name.
   std::string why_not;
   const bool mma_takes_it =
@@ -30,7 +38,7 @@ Status run_chunk_bwd_wy_dqkg_cuda(const ChunkBwdWyDqkgProblem& problem,
   return cuda::run_on_device(problem.q.device.index, stream, [&] {
     if (dims.T == 0 || dims.B == 0 || dims.NT == 0) return Status::Ok();
     const auto cuda_stream = static_cast<cudaStream_t>(stream);
-    return use_mma ? launch_sm80_mma(problem, dims, cuda_stream)
+    return use_mma ? launch_sm80_mma(problem, dims, cuda_stream, tuning.split_ranks)
                    : launch_simt(problem, dims, cuda_stream);
   });
 }

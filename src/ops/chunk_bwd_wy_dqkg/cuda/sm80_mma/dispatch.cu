@@ -7,7 +7,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -19,7 +18,6 @@
 #include "ops/chunk_bwd_wy_dqkg/cuda/params.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/dispatch.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/sm80_mma/launch.hpp"
-#include "ops/chunk_bwd_wy_dqkg/cuda/sm90_ws/dispatch.hpp"
 #include "ops/chunk_bwd_wy_dqkg/cuda/tf32x3/launch.hpp"
 
 namespace kda::detail {
@@ -97,24 +95,14 @@ bool refuse(std::string* why_not, const Reason& reason) {
 // per SM, not the two the kernel could hold: on an H200 a split grid of up
 // to 132 CTAs ran in one wave (B=1 T=512 H=8: 26.5 -> 20.9 µs with 2 CTAs per unit), but every
 // split grid of more CTAs than SMs was slower than no split (T=1024 H=8: 30.4 -> 32.6 µs at 256
-// CTAs, 50.0 at 512). KDA_WY_SPLIT overrides the size rule, for tests and measurements: 1 never
-// splits, 2 or 4 split into the largest of 4, 2 not above it that divides the slab pairs, auto
-// (or unset) is the rule; any other value is an error.
-Status wy_split_ranks(const cuda::WyDqkgParams& params, int device, int* ranks) {
+// CTAs, 50.0 at 512). `requested` (WyCudaTuning::split_ranks, for tests and measurements)
+// overrides the size rule: 1 never splits, 2 or 4 split into the largest of 4, 2 not above it
+// that divides the slab pairs, 0 is the rule.
+Status wy_split_ranks(const cuda::WyDqkgParams& params, int device, int requested, int* ranks) {
   constexpr int kCtasPerSm = 1;
   const int64_t num_slabs = params.K / cuda::kSplitSlabK;
-  int at_most = 4;
-  bool by_size = true;
-  if (const char* env = std::getenv("KDA_WY_SPLIT"); env != nullptr && *env != '\0') {
-    const std::string value(env);
-    if (value == "1" || value == "2" || value == "4") {
-      at_most = value[0] - '0';
-      by_size = false;
-    } else if (value != "auto") {
-      return invalid_argument("environment variable KDA_WY_SPLIT: '" + value +
-                              "' is not one of auto, 1, 2, 4");
-    }
-  }
+  const bool by_size = requested == 0;
+  const int at_most = by_size ? 4 : requested;
   int slots = 0;
   if (by_size) {
     cuda::DeviceFacts facts;
@@ -184,7 +172,7 @@ bool sm80_mma_supports(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims&
 }
 
 Status launch_sm80_mma(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, int split_ranks) {
   if (!sm80_mma_supports(p, d)) {
     return {StatusCode::internal, "cuda sm80_mma: launched for a problem it does not support"};
   }
@@ -196,13 +184,6 @@ Status launch_sm80_mma(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims&
     params.h_maps_ok = encode_slab_map(&params.h_map, p.h) && encode_slab_map(&params.dh_map, p.dh);
   }
   const int device = p.q.device.index;
-  bool v3 = false;
-  if (Status s = wy_v3_requested(&v3); !s.ok()) return s;
-  if (v3) {
-    bool launched = false;
-    Status s = try_launch_sm90_ws(p, d, params, device, stream, &launched);
-    if (launched || !s.ok()) return s;
-  }
   return cuda::dispatch_x_dtype(d.x_dtype, [&](auto x) {
     using XT = typename decltype(x)::type;
     if constexpr (std::is_same_v<XT, float>) {
@@ -220,7 +201,7 @@ Status launch_sm80_mma(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims&
         using HT = typename decltype(h)::type;
         if (d.BT == 64 && !p.state_v_first) {
           int ranks = 1;
-          if (Status s = wy_split_ranks(params, device, &ranks); !s.ok()) return s;
+          if (Status s = wy_split_ranks(params, device, split_ranks, &ranks); !s.ok()) return s;
           if (ranks > 1) {
             return cuda::dispatch_int<64, 128>("V", d.V, [&](auto v) {
               return cuda::launch_wy_dqkg_mma_split<XT, HT, decltype(v)::value>(params, ranks,

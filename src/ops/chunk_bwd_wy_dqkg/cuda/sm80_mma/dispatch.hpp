@@ -20,9 +20,10 @@ namespace kda::detail {
 bool sm80_mma_supports(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d,
                        std::string* why_not = nullptr);
 
-// Launches on `stream`; the tensors' device must already be current. Returns a cuda_error status
-// on failure, internal if sm80_mma_supports(p, d) is false.
+// Launches on `stream`; the tensors' device must already be current. `split_ranks` as
+// WyCudaTuning's (backends.hpp): 0 the size rule, else 1, 2 or 4. Returns a cuda_error status on
+// failure, internal if sm80_mma_supports(p, d) is false.
 Status launch_sm80_mma(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d,
-                       cudaStream_t stream);
+                       cudaStream_t stream, int split_ranks);
 
 }  // namespace kda::detail
