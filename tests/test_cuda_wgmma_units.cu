@@ -1,5 +1,5 @@
-// Unit tests of the wgmma building block (src/cuda/common/wgmma.cuh), the first piece of the WY
-// operator's v3 (issue 12), each small enough that a failure names the piece:
+// Unit tests of the wgmma building block (src/cuda/common/wgmma.cuh), which the WY operator's
+// tensor-core kernel uses at BT = 64, each small enough that a failure names the piece:
 //   1. the 128-byte swizzle's byte map (host, runs without a GPU): a bijection of every 8-row
 //      group of a tile onto itself that keeps bytes inside their 16-byte chunk;
 //   2. one warpgroup's 64 x 64 x 64 bf16 product from swizzled K-major shared-memory tiles
@@ -10,10 +10,7 @@
 //      a slab copy);
 //   4. the 64 x 64 product with the tiles written by bulk tensor copies with the 128-byte swizzle
 //      (tensor_map.hpp's TileSwizzle::bytes128): the copy engine's layout is the one the
-//      descriptors read (the first risk of the v3 plan, dev/journal/design-history.md), and the
-//      map rules;
-//   5. the 64 x 64 product over k = 128 with A in registers (the "RS" form of v3's k-major
-//      products: a slab of h as the A operand), B from two swizzled tiles.
+//      descriptors read, and the map rules.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -297,47 +294,6 @@ __global__ void wgmma_half_slab_kernel(const __nv_bfloat16* a, const __nv_bfloat
   store_accumulators<8>(acc, d);
 }
 
-// v3's k-major product form (issue 12): D [64][64] = A [64][128] · Bᵀ with A in registers
-// (mma_m64n64k16_bf16_rs: each thread loads its A fragment straight from global memory, as v3's
-// consumers will take a slab of h) and Bᵀ [64][128] in two swizzled 64-k tiles, eight k16 steps
-// issued back to back with all A fragments in registers until the group is waited for.
-__global__ void wgmma_register_a_kernel(const __nv_bfloat16* a, const __nv_bfloat16* bt, float* d) {
-  constexpr int kLongK = 128, kAtomB = kRows * 128, kSteps = kLongK / 16;
-  extern __shared__ unsigned char smem_raw[];
-  unsigned char* tiles_b = aligned_1024(smem_raw);
-  store_two_k_tiles(tiles_b, kRows, [&](int r, int k) { return bt[r * kLongK + k]; });
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-  __syncthreads();
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  // A fragment of step s: rows 16 warp + lane / 4 (+ 8), k 16 s + 2 (lane % 4) (+ 1) (+ 8).
-  auto pair_at = [&](int row, int k) {
-    return *reinterpret_cast<const uint32_t*>(a + row * kLongK + k);
-  };
-  uint32_t frag[kSteps][4];
-  const int row = 16 * warp + lane / 4;
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    const int k = 16 * s + 2 * (lane % 4);
-    frag[s][0] = pair_at(row, k);
-    frag[s][1] = pair_at(row + 8, k);
-    frag[s][2] = pair_at(row, k + 8);
-    frag[s][3] = pair_at(row + 8, k + 8);
-  }
-  float acc[32];
-  for (float& x : acc) x = 0.0f;
-  wg::fence_operands(acc);
-  wg::fence();
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    wg::mma_m64n64k16_bf16_rs(acc, frag[s], wg::k_major_sw128_desc_step(tiles_b, kAtomB, s), s > 0);
-  }
-  wg::commit_group();
-  wg::wait_group<0>();
-  wg::fence_operands(acc);
-  store_accumulators<kRows>(acc, d);
-}
-
 constexpr int kProductSmem = 2 * kTileBytes + 1024;
 
 void run_threads_swizzled(int passes) {
@@ -378,13 +334,6 @@ TEST(WgmmaProduct, HalfSlabN8FromTheSecondSwizzlePeriod) {
   SKIP_WITHOUT_GPU();
   check_product(8, 128, 1, [](const __nv_bfloat16* a, const __nv_bfloat16* bt, float* d) {
     wgmma_half_slab_kernel<<<1, 128, 2 * (kRows + 16) * 128 + 1024>>>(a, bt, d);
-  });
-}
-
-TEST(WgmmaProduct, RegisterAOperandAcrossTwoSwizzledTilesOfB) {
-  SKIP_WITHOUT_GPU();
-  check_product(kRows, 128, 1, [](const __nv_bfloat16* a, const __nv_bfloat16* bt, float* d) {
-    wgmma_register_a_kernel<<<1, 128, 2 * kRows * 128 + 1024>>>(a, bt, d);
   });
 }
 

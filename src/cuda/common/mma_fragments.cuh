@@ -70,24 +70,6 @@ __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* 
                : "r"(smem_u32(row_addr)));
 }
 
-// --- stmatrix (sm_90) ---------------------------------------------------------------------------
-// The inverse of ldmatrix: register r of every lane holds matrix r's (row g, cols 2t..2t+1); lane l
-// supplies the address of row l % 8 of matrix l / 8 (x4). With .trans matrix r is stored
-// transposed: its column c becomes the stored row c.
-
-__device__ __forceinline__ void stmatrix_x4(void* row_addr, const uint32_t (&r)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                   smem_u32(row_addr)),
-               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
-               : "memory");
-}
-__device__ __forceinline__ void stmatrix_x4_trans(void* row_addr, const uint32_t (&r)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                   smem_u32(row_addr)),
-               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
-               : "memory");
-}
-
 // --- mma.sync ----------------------------------------------------------------------------------
 
 // d += A · B for one 16 x 8 tile, 16-bit inputs of type T (__half or __nv_bfloat16).

@@ -18,17 +18,10 @@ __device__ __forceinline__ void barrier_init(uint64_t* bar) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_address(bar)) : "memory");
 }
 
-// One thread: a barrier whose phase completes after `count` arrivals (barrier_arrive) and, when
-// announced, the bytes of the phase's copies.
+// One thread: a barrier whose phase completes after `count` arrivals and, when announced, the
+// bytes of the phase's copies.
 __device__ __forceinline__ void barrier_init(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count)
-               : "memory");
-}
-
-// This thread's arrival (release: its earlier shared-memory reads and writes are ordered before
-// whatever waits on the phase, e.g. a bulk copy refilling the buffer the barrier guards).
-__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar))
                : "memory");
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// Hopper's warpgroup matrix multiply (wgmma, sm_90a), the first building block of the WY
-// operator's v3 (issue 12; dev/journal/design-history.md, "Toward v3"): a warpgroup (4
+// Hopper's warpgroup matrix multiply (wgmma, sm_90a), used by the WY operator's tensor-core
+// kernel for its K loop at BT = 64: a warpgroup (4
 // consecutive warps, 128 threads) multiplies a 64 x 16 tile of A by a 16 x N tile of B, both read
 // by the tensor cores straight from shared memory through 64-bit matrix descriptors, into float32
 // accumulators held in registers. v2's mma.sync needs every operand loaded into registers first
@@ -96,22 +96,6 @@ __device__ __forceinline__ void mma_m64n64k16_bf16(float (&d)[32], uint64_t desc
       : "memory");
 }
 
-// D (64 x 64, float32) [+]= A (64 x 16) · B (16 x 64) with A in registers (the "RS" form) and B
-// in shared memory, K-major (a descriptor above): the building block of v3's k-major products
-// (issue 12), where A is a slab of h converted in registers. Thread t of the
-// warpgroup (warp w, lane l) holds A's rows 16 w + l / 4 (+ 8) at k = 2 (l % 4) (+ 1) (+ 8),
-// packed in pairs as the mma.sync m16n8k16 A fragment: a[0] (row +0, k +0), a[1] (row +8, k +0),
-// a[2] (row +0, k +8), a[3] (row +8, k +8). Accumulators as mma_m64n64k16_bf16's. The registers
-// of a must not change until the group that reads them is waited for (wait_group).
-#define KDA_WGMMA_M64N64K16_RS(TYPE, d, a, desc_b, accumulate)                            \
-  asm volatile(                                                                           \
-      "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"                                      \
-      " wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " " KDA_WGMMA_D32_LIST \
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                       \
-      : KDA_WGMMA_D32_OUTPUTS(d)                                                          \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate ? 1 : 0)  \
-      : "memory")
-
 // The 16-bit input types wgmma takes here.
 template <typename T>
 constexpr bool is_wgmma_input = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
@@ -125,20 +109,6 @@ constexpr bool is_wgmma_input = std::is_same_v<T, __nv_bfloat16> || std::is_same
   } else {                                                                      \
     SHAPE_MACRO("f16", __VA_ARGS__);                                            \
   }
-
-__device__ __forceinline__ void mma_m64n64k16_bf16_rs(float (&d)[32], const uint32_t (&a)[4],
-                                                      uint64_t desc_b, bool accumulate) {
-  KDA_WGMMA_M64N64K16_RS("bf16", d, a, desc_b, accumulate);
-}
-
-// The same for 16-bit T (__nv_bfloat16 or __half).
-template <typename T>
-__device__ __forceinline__ void mma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4],
-                                                 uint64_t desc_b, bool accumulate) {
-  KDA_WGMMA_FOR_TYPE(T, KDA_WGMMA_M64N64K16_RS, d, a, desc_b, accumulate);
-}
-
-#undef KDA_WGMMA_M64N64K16_RS
 
 // One wgmma.m64nNk16 with float32 accumulators d[0..N/2) and inputs of PTX type TYPE ("bf16"
 // or "f16"): the instruction text differs only in that word, so the two input types share it.
@@ -162,31 +132,10 @@ __device__ __forceinline__ void mma_m64n64k16_rs(float (&d)[32], const uint32_t 
       : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0)         \
       : "memory")
 
-#define KDA_WGMMA_M64N32K16(TYPE, d, desc_a, desc_b, accumulate)                                 \
-  asm volatile(                                                                                  \
-      "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"                                             \
-      " wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE                               \
-      " "                                                                                        \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, " \
-      "1, 0, 0;\n}\n"                                                                            \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),      \
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),  \
-        "+f"(d[14]), "+f"(d[15])                                                                 \
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0)                                        \
-      : "memory")
-
-// D (64 x 32, float32) [+]= A (64 x 16) · B (16 x 32), 16-bit T, both K-major in shared memory:
-// d[4 j + 2 h + e] is row 16 w + l / 4 + 8 h, column 8 j + 2 (l % 4) + e (j = 0..3). v3's small
-// products (D, Y, Z), each warpgroup taking 32 of the 64 columns.
-template <typename T>
-__device__ __forceinline__ void mma_m64n32k16(float (&d)[16], uint64_t desc_a, uint64_t desc_b,
-                                              bool accumulate) {
-  KDA_WGMMA_FOR_TYPE(T, KDA_WGMMA_M64N32K16, d, desc_a, desc_b, accumulate);
-}
-
-// The same for a 64 x 16 tile of D (d[4 j + 2 h + e], j = 0, 1), 16-bit T (__nv_bfloat16 or
-// __half): the shape of one h slab's products in the WY kernel (16 k columns per slab, or per
-// warpgroup with slab pairs).
+// D (64 x 16, float32) [+]= A (64 x 16) · B (16 x 16), both K-major in shared memory, 16-bit T
+// (__nv_bfloat16 or __half): d[4 j + 2 h + e] is row 16 w + l / 4 + 8 h, column 8 j + 2 (l % 4)
+// + e (j = 0, 1). The shape of one h slab's products in the WY kernel (16 k columns per slab, or
+// per warpgroup with slab pairs).
 template <typename T>
 __device__ __forceinline__ void mma_m64n16k16(float (&d)[8], uint64_t desc_a, uint64_t desc_b,
                                               bool accumulate) {
@@ -217,15 +166,6 @@ template <int kN>
 __device__ __forceinline__ void fence_operands(float (&d)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// The same for the registers of an RS wgmma's A operand: called after the wait_group that retires
-// the wgmma, it keeps them holding their values until then (the asm inputs tell the compiler they
-// are read at issue only), so that they are not reused while the tensor cores still read them.
-template <int kN>
-__device__ __forceinline__ void fence_operands(uint32_t (&a)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(a[i])::"memory");
 }
 
 // Products over k beyond one 128-byte row: a K-major operand of 16-bit type with K = 64 a
