@@ -106,7 +106,7 @@ export LD_LIBRARY_PATH="$build/src:${LD_LIBRARY_PATH:-}"
 export KDA_GOLDEN_DIR=$carry/golden/golden
 export KDA_INTRA_GOLDEN_DIR=$carry/golden/golden-intra
 export TRITON_CACHE_DIR=/tmp/triton-cache
-unset KDA_CUDA_KERNEL KDA_INTRA_VARIANT
+unset KDA_CUDA_KERNEL
 kda=$build/tools/kda
 test_cuda=$build/tests/test_cuda
 test_intra=$build/tests/ops/chunk_bwd_intra/test_intra_cuda

@@ -61,8 +61,8 @@ IntraParams make_intra_params(const ChunkBwdIntraProblem& problem, const ChunkBw
 
 namespace kda::detail {
 
-// run_chunk_bwd_intra_cuda with an explicit variant (the benchmark's entry point; the library
-// uses IntraVariant{} unless KDA_INTRA_VARIANT says otherwise).
+// run_chunk_bwd_intra_cuda with an explicit variant (the benchmark's and the tests' entry point;
+// kda::run uses IntraVariant{}).
 Status run_chunk_bwd_intra_cuda_variant(const ChunkBwdIntraProblem& problem,
                                         const ChunkBwdIntraDims& dims, void* stream,
                                         const cuda::intra::IntraVariant& variant);
