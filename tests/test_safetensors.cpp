@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -86,6 +87,22 @@ void expect_same(const SafetensorsFile& a, const SafetensorsFile& b) {
   EXPECT_EQ(a.metadata, b.metadata);
 }
 
+// Runs `body` in a child process whose file-size limit (ulimit -f) is 64 KiB and whose SIGXFSZ
+// action is `action`, `body`'s result being the child's exit code; the child's wait status, or -1
+// when it could not be run.
+int status_under_file_size_limit(void (*action)(int), const std::function<int()>& body) {
+  const pid_t child = ::fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    std::signal(SIGXFSZ, action);
+    const rlimit limit{64 * 1024, 64 * 1024};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    ::_exit(body());
+  }
+  int status = 0;
+  return ::waitpid(child, &status, 0) == child ? status : -1;
+}
+
 TEST(Safetensors, RoundTripInMemoryEveryDtype) {
   const SafetensorsFile f = sample_file();
   const std::vector<uint8_t> bytes = serialize(f);
@@ -145,17 +162,11 @@ TEST(Safetensors, FailedWriteKeepsTheExistingFile) {
   ASSERT_TRUE(kda::io::write_safetensors(path, old_file).ok());
   SafetensorsFile big;
   big.tensors["big"] = HostTensor(DType::f32, {1 << 16});  // 256 KiB of data
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    std::signal(SIGXFSZ, SIG_IGN);
-    const rlimit limit{64 * 1024, 64 * 1024};
-    ::setrlimit(RLIMIT_FSIZE, &limit);
+  const int status = status_under_file_size_limit(SIG_IGN, [&] {
     const Status s = kda::io::write_safetensors(path, big);
-    ::_exit(!s.ok() && s.message.find("cannot write") != std::string::npos ? 0 : 1);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
+    return !s.ok() && s.message.find("cannot write") != std::string::npos ? 0 : 1;
+  });
+  ASSERT_NE(status, -1);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the write did not fail with a message";
   SafetensorsFile back;
@@ -191,21 +202,15 @@ TEST(Safetensors, WritePastTheFileSizeLimitRemovesItsPartialFile) {
   big.tensors["big"] = HostTensor(DType::f32, {1 << 16});  // 256 KiB of data
   const std::string dir = ::testing::TempDir() + "kda_fsize_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    std::signal(SIGXFSZ, SIG_DFL);
-    const rlimit limit{64 * 1024, 64 * 1024};
-    ::setrlimit(RLIMIT_FSIZE, &limit);
+  const int status = status_under_file_size_limit(SIG_DFL, [&] {
     const Status s = kda::io::write_safetensors(dir + "/x.safetensors", big);
     const bool reported =
         s.message.find("File too large (the partial file was removed)") != std::string::npos;
     struct sigaction after {};
     ::sigaction(SIGXFSZ, nullptr, &after);
-    ::_exit(!s.ok() && reported ? (after.sa_handler == SIG_DFL ? 0 : 2) : 1);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
+    return !s.ok() && reported ? (after.sa_handler == SIG_DFL ? 0 : 2) : 1;
+  });
+  ASSERT_NE(status, -1);
   ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status);
   EXPECT_NE(WEXITSTATUS(status), 1) << "the write did not fail with the message";
   EXPECT_NE(WEXITSTATUS(status), 2) << "SIGXFSZ's action was not restored";

@@ -100,9 +100,9 @@ def chunk_kda_bwd_wy_dqkg_fused(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale
         and CPU data on 'cpu' (float32, threaded). 'cpu-ref' is the float64 reference.
     kernel : {'auto', 'simt', 'sm80_mma'}, keyword-only, default 'auto'
         The CUDA kernel: 'auto' the fastest that takes the problem (or the one the environment
-        variable KDA_CUDA_KERNEL named when kda_kernels was imported), 'simt' the float32 FFMA kernel (every option and
-        dtype), 'sm80_mma' the tensor-core kernel (refused, NotImplementedError, for a
-        problem it cannot take). The CPU backends take 'auto' only.
+        variable KDA_CUDA_KERNEL named when kda_kernels was imported), 'simt' the float32 FFMA
+        kernel (every option and dtype), 'sm80_mma' the tensor-core kernel (refused,
+        NotImplementedError, for a problem it cannot take). The CPU backends take 'auto' only.
 
     All arrays are either torch tensors (CPU or CUDA; both run through the custom op
     ``torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused``, which torch.compile traces and CUDA
@@ -195,8 +195,8 @@ def chunk_kda_bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=No
         and CPU data on 'cpu' (float32, threaded). 'cpu-ref' is the float64 reference.
     kernel : {'auto', 'simt', 'sm80_mma'}, keyword-only, default 'auto'
         The CUDA kernel ('auto': the fastest that takes the problem, or the one the environment
-        variable KDA_CUDA_KERNEL named when kda_kernels was imported); a kernel the operator does not have is refused
-        (NotImplementedError). The CPU backends take 'auto' only.
+        variable KDA_CUDA_KERNEL named when kda_kernels was imported); a kernel the operator
+        does not have is refused (NotImplementedError). The CPU backends take 'auto' only.
 
     All arrays are either torch tensors (CPU or CUDA; both run through the custom op
     ``torch.ops.kda_kernels.chunk_kda_bwd_intra``, which torch.compile traces and CUDA graphs

@@ -387,8 +387,8 @@ def _subset_class(full_class, ops):
     """The backend class that runs only the operators `ops` (fla names): `full_class` itself for
     all of them, else a subclass whose other operators' functions and verifiers are None. fla's
     dispatch then passes those by: a missing verifier accepts the call, and a backend whose
-    function is None is skipped (in both releases' dispatch: `if impl is None: continue`), so the next
-    backend or fla's own kernel runs them without a call into this module."""
+    function is None is skipped (in both releases' dispatch: `if impl is None: continue`), so
+    the next backend or fla's own kernel runs them without a call into this module."""
     others = [sig.fla_name for sig in _signatures.SIGNATURES if sig.fla_name not in ops]
     if not others:
         return full_class

@@ -3,7 +3,6 @@
 
 #include "kda/backend.hpp"
 
-#include <cstdlib>
 #include <string>
 
 #include "core/run_checks.hpp"

@@ -15,25 +15,23 @@ in one process in which our backend took no call fails: it would have tested fla
 import json
 import os
 
-_calls = {}
+_calls = {}  # by our backend's function name, a list with an entry per call
 
 
-def _count_calls():
-    """Wraps the methods of the registered backend's class that fla's dispatch looks up."""
+def _record_calls():
+    """Records the calls fla's dispatch makes to the registered backend (record_calls)."""
+    from kda_testing import record_calls
+
     import kda_kernels.fla as kfla
     from kda_kernels import _signatures
 
     backend_class = type(kfla._release().registered(kfla.BACKEND_TYPE))
-    for sig in _signatures.SIGNATURES:
-        name = sig.fla_name
-        original = getattr(backend_class, name)
-        _calls[name] = 0
+    calls, _ = record_calls(backend_class, [sig.fla_name for sig in _signatures.SIGNATURES])
+    _calls.update(calls)
 
-        def counted(self, *args, _name=name, _original=original, **kwargs):
-            _calls[_name] += 1
-            return _original(self, *args, **kwargs)
 
-        setattr(backend_class, name, counted)
+def _counts():
+    return {name: len(calls) for name, calls in _calls.items()}
 
 
 def _backend_wanted():
@@ -49,7 +47,7 @@ def pytest_configure(config):
         import kda_kernels.fla as kfla
 
         kfla.enable()
-        _count_calls()
+        _record_calls()
 
 
 def pytest_collection_finish(session):
@@ -61,7 +59,7 @@ def pytest_collection_finish(session):
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     import fla
 
-    what = json.dumps(_calls) if _backend_wanted() else "none (KDA_PEER_BACKEND=0: fla alone)"
+    what = json.dumps(_counts()) if _backend_wanted() else "none (KDA_PEER_BACKEND=0: fla alone)"
     terminalreporter.write_line(
         f"kda_kernels backend calls under fla {fla.__version__}'s tests: {what}")
 
@@ -71,9 +69,9 @@ def pytest_sessionfinish(session, exitstatus):
     if where:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         with open(os.path.join(where, f"calls-{worker}.json"), "w") as f:
-            json.dump(_calls, f)
+            json.dump(_counts(), f)
     # Under pytest-xdist the calls happen in the workers: the files above hold them.
     distributed = getattr(session.config.option, "numprocesses", None)
     if (_backend_wanted() and not distributed and session.testscollected
-            and not any(_calls.values())):
+            and not any(_counts().values())):
         session.exitstatus = 1  # our backend never ran: this tested fla alone

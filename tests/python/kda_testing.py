@@ -404,3 +404,32 @@ def torch_to_device(inputs, options, device):
     moved = {name: t.to(device) for name, t in inputs.items()}
     opts = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in options.items()}
     return moved, opts
+
+
+def record_calls(cls, names):
+    """Wraps the methods `names` of class `cls` so that every call appends its keyword arguments
+    other than tensors (kept out so that no recorded call holds device memory) to a list.
+    Returns (calls, restore): calls maps each name to its list, restore() puts the original
+    methods back. fla's dispatch looks our backend's functions up on the registered instance,
+    so wrapping its class observes every call fla makes."""
+    import torch
+
+    originals = {name: getattr(cls, name) for name in names}
+    calls = {name: [] for name in names}
+
+    def recording(name, original):
+        def recorded(self, *args, **kwargs):
+            calls[name].append({key: value for key, value in kwargs.items()
+                                if not isinstance(value, torch.Tensor)})
+            return original(self, *args, **kwargs)
+
+        return recorded
+
+    for name, original in originals.items():
+        setattr(cls, name, recording(name, original))
+
+    def restore():
+        for name, original in originals.items():
+            setattr(cls, name, original)
+
+    return calls, restore

@@ -26,7 +26,8 @@ from kda_kernels import _fla_release, _signatures  # noqa: E402
 
 RELEASE = _fla_release.load()
 kda_registry = RELEASE.registry
-from kda_testing import PASS_BAR, err_ratio, torch_intra_problem, torch_problem  # noqa: E402
+from kda_testing import (  # noqa: E402
+    PASS_BAR, err_ratio, record_calls, torch_intra_problem, torch_problem)
 
 # Correctness does not depend on fla's tuning: one config per kernel, no autotuning (which took
 # minutes per layer test on a fresh machine).
@@ -124,14 +125,8 @@ def test_flas_dispatch_runs_our_functions_with_its_keywords(cpu_backend, sig):
         want = kk.chunk_kda_bwd_intra(**inputs, **options)
         call = dict(inputs, cu_seqlens=None, chunk_indices=None, chunk_size=options["chunk_size"],
                     safe_gate=True)
-    calls = []
-    original = getattr(cpu_backend, sig.fla_name)
-
-    def counted(self, *args, **kwargs):
-        calls.append(kwargs)
-        return original(self, *args, **kwargs)
-
-    setattr(cpu_backend, sig.fla_name, counted)
+    recorded, restore = record_calls(cpu_backend, (sig.fla_name,))
+    calls = recorded[sig.fla_name]
     try:
         extra = [{}]
         if RELEASE.shape == "fla.backends":
@@ -143,7 +138,7 @@ def test_flas_dispatch_runs_our_functions_with_its_keywords(cpu_backend, sig):
             for a, b in zip(got, want):
                 assert torch.equal(a, b)
     finally:
-        setattr(cpu_backend, sig.fla_name, original)
+        restore()
     assert len(calls) == len(extra)
     assert all(calls[i].items() >= extra[i].items() for i in range(len(extra)))
 
@@ -297,26 +292,13 @@ def backend_calls():
     (chunk_kda_bwd_wy_dqkg_fused, chunk_kda_bwd_intra): the counters wrap the methods on the
     backend class that enable() registers, which is what fla's dispatch looks up (getattr on the
     registered instance). Yields a dict of lists, by function name, that get one entry per
-    call."""
+    call (kda_testing.record_calls)."""
     kfla.enable()  # makes sure the class exists; the caller decides whether it stays registered
-    backend_class = type(RELEASE.registered(kfla.BACKEND_TYPE))
-    originals = {name: getattr(backend_class, name) for name in (WY, INTRA)}
-    calls = {name: [] for name in originals}
-
-    def counter(name, original):
-        def counted(self, *args, **kwargs):
-            calls[name].append(1)
-            return original(self, *args, **kwargs)
-
-        return counted
-
-    for name, original in originals.items():
-        setattr(backend_class, name, counter(name, original))
+    calls, restore = record_calls(type(RELEASE.registered(kfla.BACKEND_TYPE)), (WY, INTRA))
     try:
         yield calls
     finally:
-        for name, original in originals.items():
-            setattr(backend_class, name, original)
+        restore()
 
 
 @needs_cuda
