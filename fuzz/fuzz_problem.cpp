@@ -51,8 +51,9 @@ struct Slot {
   bool is_output;
   bool is_index;
 };
-#define KDA_FUZZ_SLOT(member, name, role, rank, doc) \
-  Slot{name, &Problem::member, role == KDA_ARG_OUTPUT, role == KDA_ARG_OPTIONAL},
+#define KDA_FUZZ_SLOT(member, name, role, type, rank, rule, doc) \
+  KDA_WHEN_TENSOR_##role(                                        \
+      Slot{name, &Problem::member, role == KDA_ARG_OUTPUT, role == KDA_ARG_OPTIONAL}, )
 constexpr Slot kSlots[] = {KDA_CHUNK_BWD_WY_DQKG_ARGS(KDA_FUZZ_SLOT)};
 #undef KDA_FUZZ_SLOT
 constexpr int kNumSlots = static_cast<int>(sizeof(kSlots) / sizeof(kSlots[0]));

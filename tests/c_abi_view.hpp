@@ -25,28 +25,24 @@ inline kda_tensor to_c(const TensorView& t) {
   return c;
 }
 
-#define KDA_TEST_COPY_TO_C(member, name, role, rank, doc) c.member = to_c(p.member);
-
-inline kda_chunk_bwd_wy_dqkg_problem to_c(const ChunkBwdWyDqkgProblem& p) {
-  kda_chunk_bwd_wy_dqkg_problem c{};
-  c.abi_version = KDA_ABI_VERSION;
-  c.state_v_first = p.state_v_first ? 1 : 0;
-  c.chunk_size = p.chunk_size;
-  c.has_scale = p.scale.has_value() ? 1 : 0;
-  c.scale = p.scale.value_or(0.0);
-  KDA_CHUNK_BWD_WY_DQKG_ARGS(KDA_TEST_COPY_TO_C)
-  return c;
-}
-
-inline kda_chunk_bwd_intra_problem to_c(const ChunkBwdIntraProblem& p) {
-  kda_chunk_bwd_intra_problem c{};
-  c.abi_version = KDA_ABI_VERSION;
-  c.safe_gate = p.safe_gate ? 1 : 0;
-  c.chunk_size = p.chunk_size;
-  KDA_CHUNK_BWD_INTRA_ARGS(KDA_TEST_COPY_TO_C)
-  return c;
-}
-
+// Each operator's C problem from its C++ one, row by row of its table: a tensor's kda_tensor,
+// an option's field(s).
+#define KDA_TEST_OPTION_TO_C_KDA_TYPE_BOOL(member) c.member = p.member ? 1 : 0;
+#define KDA_TEST_OPTION_TO_C_KDA_TYPE_INT(member) c.member = p.member;
+#define KDA_TEST_OPTION_TO_C_KDA_TYPE_FLOAT_OR_NONE(member) \
+  c.has_##member = p.member.has_value() ? 1 : 0;            \
+  c.member = p.member.value_or(0.0);
+#define KDA_TEST_COPY_TO_C(member, name, role, type, rank, rule, doc) \
+  KDA_WHEN_TENSOR_##role(c.member = to_c(p.member);)                  \
+      KDA_WHEN_OPTION_##role(KDA_TEST_OPTION_TO_C_##type(member))
+#define KDA_TEST_TO_C(UP, op, Cxx, fla, spec)             \
+  inline kda_##op##_problem to_c(const Cxx##Problem& p) { \
+    kda_##op##_problem c{};                               \
+    c.abi_version = KDA_ABI_VERSION;                      \
+    KDA_##UP##_ARGS(KDA_TEST_COPY_TO_C) return c;         \
+  }
+KDA_OPS(KDA_TEST_TO_C)
+#undef KDA_TEST_TO_C
 #undef KDA_TEST_COPY_TO_C
 
 }  // namespace kda::testing

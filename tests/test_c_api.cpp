@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -135,43 +136,66 @@ TEST(CApi, OperatorTablesDescribeTheStructs) {
             static_cast<int64_t>(sizeof(kda_chunk_bwd_wy_dqkg_problem)));
   EXPECT_EQ(kda_op_problem_size(KDA_OP_CHUNK_BWD_INTRA),
             static_cast<int64_t>(sizeof(kda_chunk_bwd_intra_problem)));
-  // Every row: the C++ table's name, role and rank, and the offset of the C struct's member.
+  // Every row: its name, role, type and rank, and the offset of the C struct's member (an
+  // option of KDA_TYPE_FLOAT_OR_NONE: its has_ flag, the double right after at 8-byte
+  // alignment); tensor rows in the C++ table's order, options as the C++ options().
   struct Expected {
     const char* name;
-    int32_t role, rank;
+    int32_t role, type, rank;
     size_t offset;
   };
-#define KDA_TEST_ROW(member, name, role, rank, doc) \
-  Expected{name, role, rank, offsetof(CP, member)},
+#define KDA_TEST_OFFSET_KDA_TYPE_BOOL(member) offsetof(CP, member)
+#define KDA_TEST_OFFSET_KDA_TYPE_INT(member) offsetof(CP, member)
+#define KDA_TEST_OFFSET_KDA_TYPE_FLOAT_OR_NONE(member) offsetof(CP, has_##member)
+#define KDA_TEST_ROW(member, name, role, type, rank, rule, doc) \
+  Expected{name, role, type, rank,                              \
+           KDA_WHEN_TENSOR_##role(offsetof(CP, member))         \
+               KDA_WHEN_OPTION_##role(KDA_TEST_OFFSET_##type(member))},
+  const auto check_rows = [](int32_t op, std::span<const Expected> rows, auto cxx_args,
+                             auto cxx_options) {
+    ASSERT_EQ(kda_op_num_args(op), static_cast<int32_t>(rows.size()));
+    size_t tensor = 0, option = 0;
+    for (int32_t i = 0; i < static_cast<int32_t>(rows.size()); ++i) {
+      kda_arg_info info{};
+      ASSERT_EQ(kda_op_arg(op, i, &info), KDA_STATUS_OK);
+      const Expected& row = rows[static_cast<size_t>(i)];
+      EXPECT_STREQ(info.name, row.name);
+      EXPECT_EQ(info.role, row.role) << info.name;
+      EXPECT_EQ(info.type, row.type) << info.name;
+      EXPECT_EQ(info.rank, row.rank) << info.name;
+      EXPECT_EQ(info.offset, static_cast<int64_t>(row.offset)) << info.name;
+      ASSERT_NE(info.rule, nullptr) << info.name;
+      const char* cxx_name = info.role == KDA_ARG_OPTION ? cxx_options[option++].info.name
+                                                         : cxx_args[tensor++].info.name;
+      EXPECT_STREQ(info.name, cxx_name);
+    }
+    EXPECT_EQ(tensor, cxx_args.size());
+    EXPECT_EQ(option, cxx_options.size());
+  };
   {
     using CP = kda_chunk_bwd_wy_dqkg_problem;
     const Expected rows[] = {KDA_CHUNK_BWD_WY_DQKG_ARGS(KDA_TEST_ROW)};
-    ASSERT_EQ(kda_op_num_args(KDA_OP_CHUNK_BWD_WY_DQKG), 19);
-    for (int32_t i = 0; i < 19; ++i) {
-      kda_arg_info info{};
-      ASSERT_EQ(kda_op_arg(KDA_OP_CHUNK_BWD_WY_DQKG, i, &info), KDA_STATUS_OK);
-      EXPECT_STREQ(info.name, rows[i].name);
-      EXPECT_EQ(info.role, rows[i].role) << info.name;
-      EXPECT_EQ(info.rank, rows[i].rank) << info.name;
-      EXPECT_EQ(info.offset, static_cast<int64_t>(rows[i].offset)) << info.name;
-      EXPECT_STREQ(info.name, kda::ChunkBwdWyDqkgProblem::args()[i].info.name);
-    }
+    ASSERT_EQ(std::size(rows), 22u);
+    check_rows(KDA_OP_CHUNK_BWD_WY_DQKG, rows, kda::ChunkBwdWyDqkgProblem::args(),
+               kda::ChunkBwdWyDqkgProblem::options());
+    // The double of an optional float follows its flag.
+    EXPECT_EQ(offsetof(CP, scale), (offsetof(CP, has_scale) + 4 + 7) / 8 * 8);
   }
   {
     using CP = kda_chunk_bwd_intra_problem;
     const Expected rows[] = {KDA_CHUNK_BWD_INTRA_ARGS(KDA_TEST_ROW)};
-    ASSERT_EQ(kda_op_num_args(KDA_OP_CHUNK_BWD_INTRA), 16);
-    for (int32_t i = 0; i < 16; ++i) {
-      kda_arg_info info{};
-      ASSERT_EQ(kda_op_arg(KDA_OP_CHUNK_BWD_INTRA, i, &info), KDA_STATUS_OK);
-      EXPECT_STREQ(info.name, rows[i].name);
-      EXPECT_EQ(info.offset, static_cast<int64_t>(rows[i].offset)) << info.name;
-      EXPECT_STREQ(info.name, kda::ChunkBwdIntraProblem::args()[i].info.name);
-    }
+    ASSERT_EQ(std::size(rows), 18u);
+    check_rows(KDA_OP_CHUNK_BWD_INTRA, rows, kda::ChunkBwdIntraProblem::args(),
+               kda::ChunkBwdIntraProblem::options());
   }
 #undef KDA_TEST_ROW
+#undef KDA_TEST_OFFSET_KDA_TYPE_BOOL
+#undef KDA_TEST_OFFSET_KDA_TYPE_INT
+#undef KDA_TEST_OFFSET_KDA_TYPE_FLOAT_OR_NONE
+  EXPECT_STREQ(kda_op_fla_name(KDA_OP_CHUNK_BWD_INTRA), "chunk_kda_bwd_intra");
+  EXPECT_EQ(kda_op_fla_name(KDA_NUM_OPS), nullptr);
   kda_arg_info info{};
-  EXPECT_EQ(kda_op_arg(KDA_OP_CHUNK_BWD_INTRA, 16, &info), KDA_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(kda_op_arg(KDA_OP_CHUNK_BWD_INTRA, 18, &info), KDA_STATUS_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kda_last_error()).find("'index'"), std::string::npos);
   EXPECT_EQ(kda_op_arg(7, 0, &info), KDA_STATUS_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kda_last_error()).find("'op'"), std::string::npos);

@@ -489,8 +489,9 @@ struct Field {
   bool required;
 };
 // Every tensor field, from the operator's one argument table.
-#define KDA_TEST_FIELD(member, name, role, rank, doc) \
-  Field{name, &kda_chunk_bwd_wy_dqkg_problem::member, &Problem::member, role != KDA_ARG_OPTIONAL},
+#define KDA_TEST_FIELD(member, name, role, type, rank, rule, doc)                              \
+  KDA_WHEN_TENSOR_##role(Field{name, &kda_chunk_bwd_wy_dqkg_problem::member, &Problem::member, \
+                               role != KDA_ARG_OPTIONAL}, )
 const Field kFields[] = {KDA_CHUNK_BWD_WY_DQKG_ARGS(KDA_TEST_FIELD)};
 #undef KDA_TEST_FIELD
 

@@ -12,7 +12,7 @@ import struct
 
 from . import _signatures
 
-ABI_VERSION = 2
+ABI_VERSION = _signatures.ABI_VERSION
 MAX_RANK = 6
 
 # kda_status
@@ -64,6 +64,9 @@ class KdaArgInfo(ctypes.Structure):
         ("role", ctypes.c_int32),
         ("rank", ctypes.c_int32),
         ("offset", ctypes.c_int64),
+        ("type", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("rule", ctypes.c_char_p),
     ]
 
 
@@ -105,6 +108,9 @@ class ProblemLayout:
         # Byte offset of every argument's kda_tensor, by table name.
         self.offsets = {arg.name: getattr(self.ctype, arg.member).offset
                         for arg in signature.args}
+        # Byte offset of every option's (first) field, by name.
+        self.option_offsets = {opt.name: getattr(self.ctype, opt.fields[0]).offset
+                               for opt in signature.options}
 
     def pack(self, header, tensors):
         """The problem struct of one call.

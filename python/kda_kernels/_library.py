@@ -109,20 +109,21 @@ def table_mismatches(dll, layouts):
             continue
         where = f"operator {sig.op_name}"
         count = dll.kda_op_num_args(sig.op)
-        if count != len(sig.args):
-            problems.append(f"{where} has {count} arguments in the library, {len(sig.args)} here")
+        rows = our_rows(layout)
+        if count != len(rows):
+            problems.append(f"{where} has {count} rows in the library, {len(rows)} here")
         size = dll.kda_op_problem_size(sig.op)
         if size != layout.size:
             problems.append(f"{where}'s problem struct is {size} bytes in the library, "
                             f"{layout.size} here")
         info = _abi.KdaArgInfo()
-        for index, arg in enumerate(sig.args[: max(count, 0)]):
+        for index, ours in enumerate(rows[: max(count, 0)]):
             if dll.kda_op_arg(sig.op, index, ctypes.byref(info)) != _abi.STATUS_OK:
                 problems.append(f"{where} argument {index}: kda_op_arg failed "
                                 f"({_decode(dll.kda_last_error())})")
                 continue
-            theirs = (_decode(info.name), info.role, info.rank, info.offset)
-            ours = (arg.name, arg.role, arg.rank, layout.offsets[arg.name])
+            theirs = (_decode(info.name), info.role, info.type, info.rank, _decode(info.rule),
+                      info.offset)
             if theirs != ours:
                 problems.append(
                     f"{where} argument {index} is {_describe_arg(*theirs)} in the library, "
@@ -134,9 +135,39 @@ def table_mismatches(dll, layouts):
     return problems
 
 
-def _describe_arg(name, role, rank, offset):
+_TYPE_OF_DTYPES = {text: kind for kind, text in _signatures.DTYPE_TEXTS.items()}
+
+
+def our_rows(layout):
+    """The rows this package packs for an operator, as kda_op_arg reports rows: (name, role,
+    type, rank, rule, byte offset), tensors and options in the table's order."""
+    sig = layout.signature
+    args, options = list(sig.args), list(sig.options)
+    rows = []
+    for _, role, _, _, rule, _ in sig.rows:
+        if role == _signatures.ROLE_OPTION and options:
+            opt = options.pop(0)
+            rows.append((opt.name, role, _signatures.OPTION_TYPES[opt.kind], 0, rule,
+                         layout.option_offsets[opt.name]))
+        elif role != _signatures.ROLE_OPTION and args:
+            arg = args.pop(0)
+            rows.append(_tensor_row(arg, layout))
+    rows += [_tensor_row(arg, layout) for arg in args]
+    return rows
+
+
+def _tensor_row(arg, layout):
+    if arg.role == _signatures.ROLE_OUTPUT:
+        kind = _signatures.TYPE_OF_Q if arg.x else _signatures.TYPE_F32
+        rule = " ".join(f"{name}.{dim}" for name, dim in arg.shape)
+    else:
+        kind, rule = _TYPE_OF_DTYPES.get(arg.dtypes, -1), ""
+    return (arg.name, arg.role, kind, arg.rank, rule, layout.offsets[arg.name])
+
+
+def _describe_arg(name, role, kind, rank, rule, offset):
     role_name = _signatures.ROLE_NAMES.get(role, f"role {role}")
-    return f"{name!r} ({role_name}, rank {rank}, at byte {offset})"
+    return f"{name!r} ({role_name}, type {kind}, rank {rank}, rule {rule!r}, at byte {offset})"
 
 
 def candidates():

@@ -1,20 +1,28 @@
-"""The operators' signatures, once: for each operator of libkda its fla function name, its
-argument table (the rows of include/kda/ops/<op>_args.h: name, role, rank, in table order), the
+"""The operators' signatures, read from op_tables.json: libkda's tables (the rows of
+include/kda/ops/<op>_args.h, as the C ABI's kda_op_* functions report them, written by the
+kda_op_tables tool; ctest's op_tables_json_current keeps the file current). For each operator
+its fla function name, its rows (tensors and options in fla's order, then the outputs), the
 scalar header of its C problem struct, its options and its outputs in return order.
 
 Everything else in the package is derived from these tables: the ctypes problem structs and
 their one-call packing (_abi), the check of a loaded libkda's own tables (kda_op_* functions,
 _library), the NumPy path, the torch custom ops' schemas and fake implementations (_torch_op)
-and the fla backend's method names (fla). Pure Python: nothing is loaded or imported.
+and the fla backend's method names (fla). Pure Python: a JSON file is read, nothing is loaded.
 """
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 # kda/args.h
 ROLE_INPUT = 0
 ROLE_OPTIONAL = 1
 ROLE_OUTPUT = 2
-ROLE_NAMES = {ROLE_INPUT: "input", ROLE_OPTIONAL: "optional", ROLE_OUTPUT: "output"}
+ROLE_OPTION = 3
+ROLE_NAMES = {ROLE_INPUT: "input", ROLE_OPTIONAL: "optional", ROLE_OUTPUT: "output",
+              ROLE_OPTION: "option"}
+TYPE_X, TYPE_OF_Q, TYPE_OF_Q_OR_F32, TYPE_OF_H, TYPE_F32, TYPE_INDEX = range(6)
+TYPE_BOOL, TYPE_INT, TYPE_FLOAT_OR_NONE = 6, 7, 8
 
 # Struct codes of the scalar header fields (the struct module's, native alignment).
 INT32, INT64, FLOAT64 = "i", "q", "d"
@@ -30,14 +38,15 @@ DTYPES_OF_Q_OR_F32 = "float16, bfloat16 or float32 (the dtype of q, or float32)"
 DTYPES_OF_H = "float16, bfloat16 or float32 (the dtype of h)"
 DTYPES_F32 = "float32"
 DTYPES_INDEX = "int32 or int64"
+DTYPE_TEXTS = {TYPE_X: DTYPES_X, TYPE_OF_Q: DTYPES_OF_Q, TYPE_OF_Q_OR_F32: DTYPES_OF_Q_OR_F32,
+           TYPE_OF_H: DTYPES_OF_H, TYPE_F32: DTYPES_F32, TYPE_INDEX: DTYPES_INDEX}
 
 
 @dataclass(frozen=True)
 class Arg:
     """One row of an operator's argument table.
 
-    ``name`` is the table's ("do", "out.dq"); ``member`` the C struct member ("do_" for "do");
-    for outputs, ``shape`` says where each extent comes from, as (input name, dim) pairs, and
+    ``name`` is the table's ("do", "out.dq"); ``member`` the ctypes field's name; for outputs, ``shape`` says where each extent comes from, as (input name, dim) pairs, and
     ``x`` whether it is stored in q's dtype (else float32); for inputs, ``dtypes`` is what the
     argument takes (one of the DTYPES_* above).
     """
@@ -81,10 +90,12 @@ class Signature:
 
     op            the library's operator code (KDA_OP_*) and name (kda_op_name)
     fla_name      fla's function name: the public function, the torch op and fla's dispatch
-    args          the argument table, in table (= C struct) order
+    args          the tensor rows, in table (= C struct) order
     header        the C problem struct's scalar fields before the tensors: (field, struct code)
     params        the Python signature after the required inputs, in fla's order: the
                   names of optional tensors and options, each with its default
+    rows          every row as libkda reports it: (name, role, type, rank, rule, offset)
+    problem_size  sizeof the C problem struct
     """
 
     op: int
@@ -94,6 +105,8 @@ class Signature:
     header: tuple
     options: tuple
     params: tuple
+    rows: tuple = ()
+    problem_size: int = 0
 
     @property
     def inputs(self):
@@ -126,78 +139,56 @@ class Signature:
         return [(a.name, REQUIRED) for a in self.inputs] + list(self.params)
 
 
-def _inputs(*rows):
-    return tuple(Arg(name, member, ROLE_INPUT, rank, dtypes=dtypes)
-                 for name, member, rank, dtypes in rows)
+_OPTION_KINDS = {TYPE_BOOL: "bool", TYPE_INT: "int", TYPE_FLOAT_OR_NONE: "optional_float"}
+OPTION_TYPES = {kind: code for code, kind in _OPTION_KINDS.items()}
 
 
-_INDEX_ARGS = (
-    Arg("cu_seqlens", "cu_seqlens", ROLE_OPTIONAL, 1, dtypes=DTYPES_INDEX),
-    Arg("chunk_indices", "chunk_indices", ROLE_OPTIONAL, 2, dtypes=DTYPES_INDEX),
-)
+def _default(row):
+    """An option's default from its table text ("64", "false", "none")."""
+    kind, text = row["type"], row["rule"]
+    if kind == TYPE_BOOL:
+        return text == "true"
+    if kind == TYPE_INT:
+        return int(text)
+    return None
 
-# --- chunk_bwd_wy_dqkg: fla's chunk_kda_bwd_wy_dqkg_fused (SPEC.md) ------------------------
 
-_BTHVK = (("q", 0), ("q", 1), ("v", 2), ("q", 3))
-CHUNK_BWD_WY_DQKG = Signature(
-    op=0,
-    op_name="chunk_bwd_wy_dqkg",
-    fla_name="chunk_kda_bwd_wy_dqkg_fused",
-    args=_inputs(("q", "q", 4, DTYPES_X), ("k", "k", 4, DTYPES_OF_Q),
-                 ("v", "v", 4, DTYPES_OF_Q), ("v_new", "v_new", 4, DTYPES_OF_Q),
-                 ("g", "g", 4, DTYPES_F32), ("beta", "beta", 3, DTYPES_OF_Q_OR_F32),
-                 ("A", "A", 4, DTYPES_OF_Q), ("h", "h", 5, DTYPES_OF_Q_OR_F32),
-                 ("do", "do_", 4, DTYPES_OF_Q), ("dh", "dh", 5, DTYPES_OF_H),
-                 ("dv", "dv", 4, DTYPES_OF_Q))
-    + _INDEX_ARGS
-    + (
-        Arg("out.dq", "dq", ROLE_OUTPUT, 4, _BTHVK),
-        Arg("out.dk", "dk", ROLE_OUTPUT, 4, _BTHVK),
-        Arg("out.dv_out", "dv_out", ROLE_OUTPUT, 4, (("q", 0), ("q", 1), ("v", 2), ("v", 3)),
-            x=True),
-        Arg("out.db", "db", ROLE_OUTPUT, 3, _BTHVK[:3]),
-        Arg("out.dg", "dg", ROLE_OUTPUT, 4, _BTHVK),
-        # A's last extent, so that a bad chunk_size never sizes an allocation.
-        Arg("out.dA", "dA", ROLE_OUTPUT, 4, _BTHVK[:3] + (("A", 3),)),
-    ),
-    header=(("abi_version", INT32), ("state_v_first", INT32), ("chunk_size", INT64),
-            ("has_scale", INT32), ("reserved0", INT32), ("scale", FLOAT64)),
-    options=(
-        Option("scale", "optional_float", None, ("has_scale", "scale")),
-        Option("chunk_size", "int", 64, ("chunk_size",)),
-        Option("state_v_first", "bool", False, ("state_v_first",)),
-    ),
-    params=(("scale", None), ("cu_seqlens", None), ("chunk_size", 64), ("chunk_indices", None),
-            ("state_v_first", False)),
-)
+def _shape_rule(rule):
+    """"q.0 q.1 v.2 q.3" -> (("q", 0), ("q", 1), ("v", 2), ("q", 3))."""
+    return tuple((term.rsplit(".", 1)[0], int(term.rsplit(".", 1)[1])) for term in rule.split())
 
-# --- chunk_bwd_intra: fla's chunk_kda_bwd_intra (SPEC-chunk-bwd-intra.md) ------------------
 
-_BTHVK_INTRA = (("q", 0), ("q", 1), ("g", 2), ("q", 3))
-CHUNK_BWD_INTRA = Signature(
-    op=1,
-    op_name="chunk_bwd_intra",
-    fla_name="chunk_kda_bwd_intra",
-    args=_inputs(("q", "q", 4, DTYPES_X), ("k", "k", 4, DTYPES_OF_Q),
-                 ("g", "g", 4, DTYPES_F32), ("beta", "beta", 3, DTYPES_OF_Q_OR_F32),
-                 ("dAqk", "dAqk", 4, DTYPES_F32), ("dAkk", "dAkk", 4, DTYPES_F32),
-                 ("dq", "dq", 4, DTYPES_F32), ("dk", "dk", 4, DTYPES_F32),
-                 ("db", "db", 3, DTYPES_F32), ("dg", "dg", 4, DTYPES_F32))
-    + _INDEX_ARGS
-    + (
-        Arg("out.dq", "dq_out", ROLE_OUTPUT, 4, _BTHVK_INTRA),
-        Arg("out.dk", "dk_out", ROLE_OUTPUT, 4, _BTHVK_INTRA),
-        Arg("out.db", "db_out", ROLE_OUTPUT, 3, _BTHVK_INTRA[:3]),
-        Arg("out.dg", "dg_out", ROLE_OUTPUT, 4, _BTHVK_INTRA),
-    ),
-    header=(("abi_version", INT32), ("safe_gate", INT32), ("chunk_size", INT64)),
-    options=(
-        Option("chunk_size", "int", 64, ("chunk_size",)),
-        Option("safe_gate", "bool", False, ("safe_gate",)),
-    ),
-    params=(("cu_seqlens", None), ("chunk_indices", None), ("chunk_size", 64),
-            ("safe_gate", False)),
-)
+def _signature(table):
+    """One operator's Signature from its entry of op_tables.json."""
+    args, header, options, params, rows = [], [("abi_version", INT32)], [], [], []
+    for row in table["rows"]:
+        name, role, kind = row["name"], row["role"], row["type"]
+        rows.append((name, role, kind, row["rank"], row["rule"], row["offset"]))
+        if role == ROLE_OPTION:
+            if kind == TYPE_FLOAT_OR_NONE:
+                fields = ("has_" + name, name)
+                header += [(fields[0], INT32), (name, FLOAT64)]
+            else:
+                fields = (name,)
+                header.append((name, INT32 if kind == TYPE_BOOL else INT64))
+            options.append(Option(name, _OPTION_KINDS[kind], _default(row), fields))
+            params.append((name, _default(row)))
+            continue
+        member = "t_" + name.replace(".", "_")
+        if role == ROLE_OUTPUT:
+            args.append(Arg(name, member, role, row["rank"], _shape_rule(row["rule"]),
+                            x=kind == TYPE_OF_Q))
+            continue
+        args.append(Arg(name, member, role, row["rank"], dtypes=DTYPE_TEXTS[kind]))
+        if role == ROLE_OPTIONAL:
+            params.append((name, None))
+    return Signature(op=table["op"], op_name=table["name"], fla_name=table["fla_name"],
+                     args=tuple(args), header=tuple(header), options=tuple(options),
+                     params=tuple(params), rows=tuple(rows), problem_size=table["problem_size"])
 
-SIGNATURES = (CHUNK_BWD_WY_DQKG, CHUNK_BWD_INTRA)
+
+_TABLES = json.loads((Path(__file__).resolve().parent / "op_tables.json").read_text())
+ABI_VERSION = _TABLES["abi_version"]
+SIGNATURES = tuple(_signature(table) for table in _TABLES["ops"])
 BY_FLA_NAME = {s.fla_name: s for s in SIGNATURES}
+BY_NAME = {s.op_name: s for s in SIGNATURES}

@@ -16,21 +16,6 @@ thread_local std::string g_last_error;
 
 }  // namespace
 
-// The operators' C tables, defined in their folders: registration list, in KDA_OP_* order.
-extern const COpInfo kChunkBwdWyDqkgC;
-extern const COpInfo kChunkBwdIntraC;
-
-namespace {
-
-const COpInfo* op_info(int32_t op) {
-  static const COpInfo* const ops[] = {&kChunkBwdWyDqkgC, &kChunkBwdIntraC};
-  static_assert(sizeof(ops) / sizeof(ops[0]) == KDA_NUM_OPS, "one entry per KDA_OP_*");
-  if (op < 0 || op >= static_cast<int32_t>(sizeof(ops) / sizeof(ops[0]))) return nullptr;
-  return ops[op];
-}
-
-}  // namespace
-
 kda_status finish(const Status& status) {
   g_last_error = status.ok() ? std::string() : status.message;
   return static_cast<kda_status>(status.code);
@@ -132,9 +117,14 @@ const char* kda_op_name(int32_t op) {
   return info ? info->name : nullptr;
 }
 
+const char* kda_op_fla_name(int32_t op) {
+  const kda::c_api::COpInfo* info = kda::c_api::op_info(op);
+  return info ? info->fla_name : nullptr;
+}
+
 int32_t kda_op_num_args(int32_t op) {
   const kda::c_api::COpInfo* info = kda::c_api::op_info(op);
-  return info ? static_cast<int32_t>(info->args.size()) : -1;
+  return info ? static_cast<int32_t>(info->rows.size()) : -1;
 }
 
 int64_t kda_op_problem_size(int32_t op) {
@@ -148,14 +138,14 @@ kda_status kda_op_arg(int32_t op, int32_t index, kda_arg_info* out) {
     if (info == nullptr) {
       return kda::invalid_argument("argument 'op': unknown operator " + std::to_string(op));
     }
-    if (index < 0 || index >= static_cast<int32_t>(info->args.size())) {
+    if (index < 0 || index >= static_cast<int32_t>(info->rows.size())) {
       return kda::invalid_argument("argument 'index': expected 0.." +
-                                   std::to_string(info->args.size() - 1) + ", got " +
+                                   std::to_string(info->rows.size() - 1) + ", got " +
                                    std::to_string(index));
     }
     if (out == nullptr) return kda::invalid_argument("argument 'out': null pointer");
-    const kda::c_api::CArg& a = info->args[static_cast<size_t>(index)];
-    *out = {a.name, a.doc, a.role, a.rank, static_cast<int64_t>(a.offset)};
+    const kda::c_api::CArg& a = info->rows[static_cast<size_t>(index)];
+    *out = {a.name, a.doc, a.role, a.rank, static_cast<int64_t>(a.offset), a.type, 0, a.rule};
     return kda::Status::Ok();
   });
 }

@@ -36,65 +36,43 @@ Status check_abi_version(const char* what, const void* problem, int32_t abi_vers
 Status to_backend(int32_t backend, Backend* out);
 Status to_kernel(int32_t kernel, Kernel* out);
 
-// One row of an operator's C argument table: what kda_op_arg reports.
+// One row of an operator's C table: what kda_op_arg reports.
 struct CArg {
   const char* name;
   const char* doc;
   int32_t role;
   int32_t rank;
-  std::size_t offset;  // of its kda_tensor in the operator's C problem struct
+  std::size_t offset;  // of its kda_tensor, or its option field, in the C problem struct
+  int32_t type;
+  const char* rule;
 };
 
-// What an operator registers for the C ABI's introspection (core/c_api.cpp lists them).
+// What each operator has for the C ABI's introspection (core/c_api_ops.cpp builds them).
 struct COpInfo {
   const char* name;
-  std::span<const CArg> args;
+  const char* fla_name;
+  std::span<const CArg> rows;  // every row, tensors and options, in table order
   std::size_t problem_size;
 };
 
-// The tensors of C problem `in` into C++ problem `out`, by the operator's tables (same order).
+// The operator of code `op` (KDA_OP_*), or nullptr (core/c_api_ops.cpp).
+const COpInfo* op_info(int32_t op);
+
+// The tensors of C problem `in` into C++ problem `out`, by the operator's table (`rows`; its
+// tensor rows are P::args(), in the same order).
 template <typename P>
-Status to_tensors(const void* in, std::span<const CArg> c_args, std::span<const Arg<P>> args,
-                  P* out) {
-  if (c_args.size() != args.size()) {
-    return {StatusCode::internal, "C and C++ argument tables differ in length"};
-  }
+Status to_tensors(const void* in, std::span<const CArg> rows, P* out) {
   const auto* base = static_cast<const unsigned char*>(in);
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const auto* tensor = reinterpret_cast<const kda_tensor*>(base + c_args[i].offset);
+  std::span<const Arg<P>> args = P::args();
+  std::size_t i = 0;
+  for (const CArg& row : rows) {
+    if (row.role == KDA_ARG_OPTION) continue;
+    if (i == args.size()) return {StatusCode::internal, "C and C++ tables differ"};
+    const auto* tensor = reinterpret_cast<const kda_tensor*>(base + row.offset);
     if (Status s = to_view(args[i].info.name, *tensor, &args[i].of(*out)); !s.ok()) return s;
+    ++i;
   }
   return Status::Ok();
 }
 
-// The bodies of an operator's kda_<op>_validate and kda_<op>_run: C problem -> C++ problem
-// through the operator's `to_problem`, then validate() or kda::run(), every failure recorded as the
-// thread's last error.
-template <typename P, typename CP>
-kda_status validate_entry(const CP* in, Status (*to_problem)(const CP*, P*)) {
-  return guarded([&] {
-    P p;
-    if (Status s = to_problem(in, &p); !s.ok()) return s;
-    return p.validate();
-  });
-}
-
-template <typename P, typename CP>
-kda_status run_entry(const CP* in, int32_t backend, int32_t kernel, void* stream,
-                     Status (*to_problem)(const CP*, P*)) {
-  return guarded([&] {
-    Backend b{};
-    Kernel k{};
-    if (Status s = to_backend(backend, &b); !s.ok()) return s;
-    if (Status s = to_kernel(kernel, &k); !s.ok()) return s;
-    P p;
-    if (Status s = to_problem(in, &p); !s.ok()) return s;
-    return run(p, b, stream, k);
-  });
-}
-
 }  // namespace kda::c_api
-
-// One CArg per argument-table row, for a table built where `CP` names the C problem struct.
-#define KDA_MAKE_C_ARG(member, name, role, rank, doc) \
-  ::kda::c_api::CArg{name, doc, role, rank, offsetof(CP, member)},

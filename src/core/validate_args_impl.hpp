@@ -7,6 +7,7 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -48,6 +49,21 @@ Status check_outputs(const P& problem, std::span<const Arg<P>> args) {
   for (const Arg<P>& o : args) {
     if (o.info.role != ArgRole::output) continue;
     const TensorView& out = o.of(problem);
+    // Its dtype and shape from the table's type and rule; the message names it as the table's doc
+    // does
+    // ("[B, T, HV, K]"), built only on failure.
+    if (const DType dtype = output_dtype(problem, o); out.dtype != dtype) {
+      const std::string why = std::string(dtype_name(dtype)) +
+                              (o.info.type == ArgType::of_q ? " (the dtype of q)" : "");
+      return check_dtype(o.info.name, out, {dtype}, why.c_str());
+    }
+    const OutputShape expected = output_shape(problem, o);
+    for (int d = 0; d < expected.rank; ++d) {
+      if (out.shape[d] == expected.extents[static_cast<size_t>(d)]) continue;
+      const std::string_view doc = o.info.doc;
+      const std::string symbolic(doc.substr(0, doc.find(']') + 1));
+      return check_shape(o.info.name, out, expected.span(), symbolic.c_str());
+    }
     if (!out.is_contiguous()) {
       return fail(o.info.name, "expected a contiguous (row-major) output, got " + out.describe());
     }

@@ -108,13 +108,16 @@ HostTensor poisoned(DType dtype, std::vector<int64_t> shape) {
   return t;
 }
 
-// The operators' registrations, in their folders (ops/<op>/host.cpp): registration list, in
-// KDA_OP_* order.
-extern const OpIo kChunkBwdWyDqkgIo;
-extern const OpIo kChunkBwdIntraIo;
+// The operators' registrations, k<Cxx>Io in their folders (ops/<op>/host.cpp), for every
+// operator of KDA_OPS, in its order.
+#define KDA_DECLARE_OP_IO(UP, op, Cxx, fla, spec) extern const OpIo k##Cxx##Io;
+KDA_OPS(KDA_DECLARE_OP_IO)
+#undef KDA_DECLARE_OP_IO
 
 std::span<const OpIo* const> ops() {
-  static const OpIo* const all[] = {&kChunkBwdWyDqkgIo, &kChunkBwdIntraIo};
+#define KDA_OP_IO_ENTRY(UP, op, Cxx, fla, spec) &k##Cxx##Io,
+  static const OpIo* const all[] = {KDA_OPS(KDA_OP_IO_ENTRY)};
+#undef KDA_OP_IO_ENTRY
   return all;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -62,6 +63,24 @@ std::vector<std::string> output_names() {
 template <typename P>
 std::vector<std::string> required_inputs() {
   return arg_names<P>(ArgRole::input);
+}
+
+// OpIo::allocate_outputs: every output of P, poisoned, at the shape and dtype its table row gives
+// from the inputs. Throws std::invalid_argument when an input it takes its shape from is missing.
+template <typename P>
+void allocate_outputs_as(HostProblem* hp) {
+  const P p = problem_from_views<P>(hp->views(), *hp);
+  for (const Arg<P>& a : P::args()) {
+    if (a.info.role != ArgRole::output) continue;
+    const OutputShape shape = output_shape(p, a);
+    for (const int64_t extent : shape.span()) {
+      if (extent < 0) {
+        throw std::invalid_argument(std::string("output '") + a.info.name + "' takes its shape (" +
+                                    a.info.rule + ") from an input the problem lacks");
+      }
+    }
+    hp->tensors[a.info.name] = poisoned(output_dtype(p, a), shape.vector());
+  }
 }
 
 // OpIo::validate: the library's validation of the host problem as P.

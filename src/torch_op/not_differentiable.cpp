@@ -13,20 +13,20 @@
 
 namespace kda::torch_op {
 
-void mark_not_differentiable(const char* op, std::initializer_list<const at::Tensor*> inputs,
-                             std::initializer_list<at::Tensor*> outputs) {
+void mark_not_differentiable(const char* op, std::span<const at::Tensor> inputs,
+                             std::span<at::Tensor> outputs) {
   if (!torch::autograd::GradMode::is_enabled()) return;
   bool any = false;
-  for (const at::Tensor* t : inputs) any = any || (t->defined() && t->requires_grad());
+  for (const at::Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
   if (!any) return;
   torch::autograd::edge_list edges;
-  for (const at::Tensor* t : inputs) {
-    if (t->defined()) edges.push_back(torch::autograd::impl::gradient_edge(*t));
+  for (const at::Tensor& t : inputs) {
+    if (t.defined()) edges.push_back(torch::autograd::impl::gradient_edge(t));
   }
   std::shared_ptr<torch::autograd::NotImplemented> node(new torch::autograd::NotImplemented(op),
                                                         torch::autograd::deleteNode);
   node->set_next_edges(std::move(edges));
-  for (at::Tensor* t : outputs) torch::autograd::set_history(*t, node);
+  for (at::Tensor& t : outputs) torch::autograd::set_history(t, node);
 }
 
 }  // namespace kda::torch_op

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <exception>
+#include <vector>
 
 #include "kda/tensor.hpp"
 #include "torch_op/status.hpp"
@@ -13,10 +14,11 @@
 
 namespace kda::torch_op {
 
-// One output of problem type P: its sizes (rank <= 4), dtype and member.
+// One output of problem type P: its sizes (rank <= KDA_MAX_RANK), dtype and member (from its table
+// row).
 template <typename P>
 struct OutputSpec {
-  std::array<int64_t, 4> sizes;
+  std::array<int64_t, KDA_MAX_RANK> sizes;
   size_t rank;
   at::ScalarType dtype;
   TensorView P::*member;
@@ -27,11 +29,11 @@ struct OutputSpec {
 // When they cannot be allocated, a call that could not run anyway says why (libkda's error naming
 // the argument, from validating it with placeholder outputs: a bad chunk_size, not "can't
 // allocate 64 TiB"), and a valid one keeps the allocation's error.
-template <typename P, size_t N>
-std::array<at::Tensor, N> allocate_outputs(P& problem, const at::Tensor& q,
-                                           const std::array<OutputSpec<P>, N>& specs,
-                                           const char* op) {
-  std::array<at::Tensor, N> outputs;
+template <typename P>
+std::vector<at::Tensor> allocate_outputs(P& problem, const at::Tensor& q,
+                                         const std::vector<OutputSpec<P>>& specs, const char* op) {
+  const size_t N = specs.size();
+  std::vector<at::Tensor> outputs(N);
   try {
     for (size_t i = 0; i < N; ++i) {
       outputs[i] = new_output(q, {specs[i].sizes.data(), specs[i].rank}, specs[i].dtype);

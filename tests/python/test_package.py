@@ -138,21 +138,28 @@ def test_public_functions_have_the_signature_tables_parameters(sig):
 
 
 def test_signature_tables():
-    wy, intra = _signatures.CHUNK_BWD_WY_DQKG, _signatures.CHUNK_BWD_INTRA
+    wy, intra = _signatures.BY_NAME["chunk_bwd_wy_dqkg"], _signatures.BY_NAME["chunk_bwd_intra"]
     assert [a.name for a in intra.inputs] == ["q", "k", "g", "beta", "dAqk", "dAkk", "dq", "dk",
                                               "db", "dg"]
     assert [a.returned_as for a in wy.outputs] == ["dq", "dk", "dv", "db", "dg", "dA"]
     assert [a.returned_as for a in intra.outputs] == ["dq", "dk", "db", "dg"]
     assert _signatures.BY_FLA_NAME["chunk_kda_bwd_intra"] is intra
-    # The struct sizes the C headers give (LP64): a 32-byte header + 19 kda_tensors of 120 bytes,
-    # a 16-byte header + 16 kda_tensors.
-    assert [layout.size for layout in _abi.LAYOUTS] == [32 + 19 * 120, 16 + 16 * 120]
+    # The struct sizes the C headers give (LP64): a 32-byte header (abi_version, has_scale, scale,
+    # chunk_size, state_v_first) + 19 kda_tensors of 120 bytes, a 24-byte header (abi_version,
+    # chunk_size, safe_gate) + 16 kda_tensors.
+    assert [layout.size for layout in _abi.LAYOUTS] == [32 + 19 * 120, 24 + 16 * 120]
+    assert [o.name for o in wy.options] == ["scale", "chunk_size", "state_v_first"]
+    assert wy.params == (("scale", None), ("cu_seqlens", None), ("chunk_size", 64),
+                         ("chunk_indices", None), ("state_v_first", False))
+    assert intra.params == (("cu_seqlens", None), ("chunk_indices", None), ("chunk_size", 64),
+                            ("safe_gate", False))
+    assert [a.shape for a in wy.outputs][5] == (("q", 0), ("q", 1), ("v", 2), ("A", 3))
 
 
 def test_the_library_tables_match_the_signatures():
     lib = _library.library()
     assert _library.table_mismatches(lib.dll, _abi.LAYOUTS) == []
-    assert lib.dll.kda_abi_version() == _abi.ABI_VERSION == 2
+    assert lib.dll.kda_abi_version() == _abi.ABI_VERSION == 3
 
 
 def _replace_arg(sig, index, **changes):
@@ -161,21 +168,22 @@ def _replace_arg(sig, index, **changes):
     return dataclasses.replace(sig, args=tuple(args))
 
 
-INTRA = _signatures.CHUNK_BWD_INTRA
+INTRA = _signatures.BY_NAME["chunk_bwd_intra"]
 WRONG_TABLES = {
     "renamed argument": (_replace_arg(INTRA, 4, name="dA_qk"),
-                         "argument 4 is 'dAqk' (input, rank 4, at byte 496) in the library, "
-                         "'dA_qk' (input, rank 4, at byte 496) here"),
-    "wrong rank": (_replace_arg(INTRA, 3, rank=4), "argument 3 is 'beta' (input, rank 3"),
+                         "argument 4 is 'dAqk' (input, type 4, rank 4, rule '', at byte 504) in the "
+                         "library, 'dA_qk' (input, type 4, rank 4, rule '', at byte 504) here"),
+    "wrong rank": (_replace_arg(INTRA, 3, rank=4), "argument 3 is 'beta' (input, type 2, rank 3"),
     "wrong role": (_replace_arg(INTRA, 10, role=_signatures.ROLE_INPUT),
-                   "'cu_seqlens' (optional, rank 1"),
+                   "'cu_seqlens' (optional, type 5, rank 1"),
     "swapped arguments": (dataclasses.replace(INTRA, args=(INTRA.args[1], INTRA.args[0])
                                               + INTRA.args[2:]),
-                          "argument 0 is 'q' (input, rank 4, at byte 16) in the library, 'k'"),
+                          "argument 0 is 'q' (input, type 0, rank 4, rule '', at byte 24) in the "
+                          "library, 'k'"),
     "missing argument": (dataclasses.replace(INTRA, args=INTRA.args[:-1]),
-                         "has 16 arguments in the library, 15 here"),
+                         "has 18 rows in the library, 17 here"),
     "longer header": (dataclasses.replace(INTRA, header=INTRA.header + (("extra", "q"),)),
-                      "problem struct is 1936 bytes in the library, 1944 here"),
+                      "problem struct is 1944 bytes in the library, 1952 here"),
     "other operator": (dataclasses.replace(INTRA, op_name="chunk_fwd"),
                        "operator 1 is 'chunk_bwd_intra' in the library, 'chunk_fwd' here"),
 }
@@ -199,9 +207,9 @@ def test_wrong_kernel_names_are_a_library_error(monkeypatch):
 
 
 def test_another_abi_version_is_a_library_error(monkeypatch):
-    monkeypatch.setattr(_abi, "ABI_VERSION", 3)
-    with pytest.raises(kk.LibraryError, match="has C ABI version 2, but this kda_kernels speaks "
-                       "version 3"):
+    monkeypatch.setattr(_abi, "ABI_VERSION", 4)
+    with pytest.raises(kk.LibraryError, match="has C ABI version 3, but this kda_kernels speaks "
+                       "version 4"):
         _library.Library(kk.library_path())
 
 
@@ -214,7 +222,7 @@ def test_a_wrong_table_fails_the_first_call(tmp_path):
     code = (
         "import dataclasses, numpy as np\n"
         "from kda_kernels import _abi, _signatures\n"
-        "sig = _signatures.CHUNK_BWD_WY_DQKG\n"
+        "sig = _signatures.BY_NAME['chunk_bwd_wy_dqkg']\n"
         "bad = dataclasses.replace(sig, args=sig.args[:5] + (dataclasses.replace(sig.args[5], "
         "rank=4),) + sig.args[6:])\n"
         "_abi.LAYOUTS = (_abi.ProblemLayout(bad), _abi.LAYOUTS[1])\n"

@@ -387,7 +387,7 @@ def test_a_library_with_wrong_tables_leaves_the_python_op(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     detail, error = result.stdout.splitlines()[-2:]
     assert detail.startswith("python (libkda did not load: "), detail
-    assert "operator chunk_bwd_wy_dqkg argument 5 is 'beta' (input, rank 3" in detail
+    assert "operator chunk_bwd_wy_dqkg argument 5 is 'beta' (input, type 2, rank 3" in detail
     assert error.startswith("ERROR ") and "argument 5 is 'beta'" in error
 
 

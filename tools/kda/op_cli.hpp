@@ -1,6 +1,6 @@
 #pragma once
 // An operator's own part of `kda run`: one file per operator, ops/<op>.cpp defining
-// make_<op>_cli(), listed once in KDA_CLI_OPS (tools/CMakeLists.txt). It declares the options of
+// make_<op>_cli(), one per operator of KDA_OPS (kda/ops.h). It declares the options of
 // the operator's generated problems, builds one from --shape, and summarizes a problem for the
 // printout. Everything else (files, the checks, the timing, the backends) is generic and goes
 // through the operator's io::OpIo.
@@ -105,7 +105,7 @@ struct OpCliEntry {
   std::unique_ptr<OpCli> (*make)();
 };
 
-// The operators' parts, in KDA_CLI_OPS order (ops/registry.cpp); find_op_cli returns nullptr for an
+// The operators' parts, in KDA_OPS order (ops/registry.cpp); find_op_cli returns nullptr for an
 // unknown name.
 std::span<const OpCliEntry> op_clis();
 const OpCliEntry* find_op_cli(std::string_view name);

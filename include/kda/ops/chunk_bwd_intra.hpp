@@ -31,28 +31,16 @@ struct ChunkBwdIntraDims {
 };
 
 struct ChunkBwdIntraProblem {
-  // The tensors, one member per row of KDA_CHUNK_BWD_INTRA_ARGS (shapes and dtypes there):
+  // One member per row of KDA_CHUNK_BWD_INTRA_ARGS (shapes, dtypes and defaults there):
   //   inputs    q k g beta dAqk dAkk, and the incoming gradients dq dk db dg (read only)
   //   optional  cu_seqlens chunk_indices (leave default-constructed to omit)
+  //   options   chunk_size; safe_gate (fla's algorithm switch: changes nothing mathematically,
+  //             SPEC, so backends may ignore it)
   //   outputs   dq_out dk_out db_out dg_out: incoming + intra-chunk terms (written in full;
   //             contiguous, overlapping nothing)
-  KDA_CHUNK_BWD_INTRA_ARGS(KDA_DECLARE_TENSOR_VIEW)
-
-  int64_t chunk_size = 64;
-  // fla's algorithm switch; changes nothing mathematically (SPEC), so backends may ignore it.
-  bool safe_gate = false;
-
-  static constexpr const char* kName = "chunk_bwd_intra";
-  static constexpr const char* kFlaName = "chunk_kda_bwd_intra";
-  // Every tensor argument, in signature order.
-  static std::span<const Arg<ChunkBwdIntraProblem>> args();
+  KDA_PROBLEM_TABLE_MEMBERS(CHUNK_BWD_INTRA, ChunkBwdIntra)
 
   Status validate(ChunkBwdIntraDims* dims = nullptr) const;
-  std::string describe() const;
 };
-
-// Validates, then runs (same conventions as the other operators' run()).
-Status run(const ChunkBwdIntraProblem& problem, Backend backend, void* stream = nullptr,
-           Kernel kernel = Kernel::auto_);
 
 }  // namespace kda

@@ -33,35 +33,18 @@ struct ChunkBwdWyDqkgDims {
 };
 
 struct ChunkBwdWyDqkgProblem {
-  // The tensors, one member per row of KDA_CHUNK_BWD_WY_DQKG_ARGS (shapes and dtypes there):
+  // One member per row of KDA_CHUNK_BWD_WY_DQKG_ARGS (shapes, dtypes and defaults there):
   //   inputs    q k v v_new g beta A h do_ dh dv (read only; dv is the gradient w.r.t. v_new)
   //   optional  cu_seqlens chunk_indices (leave default-constructed to omit)
+  //   options   scale (nullopt: K ** -0.5), chunk_size, state_v_first
   //   outputs   dq dk dv_out db dg dA (written in full; contiguous, overlapping nothing)
-  KDA_CHUNK_BWD_WY_DQKG_ARGS(KDA_DECLARE_TENSOR_VIEW)
-
-  std::optional<double> scale;  // nullopt means K ** -0.5
-  int64_t chunk_size = 64;
-  bool state_v_first = false;
-
-  static constexpr const char* kName = "chunk_bwd_wy_dqkg";
-  static constexpr const char* kFlaName = "chunk_kda_bwd_wy_dqkg_fused";
-  // Every tensor argument, in signature order.
-  static std::span<const Arg<ChunkBwdWyDqkgProblem>> args();
+  KDA_PROBLEM_TABLE_MEMBERS(CHUNK_BWD_WY_DQKG, ChunkBwdWyDqkg)
 
   // Checks every rule of SPEC.md; on failure the message names the argument and what was
   // expected. Index tensors on the host are checked element by element; on a GPU their contents
   // are checked by the kernel (see docs/design.md). Fills *dims when given and valid.
   Status validate(ChunkBwdWyDqkgDims* dims = nullptr) const;
   double effective_scale() const;
-  // One line per field, for logs and error reports.
-  std::string describe() const;
 };
-
-// Validates, then runs. For Backend::cuda every tensor must live on one CUDA device; the work is
-// queued on `stream` (a cudaStream_t; nullptr is the legacy default stream) with no allocation and
-// no synchronization. CPU backends ignore `stream` and return when the outputs are written.
-// Kernels: simt and sm80_mma (float16/bfloat16 X, K and V in {64, 128}, rows of 16-byte chunks).
-Status run(const ChunkBwdWyDqkgProblem& problem, Backend backend, void* stream = nullptr,
-           Kernel kernel = Kernel::auto_);
 
 }  // namespace kda

@@ -16,13 +16,6 @@ namespace {
 
 using P = ChunkBwdIntraProblem;
 
-// Each output has the shape of its incoming gradient (dq, dk, dg [B, T, HV, K]; db [B, T, HV]).
-void allocate(HostProblem* hp) {
-  for (const char* name : {"dq", "dk", "db", "dg"}) {
-    hp->tensors[std::string("out.") + name] = poisoned(DType::f32, hp->get(name).shape);
-  }
-}
-
 // The outputs copy the incoming gradients' shapes: those must agree with q and g before any is
 // allocated, so a hostile file cannot make us allocate far more than it holds.
 Status check_output_sizes(const HostProblem& p) {
@@ -203,11 +196,11 @@ double intra_golden_bar(DType x_dtype) {
 extern const OpIo kChunkBwdIntraIo = {
     P::kName,
     P::kFlaName,
-    "SPEC-chunk-bwd-intra.md",
+    OpTraits<P>::spec,
     input_names<P>,
     output_names<P>,
     required_inputs<P>,
-    allocate,
+    allocate_outputs_as<P>,
     check_output_sizes,
     options_from_metadata,
     options_to_metadata,

@@ -14,14 +14,9 @@ namespace kda {
 namespace {
 
 using P = ChunkBwdIntraProblem;
-constexpr Arg<P> kArgs[] = {KDA_CHUNK_BWD_INTRA_ARGS(KDA_MAKE_ARG)};
 constexpr int64_t kMaxHeadDim = 256;
 
 }  // namespace
-
-std::span<const Arg<P>> ChunkBwdIntraProblem::args() {
-  return kArgs;
-}
 
 Status ChunkBwdIntraProblem::validate(ChunkBwdIntraDims* out) const {
   using namespace validation;
@@ -45,7 +40,7 @@ Status ChunkBwdIntraProblem::validate(ChunkBwdIntraDims* out) const {
   d.beta_dtype = beta.dtype;
   for (const Arg<P>& a : args()) {
     const std::string_view name = a.info.name;
-    if (name == "q" || name == "k" || name == "beta" || a.info.role == ArgRole::optional) continue;
+    if (name == "q" || name == "k" || name == "beta" || a.info.role != ArgRole::input) continue;
     if (Status s = check_dtype(a.info.name, a.of(*this), {DType::f32}, "float32"); !s.ok()) {
       return s;
     }
@@ -72,18 +67,12 @@ Status ChunkBwdIntraProblem::validate(ChunkBwdIntraDims* out) const {
                          std::to_string(d.H) + ", got HV = " + std::to_string(d.HV));
   }
   const std::array<int64_t, 4> shape_gk{d.B, d.T, d.HV, d.K};
-  for (auto [name, view] : {std::pair{"g", &g},
-                            {"dq", &dq},
-                            {"dk", &dk},
-                            {"dg", &dg},
-                            {"out.dq", &dq_out},
-                            {"out.dk", &dk_out},
-                            {"out.dg", &dg_out}}) {
+  for (auto [name, view] : {std::pair{"g", &g}, {"dq", &dq}, {"dk", &dk}, {"dg", &dg}}) {
     if (Status s = check_shape(name, *view, shape_gk, "[B, T, HV, K] (from q and g)"); !s.ok()) {
       return s;
     }
   }
-  for (auto [name, view] : {std::pair{"beta", &beta}, {"db", &db}, {"out.db", &db_out}}) {
+  for (auto [name, view] : {std::pair{"beta", &beta}, {"db", &db}}) {
     if (Status s = check_shape(name, *view, {d.B, d.T, d.HV}, "[B, T, HV] (from q and g)");
         !s.ok()) {
       return s;
@@ -120,12 +109,4 @@ Status ChunkBwdIntraProblem::validate(ChunkBwdIntraDims* out) const {
   if (out) *out = d;
   return Status::Ok();
 }
-
-std::string ChunkBwdIntraProblem::describe() const {
-  std::string text = std::string(kName) + " problem\n" + validation::describe_args(*this, args());
-  text += "  chunk_size: " + std::to_string(chunk_size) + "\n";
-  text += std::string("  safe_gate: ") + (safe_gate ? "true" : "false") + "\n";
-  return text;
-}
-
 }  // namespace kda

@@ -1,17 +1,14 @@
 #pragma once
-// chunk_bwd_wy_dqkg's backends behind kda::run(). Each receives a validated problem and its dims.
+// chunk_bwd_wy_dqkg's backends behind kda::run() (declared for every operator in
+// core/op_backends.hpp), and the CUDA backend's tuning for tests and measurements.
 
-#include "kda/backend.hpp"
-#include "kda/ops/chunk_bwd_wy_dqkg.hpp"
-#include "kda/status.hpp"
+#include "core/op_backends.hpp"
 
 namespace kda::detail {
 
 using WyProblem = ChunkBwdWyDqkgProblem;
 using WyDims = ChunkBwdWyDqkgDims;
 
-Status run_chunk_bwd_wy_dqkg_cpu_ref(const WyProblem& problem, const WyDims& dims);
-Status run_chunk_bwd_wy_dqkg_cpu(const WyProblem& problem, const WyDims& dims);
 #if KDA_WITH_CUDA
 // The sm80_mma kernel's split units (a cluster of CTAs per unit, for problems of fewer units than
 // SMs): 0 follows the size rule (sm80_mma/dispatch.cu), 1 never splits, 2 or 4 split into the
@@ -21,8 +18,6 @@ struct WyCudaTuning {
   int split_ranks = 0;
 };
 
-Status run_chunk_bwd_wy_dqkg_cuda(const WyProblem& problem, const WyDims& dims, Kernel kernel,
-                                  void* stream);
 // The same with tuning other than the default (a split outside 0, 1, 2, 4 is an error).
 Status run_chunk_bwd_wy_dqkg_cuda_tuned(const WyProblem& problem, const WyDims& dims, Kernel kernel,
                                         void* stream, const WyCudaTuning& tuning);

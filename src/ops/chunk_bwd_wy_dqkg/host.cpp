@@ -14,20 +14,6 @@ namespace {
 
 using P = ChunkBwdWyDqkgProblem;
 
-void allocate(HostProblem* hp) {
-  const HostTensor& q = hp->get("q");
-  const HostTensor& v = hp->get("v");
-  const int64_t B = q.shape.at(0), T = q.shape.at(1), K = q.shape.at(3);
-  const int64_t HV = v.shape.at(2), V = v.shape.at(3);
-  const int64_t BT = hp->get("A").shape.at(3);
-  hp->tensors["out.dq"] = poisoned(DType::f32, {B, T, HV, K});
-  hp->tensors["out.dk"] = poisoned(DType::f32, {B, T, HV, K});
-  hp->tensors["out.dv_out"] = poisoned(q.dtype, {B, T, HV, V});
-  hp->tensors["out.db"] = poisoned(DType::f32, {B, T, HV});
-  hp->tensors["out.dg"] = poisoned(DType::f32, {B, T, HV, K});
-  hp->tensors["out.dA"] = poisoned(DType::f32, {B, T, HV, BT});
-}
-
 Status expect_rank4(const HostProblem& p, const char* name, const char* symbolic) {
   const HostTensor& t = p.get(name);
   if (t.shape.size() != 4) {
@@ -173,11 +159,11 @@ double golden_bar(DType x_dtype) {
 extern const OpIo kChunkBwdWyDqkgIo = {
     P::kName,
     P::kFlaName,
-    "SPEC.md",
+    OpTraits<P>::spec,
     input_names<P>,
     output_names<P>,
     required_inputs<P>,
-    allocate,
+    allocate_outputs_as<P>,
     check_output_sizes,
     options_from_metadata,
     options_to_metadata,

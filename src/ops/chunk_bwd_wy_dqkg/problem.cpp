@@ -15,14 +15,9 @@ namespace kda {
 namespace {
 
 using P = ChunkBwdWyDqkgProblem;
-constexpr Arg<P> kArgs[] = {KDA_CHUNK_BWD_WY_DQKG_ARGS(KDA_MAKE_ARG)};
 constexpr int64_t kMaxHeadDim = 256;
 
 }  // namespace
-
-std::span<const Arg<P>> ChunkBwdWyDqkgProblem::args() {
-  return kArgs;
-}
 
 double ChunkBwdWyDqkgProblem::effective_scale() const {
   if (scale) return *scale;
@@ -63,15 +58,6 @@ Status ChunkBwdWyDqkgProblem::validate(ChunkBwdWyDqkgDims* out) const {
                           std::string(dtype_name(dh.dtype)));
   }
   d.h_dtype = h.dtype;
-  // Outputs go by their table names, "out.dq" ... (what they are returned as).
-  for (auto [name, view] : {std::pair{"out.dq", &dq},
-                            {"out.dk", &dk},
-                            {"out.db", &db},
-                            {"out.dg", &dg},
-                            {"out.dA", &dA}}) {
-    if (Status s = check_dtype(name, *view, {DType::f32}, "float32"); !s.ok()) return s;
-  }
-  if (Status s = check_dtype("out.dv_out", dv_out, {d.x_dtype}, same_as_q); !s.ok()) return s;
 
   // --- sizes ----------------------------------------------------------------------------
   d.B = q.shape[0];
@@ -96,24 +82,18 @@ Status ChunkBwdWyDqkgProblem::validate(ChunkBwdWyDqkgDims* out) const {
                          std::to_string(d.H) + ", got HV = " + std::to_string(d.HV));
   }
   const std::array<int64_t, 4> shape_v{d.B, d.T, d.HV, d.V};
-  for (auto [name, view] :
-       {std::pair{"v_new", &v_new}, {"do", &do_}, {"dv", &dv}, {"out.dv_out", &dv_out}}) {
+  for (auto [name, view] : {std::pair{"v_new", &v_new}, {"do", &do_}, {"dv", &dv}}) {
     if (Status s = check_shape(name, *view, shape_v, "[B, T, HV, V] (from q and v)"); !s.ok()) {
       return s;
     }
   }
-  const std::array<int64_t, 4> shape_gk{d.B, d.T, d.HV, d.K};
-  for (auto [name, view] :
-       {std::pair{"g", &g}, {"out.dq", &dq}, {"out.dk", &dk}, {"out.dg", &dg}}) {
-    if (Status s = check_shape(name, *view, shape_gk, "[B, T, HV, K] (from q and v)"); !s.ok()) {
-      return s;
-    }
+  if (Status s = check_shape("g", g, {d.B, d.T, d.HV, d.K}, "[B, T, HV, K] (from q and v)");
+      !s.ok()) {
+    return s;
   }
-  for (auto [name, view] : {std::pair{"beta", &beta}, {"out.db", &db}}) {
-    if (Status s = check_shape(name, *view, {d.B, d.T, d.HV}, "[B, T, HV] (from q and v)");
-        !s.ok()) {
-      return s;
-    }
+  if (Status s = check_shape("beta", beta, {d.B, d.T, d.HV}, "[B, T, HV] (from q and v)");
+      !s.ok()) {
+    return s;
   }
   if (Status s = check_chunk_size(chunk_size); !s.ok()) return s;
   d.BT = chunk_size;
@@ -121,11 +101,9 @@ Status ChunkBwdWyDqkgProblem::validate(ChunkBwdWyDqkgDims* out) const {
     return fail("A", "expected last extent == chunk_size = " + std::to_string(chunk_size) +
                          ", got A.shape[-1] = " + std::to_string(A.shape[3]));
   }
-  for (auto [name, view] : {std::pair{"A", &A}, {"out.dA", &dA}}) {
-    if (Status s = check_shape(name, *view, {d.B, d.T, d.HV, d.BT}, "[B, T, HV, BT] (from q, v)");
-        !s.ok()) {
-      return s;
-    }
+  if (Status s = check_shape("A", A, {d.B, d.T, d.HV, d.BT}, "[B, T, HV, BT] (from q, v)");
+      !s.ok()) {
+    return s;
   }
   // Every backend but cpu-ref computes with scale in float32: a finite double past float's range
   // would become inf there and turn zero products into NaN.
@@ -161,13 +139,4 @@ Status ChunkBwdWyDqkgProblem::validate(ChunkBwdWyDqkgDims* out) const {
   if (out) *out = d;
   return Status::Ok();
 }
-
-std::string ChunkBwdWyDqkgProblem::describe() const {
-  std::string text = std::string(kName) + " problem\n" + validation::describe_args(*this, args());
-  text += "  scale: " + (scale ? std::to_string(*scale) : std::string("None (K ** -0.5)")) + "\n";
-  text += "  chunk_size: " + std::to_string(chunk_size) + "\n";
-  text += std::string("  state_v_first: ") + (state_v_first ? "true" : "false") + "\n";
-  return text;
-}
-
 }  // namespace kda

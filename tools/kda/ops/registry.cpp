@@ -1,21 +1,18 @@
-// The operators' parts of `kda run`: ops/<op>.cpp defines make_<op>_cli() for each <op> of
-// KDA_CLI_OPS in tools/CMakeLists.txt, which writes the list into kda_cli_ops.inc as one
-// KDA_CLI_OP(<op>) line per operator.
+// The operators' parts of `kda run`: ops/<op>.cpp defines make_<op>_cli() for every operator of
+// KDA_OPS (kda/ops.h).
 
 #include "op_cli.hpp"
 
 namespace kda::cli {
 
-#define KDA_CLI_OP(op) std::unique_ptr<OpCli> make_##op##_cli();
-#include "kda_cli_ops.inc"
-#undef KDA_CLI_OP
+#define KDA_DECLARE_OP_CLI(UP, op, Cxx, fla, spec) std::unique_ptr<OpCli> make_##op##_cli();
+KDA_OPS(KDA_DECLARE_OP_CLI)
+#undef KDA_DECLARE_OP_CLI
 
 std::span<const OpCliEntry> op_clis() {
-#define KDA_CLI_OP(op) {#op, make_##op##_cli},
-  static const OpCliEntry all[] = {
-#include "kda_cli_ops.inc"
-  };
-#undef KDA_CLI_OP
+#define KDA_OP_CLI_ENTRY(UP, op, Cxx, fla, spec) {#op, make_##op##_cli},
+  static const OpCliEntry all[] = {KDA_OPS(KDA_OP_CLI_ENTRY)};
+#undef KDA_OP_CLI_ENTRY
   return all;
 }
 

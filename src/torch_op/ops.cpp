@@ -1,0 +1,239 @@
+// torch.ops.kda_kernels.<fla name>: every operator of kda/ops.h on torch tensors, registered
+// from its table (kda/args.h): the schema, one boxed kernel for CPU and CUDA, and a boxed Autograd
+// kernel. Arguments in the public function's order (the table's rows), then backend and the
+// kernel choice; checks in the ctypes path's order: options, inputs, outputs; then libkda
+// validates and runs.
+
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kda/kda.hpp"
+#include "torch_op/not_differentiable.hpp"
+#include "torch_op/options.hpp"
+#include "torch_op/outputs.hpp"
+#include "torch_op/probe.hpp"
+#include "torch_op/status.hpp"
+#include "torch_op/stream.hpp"
+#include "torch_op/tensors.hpp"
+
+namespace kda::torch_op {
+
+namespace {
+
+// What an input of `type` takes, as the messages say it (tensors.hpp).
+const char* dtypes_of(ArgType type) {
+  switch (type) {
+    case ArgType::x:
+      return kDtypesX;
+    case ArgType::of_q:
+      return kDtypesOfQ;
+    case ArgType::of_q_or_f32:
+      return kDtypesOfQOrF32;
+    case ArgType::of_h:
+      return kDtypesOfH;
+    case ArgType::index:
+      return kDtypesIndex;
+    default:
+      return kDtypesF32;
+  }
+}
+
+// One row of operator P's table but the outputs, in the table's order (the order of the op's
+// arguments): a tensor (its index in P::args()) or an option (its index in P::options()).
+struct Row {
+  bool is_option;
+  size_t index;
+};
+
+template <typename P>
+const std::vector<Row>& rows_of() {
+  static const std::vector<Row> rows = [] {
+    std::vector<Row> out;
+    size_t tensor = 0, option = 0;
+    for (int32_t i = 0, n = kda_op_num_args(OpTraits<P>::code); i < n; ++i) {
+      kda_arg_info row{};
+      TORCH_INTERNAL_ASSERT(kda_op_arg(OpTraits<P>::code, i, &row) == KDA_STATUS_OK);
+      if (row.role == KDA_ARG_OUTPUT) continue;
+      out.push_back(row.role == KDA_ARG_OPTION ? Row{true, option++} : Row{false, tensor++});
+    }
+    return out;
+  }();
+  return rows;
+}
+
+// The schema of operator P: "<fla name>(Tensor q, ..., float? scale=None, Tensor? cu_seqlens=None,
+// SymInt chunk_size=64, ..., str? backend=None, str cuda_kernel=\"auto\") -> (Tensor, ...)". The
+// public keyword `kernel` is `cuda_kernel` here: Inductor's fallback for custom ops takes a
+// parameter named `kernel` of its own.
+template <typename P>
+std::string schema_of() {
+  std::string params, returns;
+  std::span<const Option<P>> options = P::options();
+  size_t option = 0, tensor = 0;
+  std::span<const Arg<P>> args = P::args();
+  // The table's rows in order (kda_op_arg interleaves tensors and options as the table does).
+  for (int32_t i = 0, n = kda_op_num_args(OpTraits<P>::code); i < n; ++i) {
+    kda_arg_info row{};
+    kda_op_arg(OpTraits<P>::code, i, &row);
+    const std::string name = row.name;
+    if (row.role == KDA_ARG_OUTPUT) {
+      returns += returns.empty() ? "Tensor" : ", Tensor";
+      ++tensor;
+      continue;
+    }
+    if (!params.empty()) params += ", ";
+    if (row.role == KDA_ARG_INPUT) params += "Tensor " + name;
+    if (row.role == KDA_ARG_OPTIONAL) params += "Tensor? " + name + "=None";
+    if (row.role == KDA_ARG_OPTION) {
+      const std::string rule = row.rule;
+      if (row.type == KDA_TYPE_BOOL)
+        params += "bool " + name + (rule == "true" ? "=True" : "=False");
+      if (row.type == KDA_TYPE_INT) params += "SymInt " + name + "=" + rule;
+      if (row.type == KDA_TYPE_FLOAT_OR_NONE) params += "float? " + name + "=None";
+      ++option;
+    } else {
+      ++tensor;
+    }
+  }
+  TORCH_INTERNAL_ASSERT(option == options.size() && tensor == args.size());
+  return std::string(OpTraits<P>::fla_name) + "(" + params +
+         ", str? backend=None, str cuda_kernel=\"auto\") -> (" + returns + ")";
+}
+
+int64_t int_of(const c10::IValue& value) {
+  return value.isSymInt() ? value.toSymInt().guard_int(__FILE__, __LINE__) : value.toInt();
+}
+
+// The CPU and CUDA kernel of operator P: the arguments off the stack, the problem from them, the
+// outputs allocated from the table's rules, libkda's run, the outputs onto the stack.
+template <typename P>
+void run_boxed(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  constexpr const char* op = OpTraits<P>::fla_name;
+  probe::Laps laps;
+  const std::vector<Row>& rows = rows_of<P>();
+  const size_t n = rows.size() + 2;  // then backend, cuda_kernel
+  const auto arguments = torch::jit::last(*stack, n);
+  const at::Tensor q = arguments[0].isNone() ? at::Tensor() : arguments[0].toTensor();
+  const std::optional<std::string_view> backend_name =
+      arguments[n - 2].isNone() ? std::nullopt
+                                : std::optional<std::string_view>(arguments[n - 2].toStringView());
+  const Backend backend = backend_of(backend_name, q, op);
+  const Kernel kernel = kernel_of(arguments[n - 1].toStringView(), op);
+  P p;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const c10::IValue& value = arguments[i];
+    if (rows[i].is_option) {
+      const Option<P>& o = P::options()[rows[i].index];
+      if (o.as_bool) p.*o.as_bool = value.toBool();
+      if (o.as_int) p.*o.as_int = int_of(value);
+      if (o.as_float) {
+        p.*o.as_float = value.isNone() ? std::nullopt : std::optional<double>(value.toDouble());
+      }
+      continue;
+    }
+    const Arg<P>& a = P::args()[rows[i].index];
+    if (a.info.role == ArgRole::optional && value.isNone()) continue;
+    // None for a required tensor is input_view's TypeError naming it.
+    a.of(p) = input_view(value.isNone() ? at::Tensor() : value.toTensor(), op, a.info.name,
+                         dtypes_of(a.info.type));
+  }
+  laps.lap(probe::inputs);
+  std::vector<OutputSpec<P>> specs;
+  for (const Arg<P>& a : P::args()) {
+    if (a.info.role != ArgRole::output) continue;
+    OutputSpec<P> spec{};
+    const OutputShape shape = output_shape(p, a);
+    // An extent whose input has the wrong rank gives an empty output, and libkda's error naming
+    // the input, never an allocation sized by a wrong extent.
+    for (int d = 0; d < shape.rank; ++d) {
+      spec.sizes[static_cast<size_t>(d)] =
+          std::max<int64_t>(shape.extents[static_cast<size_t>(d)], 0);
+    }
+    spec.rank = static_cast<size_t>(shape.rank);
+    spec.dtype = a.info.type == ArgType::of_q ? q.scalar_type() : at::kFloat;
+    spec.member = a.member;
+    specs.push_back(spec);
+  }
+  std::vector<at::Tensor> out = allocate_outputs(p, q, specs, op);
+  laps.lap(probe::outputs);
+  void* const stream = stream_for(backend, q.device());
+  laps.lap(probe::stream);
+  check(run(p, backend, stream, kernel), op);
+  laps.lap(probe::run);
+  torch::jit::drop(*stack, n);
+  for (at::Tensor& t : out) torch::jit::push(*stack, std::move(t));
+}
+
+// The Autograd kernel (not_differentiable.hpp): the op below autograd, then a raising backward
+// node only where grad mode is on and an input requires grad.
+template <typename P>
+void autograd_boxed(const c10::OperatorHandle& handle, c10::DispatchKeySet keys,
+                    torch::jit::Stack* stack) {
+  const size_t n = rows_of<P>().size() + 2;
+  std::vector<at::Tensor> inputs;
+  for (const c10::IValue& value : torch::jit::last(*stack, n)) {
+    if (value.isTensor()) inputs.push_back(value.toTensor());
+  }
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    handle.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+  }
+  size_t outputs = 0;
+  for (const Arg<P>& a : P::args()) outputs += a.info.role == ArgRole::output;
+  // The stack's tensors share their TensorImpl with these: the history set here is theirs.
+  std::vector<at::Tensor> results;
+  for (const c10::IValue& value : torch::jit::last(*stack, outputs)) {
+    results.push_back(value.toTensor());
+  }
+  mark_not_differentiable(OpTraits<P>::fla_name, inputs, results);
+}
+
+template <typename P>
+void define_op(torch::Library& m) {
+  m.def(schema_of<P>().c_str());
+}
+
+template <typename P>
+void implement_op(torch::Library& m) {
+  m.impl(OpTraits<P>::fla_name, torch::CppFunction::makeFromBoxedFunction<&run_boxed<P>>());
+}
+
+template <typename P>
+void implement_autograd(torch::Library& m) {
+  m.impl(OpTraits<P>::fla_name, torch::CppFunction::makeFromBoxedFunction<&autograd_boxed<P>>());
+}
+
+}  // namespace
+
+}  // namespace kda::torch_op
+
+#define KDA_TORCH_DEFINE(UP, op, Cxx, fla, spec) kda::torch_op::define_op<kda::Cxx##Problem>(m);
+#define KDA_TORCH_IMPL(UP, op, Cxx, fla, spec) kda::torch_op::implement_op<kda::Cxx##Problem>(m);
+#define KDA_TORCH_AUTOGRAD(UP, op, Cxx, fla, spec) \
+  kda::torch_op::implement_autograd<kda::Cxx##Problem>(m);
+
+TORCH_LIBRARY_FRAGMENT(kda_kernels, m) {
+  // The fake (meta) implementations, for torch.compile, are registered from Python there.
+  m.set_python_module("kda_kernels._torch_op");
+  KDA_OPS(KDA_TORCH_DEFINE)
+}
+
+TORCH_LIBRARY_IMPL(kda_kernels, CPU, m){KDA_OPS(KDA_TORCH_IMPL)}
+
+TORCH_LIBRARY_IMPL(kda_kernels, CUDA, m){KDA_OPS(KDA_TORCH_IMPL)}
+
+// Not differentiable (each is itself a backward step): a call with inputs that require grad gives
+// outputs whose backward raises, as the python op's does, instead of torch's default fallback,
+// which only warns and lets gradients through it be silently wrong.
+TORCH_LIBRARY_IMPL(kda_kernels, Autograd, m) {
+  KDA_OPS(KDA_TORCH_AUTOGRAD)
+}
