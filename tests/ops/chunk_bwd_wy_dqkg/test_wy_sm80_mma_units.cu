@@ -8,7 +8,7 @@
 //   3. the h/dh slab pipeline (issue_slab + slab_prepare): the 16-bit copy (transposed for
 //      state_v_first with float32 h) and Σ_v S⊙dS, for every h dtype and layout;
 //   4. the whole path (launch_sm80_mma) against the float64 cpu-ref on the configurations the
-//      mma kernel takes, including those tests/test_cuda.cpp's matrix leaves to the general
+//      mma kernel takes, including those test_wy_cuda.cpp's matrix leaves to the general
 //      kernel (state_v_first with V = 64/128, K != V, 16-byte-aligned padded strides);
 //   5. bitwise determinism, and a timing print at the model shape.
 // sm80_mma_supports is tested on the host and runs without a GPU; everything else skips then.
