@@ -83,7 +83,7 @@ ab_builds() {
 # of SECONDS, cut to what the deadline leaves), then racecheck + synccheck on its tests matching
 # FILTER for every build; one line each into $summary, the logs into $logs. Every build's tests
 # come before any sanitizer run, so that a tight deadline drops sanitizer runs, not a build's
-# tests (else the base's sanitizers can use up the time an experiment's test_cuda needed), and
+# tests (else the base's sanitizers can use up the time an experiment's test_wy_cuda needed), and
 # a build whose tests did not pass is named UNTESTED in the summary beside its timings.
 # KDA_AB_SANITIZERS names the sanitizer tools (default "racecheck synccheck"; empty: none, for a
 # timing-first call whose kept build gets its sanitizers in a later call); KDA_AB_TESTS=0 skips

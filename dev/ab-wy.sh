@@ -3,7 +3,7 @@
 # builds of libkda (each a directory holding libkda.so.0.2, or NAME.tar.xz of one), checked and
 # timed in one call against the carried build (named "base"):
 #   dev/ab-wy.sh [--rounds N] [--shapes LIST] NAME=DIR[@VAR=VALUE...] ...
-# For each build: test_cuda (every test, every kernel choice) and racecheck + synccheck on
+# For each build: test_wy_cuda (every test, every kernel choice) and racecheck + synccheck on
 # gpu-check.sh's WY sanitizer subset; then `kda run chunk_bwd_wy_dqkg --repeat 100` on the shapes
 # (default model-bf16,model-bf16-hx,heads16-k64; any name of dev/wy-shapes.sh; inputs generated
 # once by the base build), the builds alternated N rounds (default 2) so that drift shows.
@@ -25,12 +25,12 @@ done
 # shellcheck source=dev/ab-builds.sh
 . dev/ab-builds.sh
 ab_builds ab-wy "$@"
-test_cuda=$build/tests/test_cuda
+test_wy=$build/tests/ops/chunk_bwd_wy_dqkg/test_wy_cuda
 kda=$build/tools/kda
 # The shapes, gpu-check.sh's (dev/wy-shapes.sh).
 # shellcheck source=dev/wy-shapes.sh
 . dev/wy-shapes.sh
-ab_check_builds "$test_cuda" 150 'Subset/CudaSanitizerSubset.*'
+ab_check_builds "$test_wy" 150 'Subset/CudaSanitizerSubset.*'
 IFS=, read -r -a shape_list <<<"$shapes"
 for shape in "${shape_list[@]}"; do
   options=$(wy_shape_options "$shape") || { echo "ab-wy: unknown shape $shape" >>"$summary"; continue; }

@@ -9,15 +9,16 @@
 #                     into a fresh folder, one op call through that install from outside the
 #                     checkout, then the whole Python suite against it, fla's tests included
 #                     (fla's autotuners trimmed to one config: tests/python/fla_tuning.py)
-#   tests             test_cuda (chunk_bwd_wy_dqkg, every kernel in one process), the sm80_mma
-#                     unit tests, test_intra_cuda (chunk_bwd_intra), in gtest shards
+#   tests             test_wy_cuda (chunk_bwd_wy_dqkg, every kernel in one process), its sm80_mma
+#                     unit tests, test_intra_cuda (chunk_bwd_intra), in gtest shards; the wgmma
+#                     unit tests
 #   golden            every golden file of both operators through `kda run <op> --check --backend
 #                     cuda` (chunk_bwd_wy_dqkg also with --kernel simt); `kda run` with no
 #                     --backend picks cuda
 #   sanitizer         memcheck, racecheck, synccheck, initcheck on each operator's subset
 #   reliability       test_cuda_reliability with the simt kernel and the default dispatch;
 #                     memcheck on the garbage-index tests of both operators
-#   sanitizer-matrix  the four tools over the whole test_cuda matrix, then over the whole
+#   sanitizer-matrix  the four tools over the whole test_wy_cuda matrix, then over the whole
 #                     test_intra_cuda, as far as the deadline allows (KDA_SANITIZER_MATRIX=wy|intra:
 #                     one of them; KDA_SANITIZER_TOOLS: a comma list of the tools)
 #   bench             chunk_bwd_wy_dqkg timings per kernel (kda run, CUDA events)
@@ -108,7 +109,7 @@ export KDA_INTRA_GOLDEN_DIR=$carry/golden/golden-intra
 export TRITON_CACHE_DIR=/tmp/triton-cache
 unset KDA_CUDA_KERNEL
 kda=$build/tools/kda
-test_cuda=$build/tests/test_cuda
+test_wy=$build/tests/ops/chunk_bwd_wy_dqkg/test_wy_cuda
 test_intra=$build/tests/ops/chunk_bwd_intra/test_intra_cuda
 reliability=$build/tests/test_cuda_reliability
 {
@@ -202,12 +203,13 @@ run_shards() {
 
 # --- tests -----------------------------------------------------------------------------------
 if want tests; then
-  run_shards 200 "$logs/test_cuda.log" "$test_cuda" --gtest_color=no
-  gtest_row "test_cuda (wy_dqkg: simt, sm80_mma, auto)" "$logs/test_cuda.log" $?
+  run_shards 200 "$logs/test_wy_cuda.log" "$test_wy" --gtest_color=no
+  gtest_row "test_wy_cuda (wy_dqkg: simt, sm80_mma, auto)" "$logs/test_wy_cuda.log" $?
   run_shards 200 "$logs/test_intra_cuda.log" "$test_intra" --gtest_color=no
   gtest_row "test_intra_cuda (intra: sm80_mma)" "$logs/test_intra_cuda.log" $?
-  bounded 120 "$build/tests/test_cuda_fast_units" --gtest_color=no >"$logs/fast_units.log" 2>&1
-  gtest_row "sm80_mma unit tests (wy_dqkg)" "$logs/fast_units.log" $?
+  bounded 120 "$build/tests/ops/chunk_bwd_wy_dqkg/test_wy_sm80_mma_units" --gtest_color=no \
+    >"$logs/wy_sm80_mma_units.log" 2>&1
+  gtest_row "sm80_mma unit tests (wy_dqkg)" "$logs/wy_sm80_mma_units.log" $?
   bounded 60 "$build/tests/test_cuda_wgmma_units" --gtest_color=no >"$logs/wgmma_units.log" 2>&1
   gtest_row "wgmma unit tests (issue 12's first piece)" "$logs/wgmma_units.log" $?
 fi
@@ -256,7 +258,7 @@ intra_subset='*/fixed_bf16_bt64:*/fixed_bf16_bt64_safe:*/varlen_safe_fp16_bt16:*
 intra_subset+=':*/varlen_bf16_bt16_derived_i32_nt_bound:*/layout_channel_strided_fp16'
 if want sanitizer; then
   for tool in memcheck racecheck synccheck initcheck; do
-    sanitize "sanitizer $tool, wy_dqkg subset" "$tool" "$test_cuda" 'Subset/CudaSanitizerSubset.*'
+    sanitize "sanitizer $tool, wy_dqkg subset" "$tool" "$test_wy" 'Subset/CudaSanitizerSubset.*'
     sanitize "sanitizer $tool, intra subset" "$tool" "$test_intra" "$intra_subset"
   done
 fi
@@ -278,11 +280,11 @@ if want sanitizer-matrix; then
   # KDA_SANITIZER_MATRIX: which binaries (wy, intra; default both) get the four tools.
   # KDA_SANITIZER_TOOLS: which tools (default all four).
   # KDA_SANITIZER_SECONDS: the most one tool's run may take (default 400; racecheck over the
-  # whole test_cuda needs ~420 s on an H100 with 5 shards).
+  # whole test_wy_cuda needs ~420 s on an H100 with 5 shards).
   tools=${KDA_SANITIZER_TOOLS:-memcheck,racecheck,synccheck,initcheck}
   matrix=()
   for tool in ${tools//,/ }; do
-    [[ ",${KDA_SANITIZER_MATRIX:-wy,intra}," == *",wy,"* ]] && matrix+=("$tool $test_cuda")
+    [[ ",${KDA_SANITIZER_MATRIX:-wy,intra}," == *",wy,"* ]] && matrix+=("$tool $test_wy")
   done
   for tool in ${tools//,/ }; do
     [[ ",${KDA_SANITIZER_MATRIX:-wy,intra}," == *",intra,"* ]] && matrix+=("$tool $test_intra")

@@ -43,7 +43,8 @@ else
   echo "stage-carry: no compiled torch op in $build/src (set KDA_TORCH_PYTHON to a python with" \
     "the GPU machine's torch): the GPU check will run the python ops" >&2
 fi
-for t in "$build"/tests/test_cuda* "$build"/tests/ops/*/test_*_cuda "$build"/tests/ops/*/bench_*; do
+for t in "$build"/tests/test_cuda* "$build"/tests/ops/*/test_*_cuda \
+  "$build"/tests/ops/*/test_*_units "$build"/tests/ops/*/bench_*; do
   case "$t" in *.cmake) continue ;; esac
   [ -x "$t" ] && binaries+=("$t")
 done

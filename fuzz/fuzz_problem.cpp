@@ -1,10 +1,13 @@
-// fuzz_problem: decodes the input into a problem descriptor (small B, T, H, HV, K, V, BT, dtypes,
-// strides, cu_seqlens, chunk_indices, state_v_first, scale), sometimes broken on purpose
-// (shapes, ranks, dtypes, strides, devices, missing or null or misaligned or aliased tensors),
-// and checks what the library promises:
-//   - validate() and kda_chunk_bwd_wy_dqkg_validate() never crash and agree; they reject every
-//   problem the harness
-//     knows to be invalid and accept every problem it knows to be valid;
+// fuzz_problem: every operator's validation and CPU backends through both faces of the library.
+// The first input byte picks the operator (its value modulo the number of operators, in the order
+// of kOperators below: 0 chunk_bwd_wy_dqkg, 1 chunk_bwd_intra; an empty input is
+// chunk_bwd_wy_dqkg's); the rest decodes into that operator's problem descriptor (small B, T, H,
+// HV, K, BT, dtypes, strides, cu_seqlens, chunk_indices, and the operator's own sizes and options:
+// V, state_v_first, scale; safe_gate), sometimes broken on purpose (shapes, ranks, dtypes,
+// strides, devices, missing or null or misaligned or aliased tensors), and checks what the library
+// promises:
+//   - validate() and the C face's kda_<op>_validate() never crash and agree; they reject every
+//     problem the harness knows to be invalid and accept every problem it knows to be valid;
 //   - a rejected problem is rejected by run() with the same message and no buffer changes;
 //   - an accepted problem runs on cpu-ref and cpu without a sanitizer finding, writes every
 //     output element, leaves every input byte as it was, gives finite outputs for finite,
@@ -18,6 +21,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -25,6 +29,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "c_abi_view.hpp"
@@ -36,7 +41,6 @@
 namespace {
 
 using kda::DType;
-using Problem = kda::ChunkBwdWyDqkgProblem;
 using kda::TensorView;
 
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
@@ -44,7 +48,8 @@ constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
 // Larger views are never backed by memory (see the header comment).
 constexpr int64_t kMaxSpanBytes = int64_t{1} << 22;
 
-// The views of a Problem, from its argument table (kda_chunk_bwd_wy_dqkg_problem's field order).
+// The views of an operator's Problem, from its argument table (its C problem struct's order).
+template <typename Problem>
 struct Slot {
   const char* name;
   TensorView Problem::*member;
@@ -52,12 +57,19 @@ struct Slot {
   bool is_index;
 };
 #define KDA_FUZZ_SLOT(member, name, role, type, rank, rule, doc) \
-  KDA_WHEN_TENSOR_##role(                                        \
-      Slot{name, &Problem::member, role == KDA_ARG_OUTPUT, role == KDA_ARG_OPTIONAL}, )
-constexpr Slot kSlots[] = {KDA_CHUNK_BWD_WY_DQKG_ARGS(KDA_FUZZ_SLOT)};
-#undef KDA_FUZZ_SLOT
-constexpr int kNumSlots = static_cast<int>(sizeof(kSlots) / sizeof(kSlots[0]));
-enum SlotId : int { kQ = 0, kG = 4, kBeta = 5, kA = 6, kCu = 11, kCi = 12 };
+  KDA_WHEN_TENSOR_##role({name, &Problem::member, role == KDA_ARG_OUTPUT, role == KDA_ARG_OPTIONAL}, )
+
+constexpr bool same_name(const char* a, const char* b) {
+  return std::string_view(a) == std::string_view(b);
+}
+// The index of the slot called `name` in `slots` (every name the harness asks for exists).
+template <typename Problem, size_t N>
+constexpr int slot_named(const Slot<Problem> (&slots)[N], const char* name) {
+  for (size_t s = 0; s < N; ++s) {
+    if (same_name(slots[s].name, name)) return static_cast<int>(s);
+  }
+  return -1;
+}
 
 // A PROT_NONE reservation for views that must never be dereferenced on the host.
 uint8_t* forbidden_region() {
@@ -128,49 +140,30 @@ bool harness_contiguous(const TensorView& t) {
 
 // --- the problem the input describes ---------------------------------------------------------
 
+// What the input asks for, before any deliberate break: the sizes and options of either
+// operator (V, h_dtype, state_v_first and scale are chunk_bwd_wy_dqkg's, safe_gate
+// chunk_bwd_intra's; the other operator leaves them at their defaults).
 struct Plan {
   int64_t B = 0, T = 0, H = 1, HV = 1, K = 1, V = 1, BT = 16, NT = 0;
   DType x = DType::f32, h_dtype = DType::f32, beta_dtype = DType::f32;
   DType cu_dtype = DType::i64, ci_dtype = DType::i64;
-  bool varlen = false, pass_chunk_indices = false, state_v_first = false;
+  bool varlen = false, pass_chunk_indices = false, state_v_first = false, safe_gate = false;
   std::vector<int64_t> cu;             // intended cu_seqlens
   std::vector<int64_t> chunk_indices;  // intended, flattened (seq, chunk) pairs
   std::optional<double> scale;
 };
 
-Plan decode_plan(FuzzedDataProvider& fdp) {
-  Plan p;
-  const int64_t head_dims[] = {1, 2, 3, 4, 5, 8, 16};
-  p.H = fdp.ConsumeIntegralInRange<int64_t>(1, 2);
-  p.HV = p.H * fdp.ConsumeIntegralInRange<int64_t>(1, 3);
-  p.K = fdp.PickValueInArray(head_dims);
-  p.V = fdp.PickValueInArray(head_dims);
-  p.BT = fdp.PickValueInArray({int64_t{16}, int64_t{32}, int64_t{64}});
-  const DType xs[] = {DType::f32, DType::bf16, DType::f16};
-  p.x = fdp.PickValueInArray(xs);
-  p.h_dtype = fdp.ConsumeBool() ? p.x : DType::f32;
-  p.beta_dtype = fdp.ConsumeBool() ? p.x : DType::f32;
-  p.state_v_first = fdp.ConsumeBool();
-  switch (fdp.ConsumeIntegralInRange(0, 3)) {
-    case 0:
-      break;  // None: K ** -0.5
-    case 1:
-      p.scale = fdp.PickValueInArray({0.0, 1.0, -0.5, 0.125, 3.0, 16.0});
-      break;
-    case 2:
-      // Extreme but valid: float32's largest, subnormal and below-subnormal magnitudes.
-      p.scale = fdp.PickValueInArray({3.4028234663852886e38, -1e-300, 65504.0, 1e-45});
-      break;
-    default:
-      p.scale = fdp.ConsumeFloatingPointInRange(-16.0, 16.0);
-      break;
-  }
+constexpr int64_t kHeadDims[] = {1, 2, 3, 4, 5, 8, 16};
+constexpr DType kXDtypes[] = {DType::f32, DType::bf16, DType::f16};
+
+// The chunks, last: fixed length (B, T) or varlen (cu_seqlens, chunk_indices and their dtypes).
+void decode_chunks(FuzzedDataProvider& fdp, Plan& p) {
   p.varlen = fdp.ConsumeBool();
   if (!p.varlen) {
     p.B = fdp.ConsumeIntegralInRange<int64_t>(0, 2);
     p.T = fdp.ConsumeIntegralInRange<int64_t>(0, 40);
     p.NT = (p.T + p.BT - 1) / p.BT;
-    return p;
+    return;
   }
   p.B = 1;
   p.cu_dtype = fdp.ConsumeBool() ? DType::i32 : DType::i64;
@@ -188,6 +181,47 @@ Plan decode_plan(FuzzedDataProvider& fdp) {
   }
   p.T = p.cu.back();
   p.NT = static_cast<int64_t>(p.chunk_indices.size() / 2);
+}
+
+Plan decode_wy_plan(FuzzedDataProvider& fdp) {
+  Plan p;
+  p.H = fdp.ConsumeIntegralInRange<int64_t>(1, 2);
+  p.HV = p.H * fdp.ConsumeIntegralInRange<int64_t>(1, 3);
+  p.K = fdp.PickValueInArray(kHeadDims);
+  p.V = fdp.PickValueInArray(kHeadDims);
+  p.BT = fdp.PickValueInArray({int64_t{16}, int64_t{32}, int64_t{64}});
+  p.x = fdp.PickValueInArray(kXDtypes);
+  p.h_dtype = fdp.ConsumeBool() ? p.x : DType::f32;
+  p.beta_dtype = fdp.ConsumeBool() ? p.x : DType::f32;
+  p.state_v_first = fdp.ConsumeBool();
+  switch (fdp.ConsumeIntegralInRange(0, 3)) {
+    case 0:
+      break;  // None: K ** -0.5
+    case 1:
+      p.scale = fdp.PickValueInArray({0.0, 1.0, -0.5, 0.125, 3.0, 16.0});
+      break;
+    case 2:
+      // Extreme but valid: float32's largest, subnormal and below-subnormal magnitudes.
+      p.scale = fdp.PickValueInArray({3.4028234663852886e38, -1e-300, 65504.0, 1e-45});
+      break;
+    default:
+      p.scale = fdp.ConsumeFloatingPointInRange(-16.0, 16.0);
+      break;
+  }
+  decode_chunks(fdp, p);
+  return p;
+}
+
+Plan decode_intra_plan(FuzzedDataProvider& fdp) {
+  Plan p;
+  p.H = fdp.ConsumeIntegralInRange<int64_t>(1, 2);
+  p.HV = p.H * fdp.ConsumeIntegralInRange<int64_t>(1, 3);
+  p.K = fdp.PickValueInArray(kHeadDims);
+  p.BT = fdp.PickValueInArray({int64_t{16}, int64_t{32}, int64_t{64}});
+  p.x = fdp.PickValueInArray(kXDtypes);
+  p.beta_dtype = fdp.ConsumeBool() ? p.x : DType::f32;
+  p.safe_gate = fdp.ConsumeBool();
+  decode_chunks(fdp, p);
   return p;
 }
 
@@ -196,14 +230,15 @@ struct Intended {
   DType dtype;
 };
 
-Intended intended(const Plan& p, int slot) {
+// The shape and dtype of the argument called `name` of either operator (the two tables share
+// their names where the tensors agree).
+Intended intended(const Plan& p, const std::string& name) {
   const std::vector<int64_t> qk{p.B, p.T, p.H, p.K};
   const std::vector<int64_t> vv{p.B, p.T, p.HV, p.V};
   const std::vector<int64_t> gk{p.B, p.T, p.HV, p.K};
   const std::vector<int64_t> state = p.state_v_first
                                          ? std::vector<int64_t>{p.B, p.NT, p.HV, p.V, p.K}
                                          : std::vector<int64_t>{p.B, p.NT, p.HV, p.K, p.V};
-  const std::string name = kSlots[slot].name;
   if (name == "q" || name == "k") return {qk, p.x};
   if (name == "v" || name == "v_new" || name == "do" || name == "dv") return {vv, p.x};
   if (name == "g") return {gk, DType::f32};
@@ -213,10 +248,130 @@ Intended intended(const Plan& p, int slot) {
   if (name == "cu_seqlens") return {{static_cast<int64_t>(p.cu.size())}, p.cu_dtype};
   if (name == "chunk_indices") return {{p.NT, 2}, p.ci_dtype};
   if (name == "out.dv_out") return {vv, p.x};
-  if (name == "out.db") return {{p.B, p.T, p.HV}, DType::f32};
-  if (name == "out.dA") return {{p.B, p.T, p.HV, p.BT}, DType::f32};
-  return {gk, DType::f32};  // dq, dk, dg
+  if (name == "db" || name == "out.db") return {{p.B, p.T, p.HV}, DType::f32};
+  if (name == "out.dA" || name == "dAqk" || name == "dAkk") {
+    return {{p.B, p.T, p.HV, p.BT}, DType::f32};
+  }
+  return {gk, DType::f32};  // dq, dk, dg (and chunk_bwd_intra's incoming dq, dk, dg)
 }
+
+// --- the operators ------------------------------------------------------------------------
+// What differs between the operators' harnesses; everything else goes by the argument tables.
+// A new operator: a struct like these, its plan decoder above, and an entry in kOperators.
+
+struct WyDqkg {
+  using Problem = kda::ChunkBwdWyDqkgProblem;
+  static constexpr Slot<Problem> kSlots[] = {KDA_CHUNK_BWD_WY_DQKG_ARGS(KDA_FUZZ_SLOT)};
+  static constexpr int kNumSlots = static_cast<int>(std::size(kSlots));
+  static constexpr int kQ = slot_named(kSlots, "q"), kG = slot_named(kSlots, "g");
+  static constexpr int kBeta = slot_named(kSlots, "beta"), kA = slot_named(kSlots, "A");
+  static constexpr int kCu = slot_named(kSlots, "cu_seqlens");
+  static constexpr int kCi = slot_named(kSlots, "chunk_indices");
+  static constexpr const char* kCValidate = "kda_chunk_bwd_wy_dqkg_validate()";
+
+  static Plan decode_plan(FuzzedDataProvider& fdp) { return decode_wy_plan(fdp); }
+  static void set_options(const Plan& p, Problem& problem) {
+    problem.chunk_size = p.BT;
+    problem.state_v_first = p.state_v_first;
+    problem.scale = p.scale;
+  }
+  // perturb()'s cases 10 and 11: the options other than chunk_size.
+  static void perturb_option(FuzzedDataProvider& fdp, int which, Problem& problem) {
+    if (which == 10) {
+      problem.scale = fdp.PickValueInArray(
+          {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+           -std::numeric_limits<double>::infinity(), 1e300, -3.5e38});
+    } else {
+      problem.state_v_first = !problem.state_v_first;
+    }
+  }
+  // The rules of those options, restated: why the problem must be rejected ("" if it need not).
+  static std::string judge_options(const Plan& p, const Problem& problem) {
+    std::string why;
+    if (problem.scale && !(std::fabs(*problem.scale) <= std::numeric_limits<float>::max())) {
+      why += "scale not finite in float32; ";
+    }
+    if (problem.state_v_first != p.state_v_first && p.K != p.V) {
+      why += "state_v_first flipped with K != V; ";
+    }
+    return why;
+  }
+  // Whether extent d of `name` defines NT (device cu_seqlens without chunk_indices): h's, dh's
+  // chunk count.
+  static bool defines_nt(const std::string& name, int d) {
+    return (name == "h" || name == "dh") && d == 1;
+  }
+  // An input value drawn for slot s.
+  static double draw(int s, uint64_t& rng, bool extreme_gates) {
+    if (s == kG)
+      return extreme_gates ? (splitmix64(rng) % 2 ? 0.0 : -60.0) : uniform(rng, -4.0, 0.0);
+    if (s == kBeta) return uniform(rng, 0.0, 1.0);
+    if (s == kA) return uniform(rng, -1.0, 1.0);
+    return uniform(rng, -2.0, 2.0);
+  }
+  // g is rewritten as a non-increasing cumulative gate after the draws (chunk_bwd_intra's).
+  static constexpr bool kCumulativeGates = false;
+  static std::string describe_options(const Problem& problem) {
+    return std::string("scale ") +
+           (problem.scale ? std::to_string(*problem.scale) : std::string("None")) +
+           ", state_v_first " + (problem.state_v_first ? "1" : "0");
+  }
+  // Options under which finite, moderate inputs must give finite outputs.
+  static bool moderate_options(const Problem& problem) {
+    return !problem.scale || std::fabs(*problem.scale) <= 16.0;
+  }
+  static kda_status c_validate(const Problem& problem) {
+    const kda_chunk_bwd_wy_dqkg_problem c_problem = kda::testing::to_c(problem);
+    return kda_chunk_bwd_wy_dqkg_validate(&c_problem);
+  }
+};
+
+struct Intra {
+  using Problem = kda::ChunkBwdIntraProblem;
+  static constexpr Slot<Problem> kSlots[] = {KDA_CHUNK_BWD_INTRA_ARGS(KDA_FUZZ_SLOT)};
+  static constexpr int kNumSlots = static_cast<int>(std::size(kSlots));
+  static constexpr int kQ = slot_named(kSlots, "q"), kG = slot_named(kSlots, "g");
+  static constexpr int kBeta = slot_named(kSlots, "beta");
+  static constexpr int kCu = slot_named(kSlots, "cu_seqlens");
+  static constexpr int kCi = slot_named(kSlots, "chunk_indices");
+  static constexpr const char* kCValidate = "kda_chunk_bwd_intra_validate()";
+
+  static Plan decode_plan(FuzzedDataProvider& fdp) { return decode_intra_plan(fdp); }
+  static void set_options(const Plan& p, Problem& problem) {
+    problem.chunk_size = p.BT;
+    problem.safe_gate = p.safe_gate;
+  }
+  // safe_gate is the only other option, and every value of it is valid.
+  static void perturb_option(FuzzedDataProvider& /*fdp*/, int /*which*/, Problem& problem) {
+    problem.safe_gate = !problem.safe_gate;
+  }
+  static std::string judge_options(const Plan& /*p*/, const Problem& /*problem*/) { return ""; }
+  // No tensor has a chunk dimension: every extent is checked against another tensor's.
+  static bool defines_nt(const std::string& /*name*/, int /*d*/) { return false; }
+  static double draw(int s, uint64_t& rng, bool /*extreme_gates*/) {
+    if (s == kG) return uniform(rng, -4.0, 0.0);
+    if (s == kBeta) return uniform(rng, 0.0, 1.0);
+    if (s == slot_named(kSlots, "dAqk") || s == slot_named(kSlots, "dAkk")) {
+      return uniform(rng, -1.0, 1.0);
+    }
+    return uniform(rng, -2.0, 2.0);
+  }
+  // With extreme gates, g becomes what SPEC-chunk-bwd-intra.md promises the backends: finite and
+  // non-increasing along time in every channel (here over the whole batch row, so inside every
+  // chunk too), with per-token decays of 0, up to 7.21 (safe_gate's bound) or 60, reaching about
+  // -2400: outputs must stay finite however strong the decay.
+  static constexpr bool kCumulativeGates = true;
+  static std::string describe_options(const Problem& problem) {
+    return std::string("safe_gate ") + (problem.safe_gate ? "1" : "0");
+  }
+  static bool moderate_options(const Problem& /*problem*/) { return true; }
+  static kda_status c_validate(const Problem& problem) {
+    const kda_chunk_bwd_intra_problem c_problem = kda::testing::to_c(problem);
+    return kda_chunk_bwd_intra_validate(&c_problem);
+  }
+};
+
+#undef KDA_FUZZ_SLOT
 
 // Strides for `shape` in one of several layouts: row-major, a permuted dense order, padded,
 // broadcast (one stride 0) or arbitrary small strides.
@@ -245,13 +400,21 @@ void choose_layout(FuzzedDataProvider& fdp, int mode, TensorView& t) {
 
 // --- the descriptor, possibly broken -------------------------------------------------------
 
+// One index tensor entry changed: (slot, flat element, value).
+struct IndexEdit {
+  int slot;
+  int64_t element;
+  int64_t value;
+};
+
+template <typename Op>
 struct Case {
   Plan plan;
-  Problem problem;
-  std::array<bool, kNumSlots> given{};  // passed to the library (optional ones may not be)
-  std::array<bool, kNumSlots> null_data{};
-  std::array<int, kNumSlots> misalign{};  // bytes added to the pointer
-  std::array<int, kNumSlots> alias_of{};  // -1, or the slot whose buffer this one shares
+  typename Op::Problem problem;
+  std::array<bool, Op::kNumSlots> given{};  // passed to the library (optional ones may not be)
+  std::array<bool, Op::kNumSlots> null_data{};
+  std::array<int, Op::kNumSlots> misalign{};  // bytes added to the pointer
+  std::array<int, Op::kNumSlots> alias_of{};  // -1, or the slot whose buffer this one shares
   bool all_on_cuda = false;
   bool garbage_enum = false;  // a dtype, rank or device type outside its enum
   bool cu_edited = false;     // cu_seqlens contents no longer as planned
@@ -264,26 +427,22 @@ struct Case {
   double special_value = 0.0;
   bool extreme_gates = false;
   uint64_t value_seed = 0;
-  // Index content edits: (slot, flat element, value).
-  struct Edit {
-    int slot;
-    int64_t element;
-    int64_t value;
-  };
-  std::vector<Edit> edits;
+  std::vector<IndexEdit> edits;
 
-  TensorView& view(int slot) { return problem.*(kSlots[slot].member); }
-  const TensorView& view(int slot) const { return problem.*(kSlots[slot].member); }
+  TensorView& view(int slot) { return problem.*(Op::kSlots[slot].member); }
+  const TensorView& view(int slot) const { return problem.*(Op::kSlots[slot].member); }
   void reject_because(const std::string& why) { must_reject += why + "; "; }
 };
 
-void perturb(FuzzedDataProvider& fdp, Case& c) {
+template <typename Op>
+void perturb(FuzzedDataProvider& fdp, Case<Op>& c) {
   c.perturbed = true;
-  const int slot = fdp.ConsumeIntegralInRange(0, kNumSlots - 1);
+  const int slot = fdp.ConsumeIntegralInRange(0, Op::kNumSlots - 1);
   TensorView& t = c.view(slot);
-  const bool index = kSlots[slot].is_index;
+  const bool index = Op::kSlots[slot].is_index;
   const bool present = c.given[slot];
-  switch (fdp.ConsumeIntegralInRange(0, 14)) {
+  const int kind = fdp.ConsumeIntegralInRange(0, 14);
+  switch (kind) {
     case 0: {  // one extent changed
       if (!present || t.rank <= 0 || t.rank > kda::kMaxRank) return;
       const int d = fdp.ConsumeIntegralInRange(0, t.rank - 1);
@@ -330,7 +489,7 @@ void perturb(FuzzedDataProvider& fdp, Case& c) {
       c.misalign[slot] = 1;
       return;
     case 7:  // shares another tensor's buffer
-      c.alias_of[slot] = fdp.ConsumeIntegralInRange(0, kNumSlots - 1);
+      c.alias_of[slot] = fdp.ConsumeIntegralInRange(0, Op::kNumSlots - 1);
       if (c.alias_of[slot] == slot) c.alias_of[slot] = -1;
       return;
     case 8: {  // one tensor on another device
@@ -346,27 +505,23 @@ void perturb(FuzzedDataProvider& fdp, Case& c) {
                                 int64_t{64}, int64_t{128}, int64_t{-64}, kI64Min});
       return;
     case 10:
-      c.problem.scale = fdp.PickValueInArray(
-          {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
-           -std::numeric_limits<double>::infinity(), 1e300, -3.5e38});
-      return;
     case 11:
-      c.problem.state_v_first = !c.problem.state_v_first;
+      Op::perturb_option(fdp, kind, c.problem);
       return;
     case 12: {  // cu_seqlens contents
       if (!c.plan.varlen) return;
       const int64_t n = static_cast<int64_t>(c.plan.cu.size());
       const int64_t at = fdp.ConsumeIntegralInRange<int64_t>(0, n - 1);
       const int64_t was = c.plan.cu[static_cast<size_t>(at)];
-      c.edits.push_back({kCu, at,
+      c.edits.push_back({Op::kCu, at,
                          fdp.PickValueInArray({int64_t{-1}, was - 1, was + 1, c.plan.T + 1,
                                                int64_t{1} << 40, kI64Max, kI64Min})});
       c.cu_edited = true;
       return;
     }
     case 13: {  // chunk_indices contents, or a chunk_indices in fixed-length mode
-      if (!c.given[kCi]) {
-        TensorView& ci = c.view(kCi);
+      if (!c.given[Op::kCi]) {
+        TensorView& ci = c.view(Op::kCi);
         ci = TensorView{};
         ci.dtype = DType::i64;
         ci.rank = 2;
@@ -374,19 +529,19 @@ void perturb(FuzzedDataProvider& fdp, Case& c) {
         ci.shape[1] = 2;
         ci.strides[0] = 2;
         ci.strides[1] = 1;
-        c.given[kCi] = true;
+        c.given[Op::kCi] = true;
         return;
       }
       if (!c.plan.varlen || c.plan.NT == 0) return;  // fixed length: nothing planned to edit
       const int64_t at = fdp.ConsumeIntegralInRange<int64_t>(0, 2 * c.plan.NT - 1);
       const int64_t was = c.plan.chunk_indices[static_cast<size_t>(at)];
       c.edits.push_back(
-          {kCi, at, fdp.PickValueInArray({int64_t{-1}, was + 1, int64_t{1} << 33, kI64Min})});
+          {Op::kCi, at, fdp.PickValueInArray({int64_t{-1}, was + 1, int64_t{1} << 33, kI64Min})});
       c.ci_edited = true;
       return;
     }
     default:  // cu_seqlens dropped
-      c.given[kCu] = false;
+      c.given[Op::kCu] = false;
       return;
   }
 }
@@ -395,10 +550,11 @@ void perturb(FuzzedDataProvider& fdp, Case& c) {
 // runs out, and libFuzzer grows inputs slowly, so what comes first is explored first. The
 // plan, then the deliberate breaks (kept as raw bytes, applied once the layouts exist), then
 // values, and the layouts last (row-major by default).
-Case decode_case(FuzzedDataProvider& fdp) {
-  Case c;
+template <typename Op>
+Case<Op> decode_case(FuzzedDataProvider& fdp) {
+  Case<Op> c;
   c.alias_of.fill(-1);
-  c.plan = decode_plan(fdp);
+  c.plan = Op::decode_plan(fdp);
   const Plan& p = c.plan;
   const int perturbations =
       fdp.ConsumeIntegralInRange(0, 9) < 6 ? 0 : fdp.ConsumeIntegralInRange(1, 3);
@@ -406,7 +562,7 @@ Case decode_case(FuzzedDataProvider& fdp) {
   c.all_on_cuda = fdp.ConsumeIntegralInRange(0, 15) == 0;
   switch (fdp.ConsumeIntegralInRange(0, 7)) {
     case 0:  // one special value in one input
-      c.special_slot = fdp.ConsumeIntegralInRange(0, kNumSlots - 1);
+      c.special_slot = fdp.ConsumeIntegralInRange(0, Op::kNumSlots - 1);
       c.special_element = fdp.ConsumeIntegralInRange<int64_t>(0, 1 << 16);
       c.special_value = fdp.PickValueInArray(
           {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
@@ -421,11 +577,11 @@ Case decode_case(FuzzedDataProvider& fdp) {
   c.value_seed = fdp.ConsumeIntegral<uint64_t>();
 
   const bool scramble_outputs = fdp.ConsumeIntegralInRange(0, 7) == 0;
-  for (int s = 0; s < kNumSlots; ++s) {
-    if (s == kCu && !p.varlen) continue;
-    if (s == kCi && !p.pass_chunk_indices) continue;
+  for (int s = 0; s < Op::kNumSlots; ++s) {
+    if (s == Op::kCu && !p.varlen) continue;
+    if (s == Op::kCi && !p.pass_chunk_indices) continue;
     c.given[s] = true;
-    const Intended want = intended(p, s);
+    const Intended want = intended(p, Op::kSlots[s].name);
     TensorView& t = c.view(s);
     t.dtype = want.dtype;
     t.rank = static_cast<int32_t>(want.shape.size());
@@ -434,13 +590,11 @@ Case decode_case(FuzzedDataProvider& fdp) {
     // contents would not survive); outputs stay row-major unless this input scrambles one.
     int mode = fdp.ConsumeIntegralInRange(0, 7);
     mode = mode <= 3 ? 0 : mode - 3;
-    if (kSlots[s].is_index && mode > 2) mode = 0;
-    if (kSlots[s].is_output) mode = scramble_outputs && fdp.ConsumeBool() ? mode : 0;
+    if (Op::kSlots[s].is_index && mode > 2) mode = 0;
+    if (Op::kSlots[s].is_output) mode = scramble_outputs && fdp.ConsumeBool() ? mode : 0;
     choose_layout(fdp, mode, t);
   }
-  c.problem.chunk_size = p.BT;
-  c.problem.state_v_first = p.state_v_first;
-  c.problem.scale = p.scale;
+  Op::set_options(p, c.problem);
 
   FuzzedDataProvider recipe_fdp(recipe.data(), recipe.size());
   for (int i = 0; i < perturbations; ++i) perturb(recipe_fdp, c);
@@ -449,14 +603,15 @@ Case decode_case(FuzzedDataProvider& fdp) {
 
 // What the harness knows about the final descriptor, judged from its state (so two edits that
 // cancel out claim nothing). Called after place(), when data pointers are final.
-void judge(Case& c, const std::array<std::optional<int64_t>, kNumSlots>& spans) {
+template <typename Op>
+void judge(Case<Op>& c, const std::array<std::optional<int64_t>, Op::kNumSlots>& spans) {
   const Plan& p = c.plan;
-  const bool device_varlen = c.all_on_cuda && c.given[kCu];
-  for (int s = 0; s < kNumSlots; ++s) {
+  const bool device_varlen = c.all_on_cuda && c.given[Op::kCu];
+  for (int s = 0; s < Op::kNumSlots; ++s) {
     const TensorView& t = c.view(s);
-    const std::string name = kSlots[s].name;
+    const std::string name = Op::kSlots[s].name;
     if (!c.given[s]) {
-      if (!kSlots[s].is_index) c.reject_because(name + " omitted");
+      if (!Op::kSlots[s].is_index) c.reject_because(name + " omitted");
       continue;
     }
     if (!known_dtype(t.dtype) || t.rank < 0 || t.rank > kda::kMaxRank ||
@@ -465,7 +620,7 @@ void judge(Case& c, const std::array<std::optional<int64_t>, kNumSlots>& spans) 
       c.reject_because(name + " has an enum value outside its range");
       continue;
     }
-    const Intended want = intended(p, s);
+    const Intended want = intended(p, name);
     if (t.rank != static_cast<int32_t>(want.shape.size())) {
       c.reject_because(name + " rank changed");
       continue;
@@ -475,43 +630,40 @@ void judge(Case& c, const std::array<std::optional<int64_t>, kNumSlots>& spans) 
       if (t.strides[d] < 0) c.reject_because(name + " negative stride");
       // Every extent of every tensor is checked against another tensor's, except the chunk
       // count of h/dh on a device (it then defines NT) and what index tensors hold.
-      const bool defines_nt =
-          device_varlen && !c.given[kCi] && (name == "h" || name == "dh") && d == 1;
-      if (!kSlots[s].is_index && !defines_nt && t.shape[d] != want.shape[static_cast<size_t>(d)]) {
+      const bool defines_nt = device_varlen && !c.given[Op::kCi] && Op::defines_nt(name, d);
+      if (!Op::kSlots[s].is_index && !defines_nt &&
+          t.shape[d] != want.shape[static_cast<size_t>(d)]) {
         c.reject_because(name + " extent changed");
       }
     }
-    if (!(t.device == c.view(kQ).device)) c.reject_because(name + " on another device than q");
+    if (!(t.device == c.view(Op::kQ).device)) c.reject_because(name + " on another device than q");
     if (c.null_data[s] && (!spans[s] || *spans[s] > 0)) c.reject_because(name + " null data");
     if (c.misalign[s] && t.data != nullptr) c.reject_because(name + " misaligned");
-    if (kSlots[s].is_output && !harness_contiguous(t)) c.reject_because(name + " not contiguous");
+    if (Op::kSlots[s].is_output && !harness_contiguous(t))
+      c.reject_because(name + " not contiguous");
   }
   if (c.problem.chunk_size != p.BT) c.reject_because("chunk_size changed");
-  if (c.problem.scale && !(std::fabs(*c.problem.scale) <= std::numeric_limits<float>::max())) {
-    c.reject_because("scale not finite in float32");
-  }
-  if (c.problem.state_v_first != p.state_v_first && p.K != p.V) {
-    c.reject_because("state_v_first flipped with K != V");
-  }
-  if (c.given[kCi] && !c.given[kCu]) c.reject_because("chunk_indices without cu_seqlens");
+  c.must_reject += Op::judge_options(p, c.problem);
+  if (c.given[Op::kCi] && !c.given[Op::kCu]) c.reject_because("chunk_indices without cu_seqlens");
   // An edited chunk_indices entry on the host is compared with cu_seqlens; trust the edit only
   // when the view is row-major (no entry shares memory with another) and nothing else moved.
-  if (c.ci_edited && !c.cu_edited && !c.all_on_cuda && c.given[kCi] &&
-      harness_contiguous(c.view(kCi)) && c.view(kCi).shape[0] == p.NT) {
+  if (c.ci_edited && !c.cu_edited && !c.all_on_cuda && c.given[Op::kCi] &&
+      harness_contiguous(c.view(Op::kCi)) && c.view(Op::kCi).shape[0] == p.NT) {
     std::vector<int64_t> stored = p.chunk_indices;  // what fill_inputs writes: last edit wins
-    for (const Case::Edit& e : c.edits) {
-      if (e.slot != kCi) continue;
+    for (const IndexEdit& e : c.edits) {
+      if (e.slot != Op::kCi) continue;
       stored[static_cast<size_t>(e.element)] =
-          c.view(kCi).dtype == DType::i32 ? static_cast<int32_t>(e.value) : e.value;
+          c.view(Op::kCi).dtype == DType::i32 ? static_cast<int32_t>(e.value) : e.value;
     }
     if (stored != p.chunk_indices) c.reject_because("chunk_indices contents changed");
   }
-  for (int s = 0; s < kNumSlots; ++s) {  // realized aliases that involve an output
+  for (int s = 0; s < Op::kNumSlots; ++s) {  // realized aliases that involve an output
     const int a = c.alias_of[s];
     if (a < 0 || c.null_data[s] || c.null_data[a]) continue;
-    const bool output = kSlots[s].is_output || kSlots[a].is_output;
+    const bool output = Op::kSlots[s].is_output || Op::kSlots[a].is_output;
     if (output && spans[s].value_or(0) > 0 && spans[a].value_or(0) > 0) {
-      c.reject_because(std::string(kSlots[s].name) + " shares memory with " + kSlots[a].name);
+      c.reject_because(std::string(Op::kSlots[s].name) + " shares memory with " +
+                       Op::kSlots[a].name);
     }
   }
 }
@@ -525,8 +677,8 @@ struct Buffer {
 
 struct Memory {
   std::vector<Buffer> buffers;
-  std::array<int, kNumSlots> buffer_of{};  // -1: no host memory behind the view
-  Memory() { buffer_of.fill(-1); }
+  std::vector<int> buffer_of;  // per slot; -1: no host memory behind the view
+  explicit Memory(int slots) : buffer_of(static_cast<size_t>(slots), -1) {}
   ~Memory() {
     for (Buffer& b : buffers) std::free(b.base);
   }
@@ -544,12 +696,13 @@ struct Memory {
 
 // Gives every view its data pointer, records which views the harness backs with memory, and
 // judges the result.
-void place(Case& c, Memory& mem, bool& all_backed) {
+template <typename Op>
+void place(Case<Op>& c, Memory& mem, bool& all_backed) {
   all_backed = true;
-  std::array<std::optional<int64_t>, kNumSlots> spans{};
-  for (int s = 0; s < kNumSlots; ++s) spans[s] = span_bytes(c.view(s));
+  std::array<std::optional<int64_t>, Op::kNumSlots> spans{};
+  for (int s = 0; s < Op::kNumSlots; ++s) spans[s] = span_bytes(c.view(s));
   int64_t forbidden_offset = 0;
-  for (int s = 0; s < kNumSlots; ++s) {
+  for (int s = 0; s < Op::kNumSlots; ++s) {
     TensorView& t = c.view(s);
     if (!c.given[s]) {
       t = TensorView{};
@@ -588,7 +741,7 @@ void place(Case& c, Memory& mem, bool& all_backed) {
     mem.buffer_of[s] = mem.allocate(*spans[s] + c.misalign[s]);
     t.data = mem.buffers.back().base + c.misalign[s];
   }
-  for (int s = 0; s < kNumSlots; ++s) {
+  for (int s = 0; s < Op::kNumSlots; ++s) {
     if (c.given[s] && c.null_data[s]) c.view(s).data = nullptr;
     // Rank 0 and null data is how an argument is omitted: judge it as omitted.
     if (c.given[s] && c.view(s).empty_arg()) c.given[s] = false;
@@ -598,24 +751,70 @@ void place(Case& c, Memory& mem, bool& all_backed) {
 
 // --- values -------------------------------------------------------------------------------
 
-void fill_inputs(const Case& c, Memory& mem) {
+// True when no two elements of `t` (non-negative extents and strides) share memory: sorted by
+// stride, each dimension's stride clears the span of the dimensions inside it.
+bool distinct_elements(const TensorView& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, extent), extents above 1
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] > 1) dims.emplace_back(t.strides[d], t.shape[d]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1;  // elements from the first to the last of the inner dimensions, plus one
+  for (const auto& [stride, extent] : dims) {
+    if (stride < span) return false;
+    span += stride * (extent - 1);
+  }
+  return true;
+}
+
+// Rewrites g ([B, T, HV, K], its own buffer) as a cumulative gate: non-increasing along time in
+// every (batch row, value head, channel), per-token decays of 0, up to 7.21 or 60 (see Intra).
+// Left as drawn where the view is not the planned one or its elements overlap (a broadcast or
+// arbitrary stride): the drawn gates are moderate, so outputs must still be finite.
+template <typename Op>
+void fill_cumulative_gates(const Case<Op>& c, const TensorView& g, uint64_t& rng) {
+  const Plan& p = c.plan;
+  if (g.rank != 4 || g.shape[0] != p.B || g.shape[1] != p.T || g.shape[2] != p.HV ||
+      g.shape[3] != p.K || !distinct_elements(g)) {
+    return;
+  }
+  std::vector<double> gate(static_cast<size_t>(p.HV * p.K));
+  for (int64_t b = 0; b < p.B; ++b) {
+    std::fill(gate.begin(), gate.end(), 0.0);
+    for (int64_t t = 0; t < p.T; ++t) {
+      for (int64_t hv = 0; hv < p.HV; ++hv) {
+        for (int64_t k = 0; k < p.K; ++k) {
+          double& value = gate[static_cast<size_t>(hv * p.K + k)];
+          const uint64_t kind = splitmix64(rng) % 3;
+          value -= kind == 0 ? 0.0 : kind == 1 ? 60.0 : uniform(rng, 0.0, 7.21);
+          const int64_t offset =
+              b * g.strides[0] + t * g.strides[1] + hv * g.strides[2] + k * g.strides[3];
+          kda::store_float(g, offset, static_cast<float>(value));
+        }
+      }
+    }
+  }
+}
+
+template <typename Op>
+void fill_inputs(const Case<Op>& c, Memory& mem) {
   uint64_t rng = c.value_seed;
-  for (int s = 0; s < kNumSlots; ++s) {
-    const TensorView& t = c.problem.*(kSlots[s].member);
+  for (int s = 0; s < Op::kNumSlots; ++s) {
+    const TensorView& t = c.problem.*(Op::kSlots[s].member);
     const int buf = mem.buffer_of[s];
-    if (kSlots[s].is_output || buf < 0 || t.data == nullptr || c.alias_of[s] >= 0) continue;
+    if (Op::kSlots[s].is_output || buf < 0 || t.data == nullptr || c.alias_of[s] >= 0) continue;
     Buffer& b = mem.buffers[static_cast<size_t>(buf)];
     const int64_t elem = static_cast<int64_t>(kda::dtype_size(t.dtype));
     const int64_t count = (b.bytes - (static_cast<uint8_t*>(t.data) - b.base)) / elem;
-    if (kSlots[s].is_index && c.misalign[s] == 0) {
+    if (Op::kSlots[s].is_index && c.misalign[s] == 0) {
       // Planned values in the view's row-major order, zeros wherever the view holds more.
-      const std::vector<int64_t>& planned = s == kCu ? c.plan.cu : c.plan.chunk_indices;
+      const std::vector<int64_t>& planned = s == Op::kCu ? c.plan.cu : c.plan.chunk_indices;
       std::memset(t.data, 0, static_cast<size_t>(count * elem));
       int64_t i = 0;
       kda::fuzz::for_each_offset(t, [&](int64_t offset) {
         int64_t value =
             i < static_cast<int64_t>(planned.size()) ? planned[static_cast<size_t>(i)] : 0;
-        for (const Case::Edit& e : c.edits) {
+        for (const IndexEdit& e : c.edits) {
           if (e.slot == s && e.element == i) value = e.value;
         }
         if (t.dtype == DType::i32)
@@ -632,19 +831,11 @@ void fill_inputs(const Case& c, Memory& mem) {
       continue;
     }
     for (int64_t i = 0; i < count; ++i) {
-      double value = 0.0;
-      if (s == kG) {
-        value = c.extreme_gates ? (splitmix64(rng) % 2 ? 0.0 : -60.0) : uniform(rng, -4.0, 0.0);
-      } else if (s == kBeta) {
-        value = uniform(rng, 0.0, 1.0);
-      } else if (s == kA) {
-        value = uniform(rng, -1.0, 1.0);
-      } else {
-        value = uniform(rng, -2.0, 2.0);
-      }
+      double value = Op::draw(s, rng, c.extreme_gates);
       if (s == c.special_slot && i == c.special_element % count) value = c.special_value;
       kda::store_float(t, i, static_cast<float>(value));
     }
+    if (Op::kCumulativeGates && s == Op::kG && c.extreme_gates) fill_cumulative_gates(c, t, rng);
   }
 }
 
@@ -652,16 +843,14 @@ void fill_inputs(const Case& c, Memory& mem) {
 
 // With KDA_FUZZ_VERBOSE set (when replaying one input), what the harness built, field by field
 // and without calling into the library, which may be what crashes.
-void print_case(const Case& c, const Memory& mem) {
-  std::fprintf(stderr,
-               "fuzz_problem case: chunk_size %lld, scale %s, state_v_first %d, "
-               "all_on_cuda %d\n",
-               static_cast<long long>(c.problem.chunk_size),
-               c.problem.scale ? std::to_string(*c.problem.scale).c_str() : "None",
-               c.problem.state_v_first ? 1 : 0, c.all_on_cuda ? 1 : 0);
-  for (int s = 0; s < kNumSlots; ++s) {
+template <typename Op>
+void print_case(const Case<Op>& c, const Memory& mem) {
+  std::fprintf(stderr, "fuzz_problem case (%s): chunk_size %lld, %s, all_on_cuda %d\n",
+               Op::Problem::kName, static_cast<long long>(c.problem.chunk_size),
+               Op::describe_options(c.problem).c_str(), c.all_on_cuda ? 1 : 0);
+  for (int s = 0; s < Op::kNumSlots; ++s) {
     const TensorView& t = c.view(s);
-    std::string line = std::string("  ") + kSlots[s].name + ": ";
+    std::string line = std::string("  ") + Op::kSlots[s].name + ": ";
     if (!c.given[s]) {
       std::fprintf(stderr, "%somitted\n", line.c_str());
       continue;
@@ -679,9 +868,10 @@ void print_case(const Case& c, const Memory& mem) {
     line += "]";
     if (c.null_data[s]) line += " null";
     if (c.misalign[s]) line += " misaligned";
-    if (c.alias_of[s] >= 0) line += std::string(" shares ") + kSlots[c.alias_of[s]].name;
+    if (c.alias_of[s] >= 0) line += std::string(" shares ") + Op::kSlots[c.alias_of[s]].name;
     const bool integer = t.dtype == DType::i32 || t.dtype == DType::i64;
-    if (kSlots[s].is_index && integer && mem.buffer_of[s] >= 0 && c.misalign[s] == 0) {
+    if (Op::kSlots[s].is_index && integer && mem.buffer_of[s] >= 0 && c.misalign[s] == 0 &&
+        t.data != nullptr) {
       line += " values";
       kda::fuzz::for_each_offset(t, [&](int64_t offset) {
         line += " " + std::to_string(t.dtype == DType::i32 ? static_cast<int32_t*>(t.data)[offset]
@@ -690,8 +880,8 @@ void print_case(const Case& c, const Memory& mem) {
     }
     std::fprintf(stderr, "%s\n", line.c_str());
   }
-  for (const Case::Edit& e : c.edits) {
-    std::fprintf(stderr, "  edit: %s element %lld := %lld\n", kSlots[e.slot].name,
+  for (const IndexEdit& e : c.edits) {
+    std::fprintf(stderr, "  edit: %s element %lld := %lld\n", Op::kSlots[e.slot].name,
                  static_cast<long long>(e.element), static_cast<long long>(e.value));
   }
   std::fprintf(stderr, "  must reject: %s\n", c.must_reject.empty() ? "-" : c.must_reject.c_str());
@@ -703,29 +893,32 @@ std::vector<std::vector<uint8_t>> snapshot(const Memory& mem) {
   return copy;
 }
 
-bool finite_inputs_expected(const Case& c) {
-  if (c.special_slot >= 0 && !kSlots[c.special_slot].is_output &&
-      !kSlots[c.special_slot].is_index) {
+template <typename Op>
+bool finite_inputs_expected(const Case<Op>& c) {
+  if (c.special_slot >= 0 && !Op::kSlots[c.special_slot].is_output &&
+      !Op::kSlots[c.special_slot].is_index) {
     return false;
   }
-  for (int s = 0; s < kNumSlots; ++s) {
+  for (int s = 0; s < Op::kNumSlots; ++s) {
     if (c.alias_of[s] >= 0) return false;  // another dtype's bytes may read as NaN
   }
-  return !c.problem.scale || std::fabs(*c.problem.scale) <= 16.0;
+  return Op::moderate_options(c.problem);
 }
 
 // Runs one backend on an accepted problem and checks every promise; returns the outputs.
 // Only the output views' own elements are poisoned and may change: a buffer can also back an
 // empty output next to an input (an empty view overlaps nothing), so whole buffers are not theirs.
-std::vector<std::vector<double>> run_and_check(const Case& c, Memory& mem, kda::Backend backend) {
+template <typename Op>
+std::vector<std::vector<double>> run_and_check(const Case<Op>& c, Memory& mem,
+                                               kda::Backend backend) {
   const char* name = backend == kda::Backend::cpu ? "cpu" : "cpu-ref";
   std::vector<std::vector<bool>> writable(mem.buffers.size());
   for (size_t b = 0; b < mem.buffers.size(); ++b) {
     writable[b].assign(static_cast<size_t>(mem.buffers[b].bytes), false);
   }
-  for (int s = 0; s < kNumSlots; ++s) {
-    if (!kSlots[s].is_output || mem.buffer_of[s] < 0) continue;
-    const TensorView& t = c.problem.*(kSlots[s].member);
+  for (int s = 0; s < Op::kNumSlots; ++s) {
+    if (!Op::kSlots[s].is_output || mem.buffer_of[s] < 0) continue;
+    const TensorView& t = c.problem.*(Op::kSlots[s].member);
     const size_t buf = static_cast<size_t>(mem.buffer_of[s]);
     const int64_t elem = static_cast<int64_t>(kda::dtype_size(t.dtype));
     const int64_t start = static_cast<const uint8_t*>(t.data) - mem.buffers[buf].base;
@@ -748,17 +941,17 @@ std::vector<std::vector<double>> run_and_check(const Case& c, Memory& mem, kda::
   }
   const bool finite = finite_inputs_expected(c);
   std::vector<std::vector<double>> outputs;
-  for (int s = 0; s < kNumSlots; ++s) {
-    if (!kSlots[s].is_output) continue;
-    const TensorView& t = c.problem.*(kSlots[s].member);
+  for (int s = 0; s < Op::kNumSlots; ++s) {
+    if (!Op::kSlots[s].is_output) continue;
+    const TensorView& t = c.problem.*(Op::kSlots[s].member);
     std::vector<double> values;
     kda::fuzz::for_each_offset(t, [&](int64_t offset) {
       const auto* element = static_cast<const uint8_t*>(t.data) + offset * kda::dtype_size(t.dtype);
       KDA_FUZZ_CHECK(!kda::fuzz::is_poison(element, t.dtype), "%s left an element of %s unwritten",
-                     name, kSlots[s].name);
+                     name, Op::kSlots[s].name);
       const double value = kda::load_double(t, offset);
       KDA_FUZZ_CHECK(!finite || std::isfinite(value), "%s wrote a non-finite %s from finite inputs",
-                     name, kSlots[s].name);
+                     name, Op::kSlots[s].name);
       values.push_back(value);
     });
     outputs.push_back(std::move(values));
@@ -792,12 +985,12 @@ void compare_backends(const std::vector<std::vector<double>>& cpu,
   }
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+// One input of operator Op: decode, place, fill, then check both faces and both backends.
+template <typename Op>
+void fuzz_one(const uint8_t* data, size_t size) {
   FuzzedDataProvider fdp(data, size);
-  Case c = decode_case(fdp);
-  Memory mem;
+  Case<Op> c = decode_case<Op>(fdp);
+  Memory mem(Op::kNumSlots);
   bool all_backed = true;
   place(c, mem, all_backed);
   fill_inputs(c, mem);
@@ -806,8 +999,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool must_accept = !c.perturbed && c.must_reject.empty();
 
   // The C face first: it guards enum values, so it must answer even where the C++ face may not.
-  const kda_chunk_bwd_wy_dqkg_problem c_problem = kda::testing::to_c(c.problem);
-  const kda_status c_status = kda_chunk_bwd_wy_dqkg_validate(&c_problem);
+  const kda_status c_status = Op::c_validate(c.problem);
   const std::string c_message = kda_last_error();
 
   const auto before = snapshot(mem);
@@ -824,12 +1016,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   KDA_FUZZ_CHECK(status.ok() || !must_accept, "validate() rejected a valid problem: %s\n%s",
                  status.message.c_str(), c.problem.describe().c_str());
   KDA_FUZZ_CHECK(c_status == static_cast<kda_status>(status.code),
-                 "kda_chunk_bwd_wy_dqkg_validate() says %d (%s), validate() says %d (%s)", c_status,
+                 "%s says %d (%s), validate() says %d (%s)", Op::kCValidate, c_status,
                  c_message.c_str(), static_cast<int>(status.code), status.message.c_str());
-  KDA_FUZZ_CHECK(
-      c.garbage_enum || c_message == status.message,
-      "kda_chunk_bwd_wy_dqkg_validate() message '%s' differs from validate() message '%s'",
-      c_message.c_str(), status.message.c_str());
+  KDA_FUZZ_CHECK(c.garbage_enum || c_message == status.message,
+                 "%s message '%s' differs from validate() message '%s'", Op::kCValidate,
+                 c_message.c_str(), status.message.c_str());
 
   if (!status.ok()) {
     // No partial outputs on error: run() refuses with the same message and touches nothing.
@@ -839,18 +1030,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                    status.message.c_str());
     const auto after = snapshot(mem);
     KDA_FUZZ_CHECK(before == after, "a rejected run() changed a buffer");
-    return 0;
+    return;
   }
   if (c.problem.q.device.type != kda::DeviceType::cpu) {
     // Device-resident tensors (PROT_NONE here): the CPU backends refuse without reading them.
     const kda::Status r = kda::run(c.problem, kda::Backend::cpu);
     KDA_FUZZ_CHECK(r.code == kda::StatusCode::invalid_argument,
                    "cpu backend accepted device tensors: %s", r.message.c_str());
-    return 0;
+    return;
   }
-  if (!all_backed) return 0;  // valid, but spanning more than the harness allocates
+  if (!all_backed) return;  // valid, but spanning more than the harness allocates
   const auto ref = run_and_check(c, mem, kda::Backend::cpu_ref);
   const auto cpu = run_and_check(c, mem, kda::Backend::cpu);
   if (finite_inputs_expected(c)) compare_backends(cpu, ref);
+}
+
+// The operators, in the order the first input byte picks them (its value modulo their count):
+// append new ones, so that the committed corpus (first bytes 0 and 1) keeps its meaning.
+constexpr void (*kOperators[])(const uint8_t*, size_t) = {fuzz_one<WyDqkg>, fuzz_one<Intra>};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) {
+    kOperators[0](data, 0);
+    return 0;
+  }
+  kOperators[data[0] % std::size(kOperators)](data + 1, size - 1);
   return 0;
 }

@@ -1,7 +1,11 @@
-// Writes the seed corpus of fuzz_safetensors: a few small valid files that reach every part of
-// the reader and of problem_from_safetensors, and one that names a tensor twice. The files are
-// committed under fuzz/corpus/fuzz_safetensors/; rerun this only when the file layout changes:
-//   build-fuzz/fuzz/fuzz_make_seeds fuzz/corpus/fuzz_safetensors
+// Writes seeds of the fuzzers, committed under fuzz/corpus/<target>/:
+//   - fuzz_safetensors: a few small valid files of every operator that reach every part of the
+//     reader and of problem_from_safetensors, and one that names a tensor twice;
+//   - fuzz_problem (with a second directory): chunk_bwd_intra's starting inputs, the byte 1 that
+//     picks the operator followed by fixed pseudo-random bytes (the harness decodes any bytes into
+//     a problem; the corpus then grows from them, KDA_FUZZ_UPDATE_CORPUS=1 fuzz/run.sh).
+// Rerun it only when the file layout or the harness's decoding changes:
+//   build-fuzz/fuzz/fuzz_make_seeds fuzz/corpus/fuzz_safetensors [fuzz/corpus/fuzz_problem]
 
 #include <cstddef>
 #include <cstdint>
@@ -18,15 +22,33 @@ namespace {
 
 using kda::DType;
 using kda::io::HostTensor;
+using kda::io::IntraConfig;
 using kda::io::SafetensorsFile;
 using kda::io::WyDqkgConfig;
 
-// A problem with its cpu-ref outputs as out.<name>, like the golden files but tiny.
-SafetensorsFile solved(const WyDqkgConfig& c) {
+// A problem of either operator with its cpu-ref outputs as out.<name>, like the golden files but
+// tiny.
+template <typename Config>
+SafetensorsFile solved(const Config& c) {
   kda::io::HostProblem p = kda::io::make_random_problem(c);
-  const kda::Status s = kda::run(p.as<kda::ChunkBwdWyDqkgProblem>(), kda::Backend::cpu_ref);
+  const kda::Status s =
+      kda::io::op_of(p).run(p.views(), p, kda::Backend::cpu_ref, nullptr, kda::Kernel::auto_);
   if (!s.ok()) std::fprintf(stderr, "make_seeds: %s\n", s.message.c_str());
   return kda::io::problem_to_safetensors(p);
+}
+
+// fuzz_problem's input for operator `op` (its index in the harness's kOperators): the byte that
+// picks it, then `length` bytes of a fixed splitmix64 stream from `seed`.
+std::vector<uint8_t> problem_input(uint8_t op, uint64_t seed, size_t length) {
+  std::vector<uint8_t> bytes{op};
+  uint64_t state = seed;
+  while (bytes.size() < length + 1) {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    bytes.push_back(static_cast<uint8_t>(z ^ (z >> 31)));
+  }
+  return bytes;
 }
 
 // `file` with a second header entry for tensor `name` holding `like`'s bytes (appended to the data
@@ -64,8 +86,8 @@ HostTensor ramp(DType dtype, std::vector<int64_t> shape) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUTPUT_DIR\n", argv[0]);
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: %s SAFETENSORS_SEED_DIR [PROBLEM_SEED_DIR]\n", argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
@@ -77,14 +99,18 @@ int main(int argc, char** argv) {
       ok = false;
     }
   };
-  auto write_bytes = [&](const std::string& name, const std::vector<uint8_t>& bytes) {
-    std::FILE* f = std::fopen((dir + "/" + name).c_str(), "wb");
+  auto write_bytes_in = [&](const std::string& folder, const std::string& name,
+                            const std::vector<uint8_t>& bytes) {
+    std::FILE* f = std::fopen((folder + "/" + name).c_str(), "wb");
     const bool written =
         f != nullptr && std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
     if (f == nullptr || std::fclose(f) != 0 || !written || bytes.empty()) {
       std::fprintf(stderr, "make_seeds: cannot write %s\n", name.c_str());
       ok = false;
     }
+  };
+  auto write_bytes = [&](const std::string& name, const std::vector<uint8_t>& bytes) {
+    write_bytes_in(dir, name, bytes);
   };
 
   WyDqkgConfig fixed;  // fixed length, a tail chunk, f32
@@ -144,5 +170,37 @@ int main(int argc, char** argv) {
   write("plain_every_dtype.safetensors", plain);
 
   write("empty.safetensors", SafetensorsFile{});
+
+  IntraConfig intra;  // chunk_bwd_intra, fixed length with a tail chunk, f32, GVA
+  intra.B = 1;
+  intra.T = 20;
+  intra.H = 1;
+  intra.HV = 2;
+  intra.K = 5;
+  intra.BT = 16;
+  intra.x_dtype = DType::f32;
+  intra.seed = 4;
+  write("problem_intra_fixed_f32.safetensors", solved(intra));
+
+  IntraConfig intra_varlen;  // cu_seqlens + int32 chunk_indices, bf16 with beta in X, safe_gate
+  intra_varlen.B = 1;
+  intra_varlen.H = 1;
+  intra_varlen.K = 4;
+  intra_varlen.BT = 16;
+  intra_varlen.x_dtype = DType::bf16;
+  intra_varlen.beta_dtype = DType::bf16;
+  intra_varlen.seqlens = {5, 17, 0};
+  intra_varlen.pass_chunk_indices = true;
+  intra_varlen.index_dtype = DType::i32;
+  intra_varlen.safe_gate = true;
+  intra_varlen.seed = 5;
+  write("problem_intra_varlen_bf16.safetensors", solved(intra_varlen));
+
+  if (argc == 3) {
+    // chunk_bwd_intra is operator 1 of fuzz_problem; 8 inputs of 96 bytes each.
+    for (uint64_t seed = 1; seed <= 8; ++seed) {
+      write_bytes_in(argv[2], "intra_seed_" + std::to_string(seed), problem_input(1, seed, 96));
+    }
+  }
   return ok ? 0 : 1;
 }

@@ -1,6 +1,7 @@
 #pragma once
-// What the nvcc-compiled unit tests (test_cuda_*_units.cu) share: the skip without a visible GPU
-// and the CUDA-call assertion. (The operator tests use cuda_device.hpp, which needs libkda's I/O.)
+// What the nvcc-compiled unit tests (test_cuda_wgmma_units.cu, ops/*/test_*_units.cu) share: the
+// skip without a visible GPU and the CUDA-call assertion. (The operator tests use cuda_device.hpp,
+// which needs libkda's I/O.)
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// GPU reliability of the cuda backend, beyond the option matrix of test_cuda.cpp:
+// GPU reliability of the cuda backend, beyond the option matrix of test_wy_cuda.cpp:
 // - concurrency: two problems on two streams at once, four host threads on their own streams or
 //   on one shared stream, all give the bits of serial runs;
 // - several GPUs: tensors on cuda:1 run there while device 0 is current, the caller's device is

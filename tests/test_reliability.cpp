@@ -1,7 +1,7 @@
 // Reliability of the CPU side: NaN and Inf reach exactly the outputs they touch and nothing else,
 // extreme gates stay finite wherever the math is finite, validation never reads a tensor it has
 // other reasons to reject, every C ABI function turns null pointers and garbage enums into an
-// error, and the validation rules test_validation.cpp does not cover. Hardening.* and
+// error, and the validation rules test_wy_validation.cpp does not cover. Hardening.* and
 // HardeningDeathTest.* pin bugs the fuzzers found (fixed); KnownIssues.DISABLED_* reproduce
 // issues still open (docs/reliability.md), run them with
 // --gtest_also_run_disabled_tests --gtest_filter='KnownIssues.*'.
@@ -479,7 +479,7 @@ TEST(HugeDescriptors, DeviceIndexTensorsAreNeverReadOnTheHost) {
   EXPECT_EQ(kda::run(p, Backend::cpu_ref).code, StatusCode::invalid_argument);
 }
 
-// --- validation rules test_validation.cpp does not cover -----------------------------------
+// --- validation rules test_wy_validation.cpp does not cover --------------------------------
 
 // The C ABI's fields, by name, with the matching C++ view.
 struct Field {
