@@ -61,10 +61,15 @@ struct Arg {
 // One option of problem type P: its row and its field (the one pointer of its type is set).
 template <typename P>
 struct Option {
+  // Aliases, not spelled inline: nvcc's host pass rewrites an inline member-pointer declarator
+  // with parentheses that -Werror=parentheses refuses.
+  using BoolField = bool P::*;
+  using IntField = int64_t P::*;
+  using FloatField = std::optional<double> P::*;
   ArgInfo info;
-  bool P::*as_bool = nullptr;
-  int64_t P::*as_int = nullptr;
-  std::optional<double> P::*as_float = nullptr;
+  BoolField as_bool = nullptr;
+  IntField as_int = nullptr;
+  FloatField as_float = nullptr;
 };
 
 // Each operator's names (kda/ops.h), specialized below for every operator of KDA_OPS.

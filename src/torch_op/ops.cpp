@@ -6,6 +6,7 @@
 
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/core/stack.h>
 #include <torch/library.h>
 
@@ -178,6 +179,12 @@ void run_boxed(const c10::OperatorHandle&, torch::jit::Stack* stack) {
 template <typename P>
 void autograd_boxed(const c10::OperatorHandle& handle, c10::DispatchKeySet keys,
                     torch::jit::Stack* stack) {
+  if (!at::GradMode::is_enabled()) {
+    // The usual case, a call from inside a backward pass: nothing to mark.
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    handle.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+    return;
+  }
   const size_t n = rows_of<P>().size() + 2;
   std::vector<at::Tensor> inputs;
   for (const c10::IValue& value : torch::jit::last(*stack, n)) {
