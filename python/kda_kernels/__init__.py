@@ -12,25 +12,16 @@ error then, never at import. ``kda_kernels.fla.enable()`` makes flash-linear-att
 chunk_kda backward use these operators.
 """
 
-from ._api import (
-    backend_available,
-    chunk_indices,
-    chunk_kda_bwd_intra,
-    chunk_kda_bwd_wy_dqkg_fused,
-    library_path,
-    torch_op_backend,
-)
+from . import _api, _signatures
+from ._api import backend_available, chunk_indices, library_path, torch_op_backend
 from ._library import LibraryError
 
-__all__ = [
-    "LibraryError",
-    "backend_available",
-    "chunk_indices",
-    "chunk_kda_bwd_intra",
-    "chunk_kda_bwd_wy_dqkg_fused",
-    "library_path",
-    "torch_op_backend",
-]
+# One public function per operator of libkda's tables, named as fla names it.
+for _sig in _signatures.SIGNATURES:
+    globals()[_sig.fla_name] = getattr(_api, _sig.fla_name)
+
+__all__ = ["LibraryError", "backend_available", "chunk_indices", "library_path",
+           "torch_op_backend"] + [_sig.fla_name for _sig in _signatures.SIGNATURES]
 
 
 def __getattr__(name):

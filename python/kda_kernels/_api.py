@@ -1,10 +1,11 @@
 """The public functions. Torch tensors go through the registered custom ops; NumPy arrays go to
-the CPU backends directly. Each operator's function spells out fla's signature (for help() and
-for fla's keyword calls) and hands its arguments to the one shared path (_call)."""
+the CPU backends directly. Each operator's function is made from its table (_public_function:
+fla's signature, for help() and for fla's keyword calls) with its docstring (DOCS), and hands its
+arguments to the one shared path (_call)."""
 
 import numpy as np
 
-from . import _abi, _library, _locate, _numpy_path, _problem
+from . import _abi, _library, _locate, _numpy_path, _problem, _signatures
 
 try:
     import torch
@@ -16,8 +17,7 @@ _TORCH_OP = torch is not None and hasattr(torch.library, "custom_op")
 if _TORCH_OP:
     from . import _torch_op
 
-    _WY_OP = _torch_op.OPS["chunk_kda_bwd_wy_dqkg_fused"]
-    _INTRA_OP = _torch_op.OPS["chunk_kda_bwd_intra"]
+    _TORCH_OPS = _torch_op.OPS
     _Tensor = torch.Tensor
 
 
@@ -58,188 +58,203 @@ def _is_torch_tensor(x):
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-def chunk_kda_bwd_wy_dqkg_fused(q, k, v, v_new, g, beta, A, h, do, dh, dv, scale=None,
-                                cu_seqlens=None, chunk_size=64, chunk_indices=None,
-                                state_v_first=False, *, backend=None, kernel="auto"):
-    """KDA chunk backward through the WY representation: gradients dq, dk, dv, db, dg, dA.
+# Each operator's docstring, by fla name: what help() shows for its public function.
+DOCS = {}
 
-    The contract is SPEC.md's (the same as flash-linear-attention 0.5.2's Triton kernel of this
-    name). X below is one of float16, bfloat16, float32, the same for every X tensor. Arguments
-    are validated once, in libkda; a bad one raises an exception whose message names it.
+DOCS["chunk_kda_bwd_wy_dqkg_fused"] = """KDA chunk backward through the WY representation: gradients dq, dk, dv, db, dg, dA.
 
-    Parameters
-    ----------
-    q, k : array, shape [B, T, H, K], dtype X
-        Queries and keys (K <= 256).
-    v, v_new : array, shape [B, T, HV, V], dtype X
-        Values and corrected values (V <= 256). HV is a multiple of H (GVA: value head hv reads
-        query/key head hv // (HV // H)).
-    g : array, shape [B, T, HV, K], float32
-        Cumulative gate within each chunk, in log2 space (the operator uses exp2).
-    beta : array, shape [B, T, HV], dtype X or float32
-    A : array, shape [B, T, HV, BT], dtype X
-        The per-chunk WY matrix, BT = chunk_size; used as stored (no mask is applied).
-    h, dh : array, shape [B, NT, HV, K, V] ([B, NT, HV, V, K] when state_v_first), float32 or X
-        Chunk states and their gradients, both of one dtype. NT = ceil(T / BT) per batch row,
-        or with cu_seqlens the total number of chunks over all sequences (B = 1).
-    do, dv : array, shape [B, T, HV, V], dtype X
-        Gradient of the output and of v_new. dv is only read.
-    scale : float, optional
-        Query scale; None means K ** -0.5.
-    cu_seqlens : array, shape [N + 1], int32 or int64, optional
-        Sequence boundaries of N sequences packed along T (then B must be 1).
-    chunk_size : int, default 64
-        BT: 16, 32 or 64; must equal A.shape[-1].
-    chunk_indices : array, shape [NT, 2], int32 or int64, optional
-        (sequence id, chunk id within the sequence) for every chunk; derived from cu_seqlens
-        when omitted (see ``kda_kernels.chunk_indices``).
-    state_v_first : bool, default False
-        h and dh are stored [.., V, K] instead of [.., K, V].
-    backend : {None, 'cuda', 'cpu', 'cpu-ref'}, keyword-only
-        None runs CUDA tensors on 'cuda' (on the tensors' device and torch's current stream)
-        and CPU data on 'cpu' (float32, threaded). 'cpu-ref' is the float64 reference.
-    kernel : {'auto', 'simt', 'sm80_mma'}, keyword-only, default 'auto'
-        The CUDA kernel: 'auto' the fastest that takes the problem (or the one the environment
-        variable KDA_CUDA_KERNEL named when kda_kernels was imported), 'simt' the float32 FFMA
-        kernel (every option and dtype), 'sm80_mma' the tensor-core kernel (refused,
-        NotImplementedError, for a problem it cannot take). The CPU backends take 'auto' only.
+The contract is SPEC.md's (the same as flash-linear-attention 0.5.2's Triton kernel of this
+name). X below is one of float16, bfloat16, float32, the same for every X tensor. Arguments
+are validated once, in libkda; a bad one raises an exception whose message names it.
 
-    All arrays are either torch tensors (CPU or CUDA; both run through the custom op
-    ``torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused``, which torch.compile traces and CUDA
-    graphs capture) or NumPy arrays (CPU backends; bfloat16 as ml_dtypes' dtype). Inputs may
-    have any non-negative element strides (broadcast dimensions included); outputs are new.
+Parameters
+----------
+q, k : array, shape [B, T, H, K], dtype X
+    Queries and keys (K <= 256).
+v, v_new : array, shape [B, T, HV, V], dtype X
+    Values and corrected values (V <= 256). HV is a multiple of H (GVA: value head hv reads
+    query/key head hv // (HV // H)).
+g : array, shape [B, T, HV, K], float32
+    Cumulative gate within each chunk, in log2 space (the operator uses exp2).
+beta : array, shape [B, T, HV], dtype X or float32
+A : array, shape [B, T, HV, BT], dtype X
+    The per-chunk WY matrix, BT = chunk_size; used as stored (no mask is applied).
+h, dh : array, shape [B, NT, HV, K, V] ([B, NT, HV, V, K] when state_v_first), float32 or X
+    Chunk states and their gradients, both of one dtype. NT = ceil(T / BT) per batch row,
+    or with cu_seqlens the total number of chunks over all sequences (B = 1).
+do, dv : array, shape [B, T, HV, V], dtype X
+    Gradient of the output and of v_new. dv is only read.
+scale : float, optional
+    Query scale; None means K ** -0.5.
+cu_seqlens : array, shape [N + 1], int32 or int64, optional
+    Sequence boundaries of N sequences packed along T (then B must be 1).
+chunk_size : int, default 64
+    BT: 16, 32 or 64; must equal A.shape[-1].
+chunk_indices : array, shape [NT, 2], int32 or int64, optional
+    (sequence id, chunk id within the sequence) for every chunk; derived from cu_seqlens
+    when omitted (see ``kda_kernels.chunk_indices``).
+state_v_first : bool, default False
+    h and dh are stored [.., V, K] instead of [.., K, V].
+backend : {None, 'cuda', 'cpu', 'cpu-ref'}, keyword-only
+    None runs CUDA tensors on 'cuda' (on the tensors' device and torch's current stream)
+    and CPU data on 'cpu' (float32, threaded). 'cpu-ref' is the float64 reference.
+kernel : {'auto', 'simt', 'sm80_mma'}, keyword-only, default 'auto'
+    The CUDA kernel: 'auto' the fastest that takes the problem (or the one the environment
+    variable KDA_CUDA_KERNEL named when kda_kernels was imported), 'simt' the float32 FFMA
+    kernel (every option and dtype), 'sm80_mma' the tensor-core kernel (refused,
+    NotImplementedError, for a problem it cannot take). The CPU backends take 'auto' only.
 
-    Returns
-    -------
-    dq, dk : array, shape [B, T, HV, K], float32
-        Per value head; for GVA the caller sums groups of HV // H heads.
-    dv : array, shape [B, T, HV, V], dtype X
-    db : array, shape [B, T, HV], float32
-    dg : array, shape [B, T, HV, K], float32
-        Before the caller's reverse cumulative sum.
-    dA : array, shape [B, T, HV, BT], float32
-        Strictly lower triangular within each chunk.
+All arrays are either torch tensors (CPU or CUDA; both run through the custom op
+``torch.ops.kda_kernels.chunk_kda_bwd_wy_dqkg_fused``, which torch.compile traces and CUDA
+graphs capture) or NumPy arrays (CPU backends; bfloat16 as ml_dtypes' dtype). Inputs may
+have any non-negative element strides (broadcast dimensions included); outputs are new.
 
-    Outputs are new contiguous arrays of the inputs' kind, on q's device.
+Returns
+-------
+dq, dk : array, shape [B, T, HV, K], float32
+    Per value head; for GVA the caller sums groups of HV // H heads.
+dv : array, shape [B, T, HV, V], dtype X
+db : array, shape [B, T, HV], float32
+dg : array, shape [B, T, HV, K], float32
+    Before the caller's reverse cumulative sum.
+dA : array, shape [B, T, HV, BT], float32
+    Strictly lower triangular within each chunk.
 
-    Raises
-    ------
-    TypeError
-        An argument has the wrong dtype or is not an array of q's kind.
-    ValueError
-        An argument has the wrong rank, shape, size, device or contents (cu_seqlens,
-        chunk_indices), ``backend`` or ``kernel`` is unknown, or a CPU backend is given a
-        kernel other than 'auto'.
-    NotImplementedError
-        The backend or the kernel does not support this case.
-    RuntimeError
-        libkda was not found, the backend is not available in it, or a CUDA error occurred.
+Outputs are new contiguous arrays of the inputs' kind, on q's device.
 
-    Examples
-    --------
-    >>> dq, dk, dv2, db, dg, dA = chunk_kda_bwd_wy_dqkg_fused(
-    ...     q, k, v, v_new, g, beta, A, h, do, dh, dv, chunk_size=64)  # doctest: +SKIP
-    """
-    # The torch path first, with the op's arguments in order: it is the one paid per
-    # training step.
-    if _TORCH_OP and isinstance(q, _Tensor):
-        return _WY_OP.call((q, k, v, v_new, g, beta, A, h, do, dh, dv, scale, cu_seqlens,
-                            chunk_size, chunk_indices, state_v_first, backend,
-                            _torch_kernel(kernel, q, backend)))
-    return _call(_problem.CHUNK_BWD_WY_DQKG,
-                 dict(q=q, k=k, v=v, v_new=v_new, g=g, beta=beta, A=A, h=h, do=do, dh=dh, dv=dv),
-                 dict(cu_seqlens=cu_seqlens, chunk_indices=chunk_indices),
-                 (scale, chunk_size, state_v_first), backend, kernel)
+Raises
+------
+TypeError
+    An argument has the wrong dtype or is not an array of q's kind.
+ValueError
+    An argument has the wrong rank, shape, size, device or contents (cu_seqlens,
+    chunk_indices), ``backend`` or ``kernel`` is unknown, or a CPU backend is given a
+    kernel other than 'auto'.
+NotImplementedError
+    The backend or the kernel does not support this case.
+RuntimeError
+    libkda was not found, the backend is not available in it, or a CUDA error occurred.
+
+Examples
+--------
+>>> dq, dk, dv2, db, dg, dA = chunk_kda_bwd_wy_dqkg_fused(
+...     q, k, v, v_new, g, beta, A, h, do, dh, dv, chunk_size=64)  # doctest: +SKIP
+"""
+
+DOCS["chunk_kda_bwd_intra"] = """KDA chunk backward, intra-chunk part: the gradients that flow through the chunk's Aqk
+and Akk matrices back to q, k, beta and g, added to the incoming dq, dk, db, dg.
+
+The contract is SPEC-chunk-bwd-intra.md's (the same as flash-linear-attention 0.5.2's
+Triton kernel of this name). X below is one of float16, bfloat16, float32, the same for q
+and k. Arguments are validated once, in libkda; a bad one raises an exception whose
+message names it.
+
+Parameters
+----------
+q, k : array, shape [B, T, H, K], dtype X
+    Queries and keys (K <= 256).
+g : array, shape [B, T, HV, K], float32
+    Chunk-local cumulative gate in log2 space (the operator uses exp2), non-increasing
+    along time inside every chunk. HV is a multiple of H (GVA: value head hv reads
+    query/key head hv // (HV // H)); everything but q and k is at the HV value heads.
+beta : array, shape [B, T, HV], dtype X or float32
+dAqk, dAkk : array, shape [B, T, HV, BT], float32
+    Gradients of the chunk's Aqk (scale already in it) and Akk; row t's columns are
+    positions inside t's chunk, read lower-inclusive (j <= i, the diagonal included).
+    Entries above the diagonal, and columns past a short chunk's end, are never read.
+dq, dk : array, shape [B, T, HV, K], float32
+    The incoming gradients (only read).
+db : array, shape [B, T, HV], float32
+dg : array, shape [B, T, HV, K], float32
+cu_seqlens : array, shape [N + 1], int32 or int64, optional
+    Sequence boundaries of N sequences packed along T (then B must be 1).
+chunk_indices : array, shape [NT, 2], int32 or int64, optional
+    (sequence id, chunk id within the sequence) for every chunk; derived from cu_seqlens
+    when omitted (see ``kda_kernels.chunk_indices``); ignored without cu_seqlens.
+chunk_size : int, default 64
+    BT: 16, 32 or 64; must equal dAqk.shape[-1] and dAkk.shape[-1].
+safe_gate : bool, default False
+    fla's algorithm switch (the gate is bounded: per-token natural-log decays >= -5). It
+    changes nothing mathematically.
+backend : {None, 'cuda', 'cpu', 'cpu-ref'}, keyword-only
+    None runs CUDA tensors on 'cuda' (on the tensors' device and torch's current stream)
+    and CPU data on 'cpu' (float32, threaded). 'cpu-ref' is the float64 reference.
+kernel : {'auto', 'simt', 'sm80_mma'}, keyword-only, default 'auto'
+    The CUDA kernel ('auto': the fastest that takes the problem, or the one the environment
+    variable KDA_CUDA_KERNEL named when kda_kernels was imported); a kernel the operator
+    does not have is refused (NotImplementedError). The CPU backends take 'auto' only.
+
+All arrays are either torch tensors (CPU or CUDA; both run through the custom op
+``torch.ops.kda_kernels.chunk_kda_bwd_intra``, which torch.compile traces and CUDA graphs
+capture) or NumPy arrays (CPU backends; bfloat16 as ml_dtypes' dtype). Inputs may have any
+non-negative element strides (broadcast dimensions included); outputs are new.
+
+Returns
+-------
+dq, dk : array, shape [B, T, HV, K], float32
+    Incoming plus intra-chunk terms, per value head (for GVA the caller sums groups of
+    HV // H heads).
+db : array, shape [B, T, HV], float32
+dg : array, shape [B, T, HV, K], float32
+    Before the caller's reverse chunk-local cumulative sum.
+
+Outputs are new contiguous arrays of the inputs' kind, on q's device; no input is written.
+
+Raises
+------
+TypeError
+    An argument has the wrong dtype or is not an array of q's kind.
+ValueError
+    An argument has the wrong rank, shape, size, device or contents (cu_seqlens,
+    chunk_indices), ``backend`` or ``kernel`` is unknown, or a CPU backend is given a
+    kernel other than 'auto'.
+NotImplementedError
+    The backend or the kernel does not support this case.
+RuntimeError
+    libkda was not found, the backend is not available in it, or a CUDA error occurred.
+
+Examples
+--------
+>>> dq, dk, db, dg = chunk_kda_bwd_intra(
+...     q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, chunk_size=64)  # doctest: +SKIP
+"""
 
 
-def chunk_kda_bwd_intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens=None,
-                        chunk_indices=None, chunk_size=64, safe_gate=False, *, backend=None,
-                        kernel="auto"):
-    """KDA chunk backward, intra-chunk part: the gradients that flow through the chunk's Aqk
-    and Akk matrices back to q, k, beta and g, added to the incoming dq, dk, db, dg.
+def _public_function(sig):
+    """The public function of operator `sig` (_signatures.Signature): fla's parameter list from
+    the table (the required tensors, then fla's optional tensors and options with their
+    defaults), then the keyword-only backend and kernel. Written as source and compiled, as
+    dataclasses does, so that help(), inspect and keyword calls see the real parameters and a
+    call costs what a hand-written function does (no argument binding per call). Torch tensors
+    go through the custom op (its arguments are the table's rows in the same order), anything
+    else to _call."""
+    params = sig.parameters()
+    names = [name for name, _ in params]
+    rows = [row[0] for row in sig.rows if row[1] != _signatures.ROLE_OUTPUT]
+    assert names == rows, (sig.fla_name, names, rows)
+    listed = ", ".join(name if default is _signatures.REQUIRED else f"{name}={default!r}"
+                       for name, default in params)
+    inputs = ", ".join(f"{a.name}={a.name}" for a in sig.inputs)
+    optionals = ", ".join(f"{a.name}={a.name}" for a in sig.optionals)
+    options = "".join(f"{o.name}, " for o in sig.options)
+    source = (
+        f"def {sig.fla_name}({listed}, *, backend=None, kernel='auto'):\n"
+        f"    if _TORCH_OP and isinstance(q, _Tensor):\n"
+        f"        return _TORCH_OPS[{sig.fla_name!r}].call(({', '.join(names)}, backend,\n"
+        f"            _torch_kernel(kernel, q, backend)))\n"
+        f"    return _call(_problem.OPERATORS[{sig.fla_name!r}], dict({inputs}),\n"
+        f"                 dict({optionals}), ({options}), backend, kernel)\n")
+    scope = {}
+    exec(compile(source, f"<kda_kernels {sig.fla_name}>", "exec"), globals(), scope)
+    function = scope[sig.fla_name]
+    function.__doc__ = DOCS[sig.fla_name]
+    function.__module__ = __name__
+    return function
 
-    The contract is SPEC-chunk-bwd-intra.md's (the same as flash-linear-attention 0.5.2's
-    Triton kernel of this name). X below is one of float16, bfloat16, float32, the same for q
-    and k. Arguments are validated once, in libkda; a bad one raises an exception whose
-    message names it.
 
-    Parameters
-    ----------
-    q, k : array, shape [B, T, H, K], dtype X
-        Queries and keys (K <= 256).
-    g : array, shape [B, T, HV, K], float32
-        Chunk-local cumulative gate in log2 space (the operator uses exp2), non-increasing
-        along time inside every chunk. HV is a multiple of H (GVA: value head hv reads
-        query/key head hv // (HV // H)); everything but q and k is at the HV value heads.
-    beta : array, shape [B, T, HV], dtype X or float32
-    dAqk, dAkk : array, shape [B, T, HV, BT], float32
-        Gradients of the chunk's Aqk (scale already in it) and Akk; row t's columns are
-        positions inside t's chunk, read lower-inclusive (j <= i, the diagonal included).
-        Entries above the diagonal, and columns past a short chunk's end, are never read.
-    dq, dk : array, shape [B, T, HV, K], float32
-        The incoming gradients (only read).
-    db : array, shape [B, T, HV], float32
-    dg : array, shape [B, T, HV, K], float32
-    cu_seqlens : array, shape [N + 1], int32 or int64, optional
-        Sequence boundaries of N sequences packed along T (then B must be 1).
-    chunk_indices : array, shape [NT, 2], int32 or int64, optional
-        (sequence id, chunk id within the sequence) for every chunk; derived from cu_seqlens
-        when omitted (see ``kda_kernels.chunk_indices``); ignored without cu_seqlens.
-    chunk_size : int, default 64
-        BT: 16, 32 or 64; must equal dAqk.shape[-1] and dAkk.shape[-1].
-    safe_gate : bool, default False
-        fla's algorithm switch (the gate is bounded: per-token natural-log decays >= -5). It
-        changes nothing mathematically.
-    backend : {None, 'cuda', 'cpu', 'cpu-ref'}, keyword-only
-        None runs CUDA tensors on 'cuda' (on the tensors' device and torch's current stream)
-        and CPU data on 'cpu' (float32, threaded). 'cpu-ref' is the float64 reference.
-    kernel : {'auto', 'simt', 'sm80_mma'}, keyword-only, default 'auto'
-        The CUDA kernel ('auto': the fastest that takes the problem, or the one the environment
-        variable KDA_CUDA_KERNEL named when kda_kernels was imported); a kernel the operator
-        does not have is refused (NotImplementedError). The CPU backends take 'auto' only.
+for _sig in _signatures.SIGNATURES:
+    globals()[_sig.fla_name] = _public_function(_sig)
 
-    All arrays are either torch tensors (CPU or CUDA; both run through the custom op
-    ``torch.ops.kda_kernels.chunk_kda_bwd_intra``, which torch.compile traces and CUDA graphs
-    capture) or NumPy arrays (CPU backends; bfloat16 as ml_dtypes' dtype). Inputs may have any
-    non-negative element strides (broadcast dimensions included); outputs are new.
-
-    Returns
-    -------
-    dq, dk : array, shape [B, T, HV, K], float32
-        Incoming plus intra-chunk terms, per value head (for GVA the caller sums groups of
-        HV // H heads).
-    db : array, shape [B, T, HV], float32
-    dg : array, shape [B, T, HV, K], float32
-        Before the caller's reverse chunk-local cumulative sum.
-
-    Outputs are new contiguous arrays of the inputs' kind, on q's device; no input is written.
-
-    Raises
-    ------
-    TypeError
-        An argument has the wrong dtype or is not an array of q's kind.
-    ValueError
-        An argument has the wrong rank, shape, size, device or contents (cu_seqlens,
-        chunk_indices), ``backend`` or ``kernel`` is unknown, or a CPU backend is given a
-        kernel other than 'auto'.
-    NotImplementedError
-        The backend or the kernel does not support this case.
-    RuntimeError
-        libkda was not found, the backend is not available in it, or a CUDA error occurred.
-
-    Examples
-    --------
-    >>> dq, dk, db, dg = chunk_kda_bwd_intra(
-    ...     q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, chunk_size=64)  # doctest: +SKIP
-    """
-    if _TORCH_OP and isinstance(q, _Tensor):
-        return _INTRA_OP.call((q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens,
-                               chunk_indices, chunk_size, safe_gate, backend,
-                               _torch_kernel(kernel, q, backend)))
-    return _call(_problem.CHUNK_BWD_INTRA,
-                 dict(q=q, k=k, g=g, beta=beta, dAqk=dAqk, dAkk=dAkk, dq=dq, dk=dk, db=db, dg=dg),
-                 dict(cu_seqlens=cu_seqlens, chunk_indices=chunk_indices),
-                 (chunk_size, safe_gate), backend, kernel)
 
 
 def _call(op, inputs, optionals, options, backend, kernel):

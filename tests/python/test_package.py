@@ -235,4 +235,4 @@ def test_a_wrong_table_fails_the_first_call(tmp_path):
     result = run_python(code, KDA_LIBRARY=str(kk.library_path()), KDA_TORCH_OP="python")
     assert result.returncode == 0, result.stderr
     assert "ERROR" in result.stdout
-    assert "operator chunk_bwd_wy_dqkg argument 5 is 'beta' (input, rank 3" in result.stdout
+    assert "operator chunk_bwd_wy_dqkg argument 5 is 'beta' (input, type 2, rank 3" in result.stdout
