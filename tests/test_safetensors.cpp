@@ -599,9 +599,12 @@ TEST(SafetensorsProblem, RoundTripKeepsInputsOutputsAndMetadata) {
   const Status s =
       kda::io::problem_from_safetensors(parsed, kda::testing::wy_io(), &back, &expected);
   ASSERT_TRUE(s.ok()) << s.message;
-  EXPECT_EQ(back.scale, p.scale);
-  EXPECT_EQ(back.chunk_size, 16);
-  EXPECT_TRUE(back.state_v_first);
+  using kda::ChunkBwdWyDqkgProblem;
+  using kda::io::option_of;
+  EXPECT_EQ(option_of(back, &ChunkBwdWyDqkgProblem::scale),
+            option_of(p, &ChunkBwdWyDqkgProblem::scale));
+  EXPECT_EQ(option_of(back, &ChunkBwdWyDqkgProblem::chunk_size), 16);
+  EXPECT_TRUE(option_of(back, &ChunkBwdWyDqkgProblem::state_v_first));
   for (const auto& [name, t] : p.tensors) {
     const bool is_output = expected.count(name) != 0;
     const HostTensor& got = is_output ? expected.at(name) : back.get(name);
@@ -629,14 +632,16 @@ TEST(SafetensorsProblem, MetadataDefaults) {
   kda::io::HostProblem p;
   const Status s = kda::io::problem_from_safetensors(f, kda::testing::wy_io(), &p, nullptr);
   ASSERT_TRUE(s.ok()) << s.message;
-  EXPECT_FALSE(p.scale.has_value());
-  EXPECT_EQ(p.chunk_size, 16);  // from A.shape[-1]
-  EXPECT_FALSE(p.state_v_first);
+  using kda::ChunkBwdWyDqkgProblem;
+  using kda::io::option_of;
+  EXPECT_FALSE(option_of(p, &ChunkBwdWyDqkgProblem::scale).has_value());
+  EXPECT_EQ(option_of(p, &ChunkBwdWyDqkgProblem::chunk_size), 16);  // from A.shape[-1]
+  EXPECT_FALSE(option_of(p, &ChunkBwdWyDqkgProblem::state_v_first));
 
   f.metadata["state_v_first"] = "0";
   f.metadata["scale"] = "None";
   ASSERT_TRUE(kda::io::problem_from_safetensors(f, kda::testing::wy_io(), &p, nullptr).ok());
-  EXPECT_FALSE(p.scale.has_value());
+  EXPECT_FALSE(option_of(p, &ChunkBwdWyDqkgProblem::scale).has_value());
 }
 
 TEST(SafetensorsProblem, BadProblemsAreRejectedWithAClearMessage) {

@@ -9,8 +9,10 @@
 #include <map>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "kda/kda.hpp"
@@ -33,15 +35,14 @@ struct HostTensor {
 // A NaN-filled ("poisoned") tensor: every element an output must write.
 HostTensor poisoned(DType dtype, std::vector<int64_t> shape);
 
+// An option's value, of the type its table row gives it (KDA_TYPE_BOOL, _INT, _FLOAT_OR_NONE).
+using OptionValue = std::variant<bool, int64_t, std::optional<double>>;
+
 struct HostProblem {
   std::string op = ChunkBwdWyDqkgProblem::kName;  // whose argument table the names follow
   std::map<std::string, HostTensor> tensors;      // by table name: "q", ..., "out.dq"
-  // Scalar options; each operator reads its own (chunk_size: every one; scale and state_v_first:
-  // chunk_bwd_wy_dqkg; safe_gate: chunk_bwd_intra).
-  std::optional<double> scale;
-  int64_t chunk_size = 64;
-  bool state_v_first = false;
-  bool safe_gate = false;
+  // Scalar options by table name ("chunk_size", ...); an absent one is the table's default.
+  std::map<std::string, OptionValue> options;
 
   // Allocates the operator's outputs (shapes and dtypes from its inputs) filled with NaN.
   void allocate_outputs();
@@ -58,9 +59,34 @@ struct HostProblem {
   HostTensor& get(const std::string& name);
 };
 
-// The options of `hp` into P's problem (one overload per operator, in its host.cpp).
-void set_options(const HostProblem& hp, ChunkBwdWyDqkgProblem* p);
-void set_options(const HostProblem& hp, ChunkBwdIntraProblem* p);
+// The options of `hp` into P's problem, by the names of P's option rows. Throws
+// std::invalid_argument for a value of another type than its row's.
+template <typename P>
+void set_options(const HostProblem& hp, P* p) {
+  for (const Option<P>& o : P::options()) {
+    const auto it = hp.options.find(o.info.name);
+    if (it == hp.options.end()) continue;
+    const OptionValue& value = it->second;
+    const bool typed = (o.as_bool && std::holds_alternative<bool>(value)) ||
+                       (o.as_int && std::holds_alternative<int64_t>(value)) ||
+                       (o.as_float && std::holds_alternative<std::optional<double>>(value));
+    if (!typed) {
+      throw std::invalid_argument(std::string("option '") + o.info.name +
+                                  "': a value of another type than its table row's");
+    }
+    if (o.as_bool) p->*o.as_bool = std::get<bool>(value);
+    if (o.as_int) p->*o.as_int = std::get<int64_t>(value);
+    if (o.as_float) p->*o.as_float = std::get<std::optional<double>>(value);
+  }
+}
+
+// An option of `hp` as P's problem holds it (the table's default when `hp` has none).
+template <typename P, typename T>
+T option_of(const HostProblem& hp, T P::*member) {
+  P p;
+  set_options(hp, &p);
+  return p.*member;
+}
 
 // Operator P's problem over `views` (by argument-table name; absent names stay omitted) with
 // the options of `options`: how a problem whose tensors live elsewhere (a GPU) is built.

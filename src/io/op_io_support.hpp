@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "io/host_problem.hpp"
+#include "io/metadata.hpp"
 
 namespace kda::io {
 
@@ -80,6 +81,53 @@ void allocate_outputs_as(HostProblem* hp) {
       }
     }
     hp->tensors[a.info.name] = poisoned(output_dtype(p, a), shape.vector());
+  }
+}
+
+// Every option of P from safetensors metadata under its table name: a bool (absent: false), an
+// integer (absent: `int_fallbacks`' value for it, else the table's default), an optional float
+// (absent or "None": none).
+template <typename P>
+Status options_from_metadata_as(const Metadata& m,
+                                const std::map<std::string, int64_t>& int_fallbacks,
+                                HostProblem* hp) {
+  const P defaults;
+  for (const Option<P>& o : P::options()) {
+    const char* name = o.info.name;
+    if (o.as_bool) {
+      bool value = false;
+      if (Status s = metadata_bool(m, name, &value); !s.ok()) return s;
+      hp->options[name] = value;
+    }
+    if (o.as_int) {
+      const auto fallback = int_fallbacks.find(name);
+      int64_t value = 0;
+      if (Status s = metadata_int(
+              m, name, fallback == int_fallbacks.end() ? defaults.*o.as_int : fallback->second,
+              &value);
+          !s.ok()) {
+        return s;
+      }
+      hp->options[name] = value;
+    }
+    if (o.as_float) {
+      std::optional<double> value;
+      if (Status s = metadata_optional_double(m, name, &value); !s.ok()) return s;
+      hp->options[name] = value;
+    }
+  }
+  return Status::Ok();
+}
+
+// Every option of P into metadata (an optional float only when set), as it reads back.
+template <typename P>
+void options_to_metadata_as(const HostProblem& hp, Metadata* m) {
+  P p;
+  set_options(hp, &p);
+  for (const Option<P>& o : P::options()) {
+    if (o.as_bool) (*m)[o.info.name] = p.*o.as_bool ? "true" : "false";
+    if (o.as_int) (*m)[o.info.name] = std::to_string(p.*o.as_int);
+    if (o.as_float && p.*o.as_float) (*m)[o.info.name] = metadata_double_text(*(p.*o.as_float));
   }
 }
 

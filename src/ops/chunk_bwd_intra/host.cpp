@@ -53,15 +53,11 @@ Status options_from_metadata(const Metadata& m, HostProblem* hp) {
   }
   const HostTensor& dAqk = hp->get("dAqk");
   if (dAqk.shape.empty()) return file_error("input \"dAqk\" is a scalar; expected [B, T, HV, BT]");
-  if (Status s = metadata_int(m, "chunk_size", dAqk.shape.back(), &hp->chunk_size); !s.ok()) {
-    return s;
-  }
-  return metadata_bool(m, "safe_gate", &hp->safe_gate);
+  return options_from_metadata_as<P>(m, {{"chunk_size", dAqk.shape.back()}}, hp);
 }
 
 void options_to_metadata(const HostProblem& hp, Metadata* m) {
-  (*m)["chunk_size"] = std::to_string(hp.chunk_size);
-  (*m)["safe_gate"] = hp.safe_gate ? "true" : "false";
+  options_to_metadata_as<P>(hp, m);
   (*m)["gate"] = "log2";
   (*m)["dg"] = "natural-log convention: dL/d(g*ln2)";
 }
@@ -71,8 +67,7 @@ void options_to_metadata(const HostProblem& hp, Metadata* m) {
 HostProblem allocate_problem(const IntraConfig& c) {
   HostProblem hp;
   hp.op = P::kName;
-  hp.chunk_size = c.BT;
-  hp.safe_gate = c.safe_gate;
+  hp.options = {{"chunk_size", c.BT}, {"safe_gate", c.safe_gate}};
   int64_t B = c.B, T = c.T;
   if (!c.seqlens.empty()) {
     B = 1;
@@ -163,11 +158,6 @@ void fill_random(const IntraConfig& c, HostProblem* hp) {
 }
 
 }  // namespace
-
-void set_options(const HostProblem& hp, ChunkBwdIntraProblem* p) {
-  p->chunk_size = hp.chunk_size;
-  p->safe_gate = hp.safe_gate;
-}
 
 HostProblem make_random_problem(const IntraConfig& c) {
   HostProblem hp = allocate_problem(c);

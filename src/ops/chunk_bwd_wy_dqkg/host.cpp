@@ -62,17 +62,13 @@ Status options_from_metadata(const Metadata& m, HostProblem* hp) {
       !s.ok()) {
     return s;
   }
-  if (Status s = metadata_optional_double(m, "scale", &hp->scale); !s.ok()) return s;
   const HostTensor& A = hp->get("A");
   if (A.shape.empty()) return file_error("input \"A\" is a scalar; expected [B, T, HV, BT]");
-  if (Status s = metadata_int(m, "chunk_size", A.shape.back(), &hp->chunk_size); !s.ok()) return s;
-  return metadata_bool(m, "state_v_first", &hp->state_v_first);
+  return options_from_metadata_as<P>(m, {{"chunk_size", A.shape.back()}}, hp);
 }
 
 void options_to_metadata(const HostProblem& hp, Metadata* m) {
-  if (hp.scale) (*m)["scale"] = metadata_double_text(*hp.scale);
-  (*m)["chunk_size"] = std::to_string(hp.chunk_size);
-  (*m)["state_v_first"] = hp.state_v_first ? "true" : "false";
+  options_to_metadata_as<P>(hp, m);
   (*m)["gate"] = "log2";
 }
 
@@ -99,9 +95,7 @@ HostProblem allocate_problem(const WyDqkgConfig& c) {
                                                        : std::vector<int64_t>{hB, NT, HV, c.K, c.V};
   hp.tensors["h"] = HostTensor(c.h_dtype, h_shape);
   hp.tensors["dh"] = HostTensor(c.h_dtype, h_shape);
-  hp.scale = c.scale;
-  hp.chunk_size = c.BT;
-  hp.state_v_first = c.state_v_first;
+  hp.options = {{"scale", c.scale}, {"chunk_size", c.BT}, {"state_v_first", c.state_v_first}};
   hp.allocate_outputs();
   return hp;
 }
@@ -125,12 +119,6 @@ void fill_random(const WyDqkgConfig& c, HostProblem* hp) {
 }
 
 }  // namespace
-
-void set_options(const HostProblem& hp, ChunkBwdWyDqkgProblem* p) {
-  p->scale = hp.scale;
-  p->chunk_size = hp.chunk_size;
-  p->state_v_first = hp.state_v_first;
-}
 
 HostProblem make_random_problem(const WyDqkgConfig& c) {
   HostProblem hp = allocate_problem(c);
