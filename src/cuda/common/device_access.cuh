@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "ops/chunk_bwd_wy_dqkg/cuda/params.hpp"
+#include "cuda/common/views.hpp"
 
 namespace kda::cuda {
 

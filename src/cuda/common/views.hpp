@@ -1,7 +1,9 @@
 #pragma once
 // The kernels' views of tensors: raw pointers and 64-bit element strides, passed by value inside
 // each operator's parameter block. Plain C++, so the host code that fills them needs no CUDA
-// headers.
+// headers. The views are flat structs, none derived from another: BetaView as a ColumnView plus
+// is_f32 (the same bytes) changed nvcc's code for five of chunk_bwd_wy_dqkg's simt kernels
+// (dev/sass-compare.py).
 
 #include <cstdint>
 
@@ -19,7 +21,28 @@ struct TokenView {
   int64_t stride_col = 0;
 };
 
-// beta [B, T, HV], in X or float32 (`is_f32`).
+// A TokenView whose rows can also be read by asynchronous copies: `copy_bytes` is the widest
+// copy (16, 8 or 4 bytes) that every row of the tensor can be read with (columns contiguous, every
+// row start aligned to it); 0: read element by element.
+struct TokenCopyView {
+  const void* data = nullptr;
+  int64_t stride_batch = 0;
+  int64_t stride_token = 0;
+  int64_t stride_head = 0;
+  int64_t stride_col = 0;
+  int copy_bytes = 0;
+};
+
+// A [B, T, heads] tensor (one value per token and head): element (b, t, head) lives at
+// data[b * stride_batch + t * stride_token + head * stride_head].
+struct ColumnView {
+  const void* data = nullptr;
+  int64_t stride_batch = 0;
+  int64_t stride_token = 0;
+  int64_t stride_head = 0;
+};
+
+// beta [B, T, HV], in X or float32 (`is_f32`): a ColumnView's fields and the dtype.
 struct BetaView {
   const void* data = nullptr;
   int64_t stride_batch = 0;
@@ -50,6 +73,28 @@ struct ChunkLayout {
 
 inline TokenView token_view(const TensorView& t) {
   return {t.data, t.strides[0], t.strides[1], t.strides[2], t.strides[3]};
+}
+
+// The widest of 16, 8, 4 bytes that every row start of `t` is aligned to (data pointer and all
+// strides but the last), with a unit column stride; 0 when none (element-by-element copies).
+inline int row_copy_bytes(const TensorView& t) {
+  if (t.strides[t.rank - 1] != 1) return 0;
+  const auto elem = static_cast<int64_t>(dtype_size(t.dtype));
+  for (int bytes : {16, 8, 4}) {
+    if (bytes < elem || reinterpret_cast<uintptr_t>(t.data) % bytes != 0) continue;
+    bool aligned = true;
+    for (int d = 0; d + 1 < t.rank; ++d) aligned = aligned && (t.strides[d] * elem) % bytes == 0;
+    if (aligned) return bytes;
+  }
+  return 0;
+}
+
+inline TokenCopyView token_copy_view(const TensorView& t) {
+  return {t.data, t.strides[0], t.strides[1], t.strides[2], t.strides[3], row_copy_bytes(t)};
+}
+
+inline ColumnView column_view(const TensorView& t) {
+  return {t.data, t.strides[0], t.strides[1], t.strides[2]};
 }
 
 inline BetaView beta_view(const TensorView& t) {

@@ -24,7 +24,7 @@
 #include "core/element.hpp"
 #include "intra_device.hpp"
 #include "intra_problem.hpp"
-#include "ops/chunk_bwd_intra/cuda/sm80_mma/launch.hpp"
+#include "ops/chunk_bwd_intra/cuda/variant.hpp"
 
 namespace {
 

@@ -25,7 +25,8 @@
 #include "intra_problem.hpp"
 
 #include "cuda/common/tensor_map.hpp"
-#include "ops/chunk_bwd_intra/cuda/sm80_mma/launch.hpp"
+#include "ops/chunk_bwd_intra/cuda/make_params.hpp"
+#include "ops/chunk_bwd_intra/cuda/variant.hpp"
 
 namespace {
 

@@ -6,8 +6,8 @@
 
 #include "cuda/common/device_access.cuh"
 #include "cuda/common/tma.cuh"
+#include "ops/chunk_bwd_intra/cuda/params.hpp"
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/device.cuh"
-#include "ops/chunk_bwd_intra/cuda/sm80_mma/params.hpp"
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/traits.cuh"
 
 namespace kda::cuda::intra {
@@ -58,7 +58,7 @@ __device__ __noinline__ uint32_t issue_item_copies(const IntraParams& p, const I
 
   // Q, Kk, G: rows of pc.padded channels; tensor 0, 1, 2.
   for (int which = 0; which < 3; ++which) {
-    const IntraRows& t = which == 0 ? p.q : which == 1 ? p.k : p.g;
+    const TokenCopyView& t = which == 0 ? p.q : which == 1 ? p.k : p.g;
     const int elem_bytes = which == 2 ? 4 : kXBytes;
     const int ld = which == 2 ? Tr::kLdG : Tr::kLdX;
     const int dst_off = which == 0 ? Tr::kMap.q_off : which == 1 ? Tr::kMap.k_off : Tr::kMap.g_off;
@@ -73,7 +73,7 @@ __device__ __noinline__ uint32_t issue_item_copies(const IntraParams& p, const I
   }
   // dAqk, dAkk: rows i < L, columns j <= i, packed per sub-chunk.
   for (int which = 0; which < 2; ++which) {
-    const IntraRows& t = which == 0 ? p.dAqk : p.dAkk;
+    const TokenCopyView& t = which == 0 ? p.dAqk : p.dAkk;
     const auto* base = static_cast<const unsigned char*>(t.data) + origin(t, u, u.hv, 0) * 4;
     const int64_t row_bytes = t.stride_token * 4;
     unsigned char* dst = stage + (which == 0 ? Tr::kMap.aq_off : Tr::kMap.ak_off);
@@ -124,7 +124,7 @@ __device__ __noinline__ uint32_t issue_item_copies_fast(const IntraParams& p, co
   const int L = u.len;
   const PassChannels pc = pass_channels(p, pass);
   const int64_t hq = u.hv / p.heads_per_group;
-  auto rows = [&](const IntraRows& t, int64_t head, int elem_bytes, int64_t col0) {
+  auto rows = [&](const TokenCopyView& t, int64_t head, int elem_bytes, int64_t col0) {
     return static_cast<const unsigned char*>(t.data) + origin(t, u, head, col0) * elem_bytes;
   };
   const int x_valid = pc.valid * kX;
@@ -254,7 +254,7 @@ __device__ __noinline__ void prefetch_item(const IntraParams& p, const IntraUnit
   const int lane = tid % 32;
   const PassChannels pc = pass_channels(p, pass);
   const int64_t hq = u.hv / p.heads_per_group;
-  auto rows_of = [&](const IntraRows& t, int64_t head, int elem_bytes, int cols, int64_t col0) {
+  auto rows_of = [&](const TokenCopyView& t, int64_t head, int elem_bytes, int cols, int64_t col0) {
     if (t.stride_col != 1) return;
     const auto* base =
         static_cast<const unsigned char*>(t.data) + origin(t, u, head, col0) * elem_bytes;
@@ -295,7 +295,7 @@ __device__ __noinline__ void prefetch_incoming_fast(const IntraParams& p, const 
     const int r = idx / kLines % Tr::kBT;
     const int m = idx % kLines;
     if (r >= u.len) continue;
-    const IntraRows& t = which == 0 ? p.dq : which == 1 ? p.dk : p.dg;
+    const TokenCopyView& t = which == 0 ? p.dq : which == 1 ? p.dk : p.dg;
     const auto start = reinterpret_cast<uintptr_t>(static_cast<const float*>(t.data) +
                                                    origin(t, u, u.hv, pc.ch0) + r * t.stride_token);
     prefetch_row_line(start, row_bytes, m);

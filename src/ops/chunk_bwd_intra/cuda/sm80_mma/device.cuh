@@ -12,7 +12,7 @@
 #include "cuda/common/device_access.cuh"
 #include "cuda/common/mma_fragments.cuh"
 #include "cuda/common/tf32_mma.cuh"
-#include "ops/chunk_bwd_intra/cuda/sm80_mma/params.hpp"
+#include "ops/chunk_bwd_intra/cuda/params.hpp"
 
 namespace kda::cuda::intra {
 
@@ -162,13 +162,13 @@ inline __device__ __noinline__ IntraUnit resolve_unit(const IntraParams& p, int6
 }
 
 // Element offset of (batch, t0, head, col) in a [B, T, heads, cols] tensor.
-__device__ __forceinline__ int64_t origin(const IntraRows& t, const IntraUnit& u, int64_t head,
+__device__ __forceinline__ int64_t origin(const TokenCopyView& t, const IntraUnit& u, int64_t head,
                                           int64_t col) {
   return u.batch * t.stride_batch + u.t0 * t.stride_token + head * t.stride_head +
          col * t.stride_col;
 }
 
-__device__ __forceinline__ int64_t origin(const IntraColumn& t, const IntraUnit& u) {
+__device__ __forceinline__ int64_t origin(const ColumnView& t, const IntraUnit& u) {
   return u.batch * t.stride_batch + u.t0 * t.stride_token + u.hv * t.stride_head;
 }
 

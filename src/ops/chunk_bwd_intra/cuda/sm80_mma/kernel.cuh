@@ -29,9 +29,9 @@
 
 #include "cuda/common/device_access.cuh"
 #include "cuda/common/tma.cuh"
+#include "ops/chunk_bwd_intra/cuda/params.hpp"
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/copies.cuh"
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/device.cuh"
-#include "ops/chunk_bwd_intra/cuda/sm80_mma/params.hpp"
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/phase_one.cuh"
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/phase_two.cuh"
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/traits.cuh"

@@ -6,10 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
-#include <tuple>
 #include <type_traits>
 
 #include "cuda/common/cuda_status.hpp"
@@ -19,10 +16,6 @@
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/launch.hpp"
 
 namespace kda::cuda::intra {
-
-// Per (kernel, device, bytes): resident CTAs per SM, queried once (no synchronization) under a
-// lock. (The device's SM count and shared-memory limit: device_facts, kernel_attributes.hpp.)
-Status resident_ctas(const void* kernel, int device, int threads, int smem_bytes, int* out);
 
 // Launches the kernel of traits Tr (params.smem filled): a persistent grid of as many CTAs as
 // fit at once (or, `balanced_grid`, the fewest that need as many rounds), each looping over units.

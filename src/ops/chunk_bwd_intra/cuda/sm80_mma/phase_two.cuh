@@ -5,9 +5,9 @@
 #include <cstdint>
 
 #include "cuda/common/device_access.cuh"
+#include "ops/chunk_bwd_intra/cuda/params.hpp"
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/c_tile.cuh"
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/device.cuh"
-#include "ops/chunk_bwd_intra/cuda/sm80_mma/params.hpp"
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/traits.cuh"
 
 namespace kda::cuda::intra {

@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
+#include "ops/chunk_bwd_intra/cuda/params.hpp"
 #include "ops/chunk_bwd_intra/cuda/sm80_mma/device.cuh"
-#include "ops/chunk_bwd_intra/cuda/sm80_mma/params.hpp"
 
 namespace kda::cuda::intra {
 

@@ -1,7 +1,7 @@
 #pragma once
-// The chunk_bwd_intra kernel's parameter block (raw pointers, 64-bit element strides, passed by
-// value) and its shared-memory map. Plain C++ so that the host code filling them needs no CUDA
-// headers.
+// The chunk_bwd_intra kernels' parameter block (the views of cuda/common/views.hpp: raw pointers,
+// 64-bit element strides; passed by value) and its shared-memory map. Plain C++ so that the host
+// code filling them needs no CUDA headers.
 
 #include <cstdint>
 
@@ -9,29 +9,6 @@
 #include "cuda/common/views.hpp"
 
 namespace kda::cuda::intra {
-
-using cuda::ChunkLayout;
-
-// A [B, T, heads, cols] tensor: element (b, t, head, col) at
-// data[b * stride_batch + t * stride_token + head * stride_head + col * stride_col].
-struct IntraRows {
-  const void* data = nullptr;
-  int64_t stride_batch = 0;
-  int64_t stride_token = 0;
-  int64_t stride_head = 0;
-  int64_t stride_col = 0;
-  // The widest asynchronous copy (16, 8 or 4 bytes) that every row of the tensor can be read
-  // with: columns contiguous and every row start aligned to it. 0: read element by element.
-  int copy_bytes = 0;
-};
-
-// A [B, T, heads] tensor (beta, db).
-struct IntraColumn {
-  const void* data = nullptr;
-  int64_t stride_batch = 0;
-  int64_t stride_token = 0;
-  int64_t stride_head = 0;
-};
 
 // One stage's map (bytes from the stage's start), fixed per (chunk size, X): every pass is laid
 // out for kMaxPassChannels channels whatever K is, so that the kernel's shared-memory addresses
@@ -108,13 +85,15 @@ IntraSmemLayout make_intra_smem_layout(int chunk_size, int64_t K, int x_bytes, i
                                        int stages_request, int max_bytes);
 
 struct IntraParams {
-  IntraRows q, k;        // [B, T, H, K]   X
-  IntraRows g;           // [B, T, HV, K]  float32
-  IntraRows dAqk, dAkk;  // [B, T, HV, BT] float32
-  IntraRows dq, dk, dg;  // [B, T, HV, K]  float32, incoming
-  IntraColumn beta;      // [B, T, HV]     X or float32 (beta_is_f32)
-  IntraColumn db;        // [B, T, HV]     float32, incoming
-  ChunkLayout chunks;    // fixed length or varlen, and the index tensors
+  TokenCopyView q, k;        // [B, T, H, K]   X
+  TokenCopyView g;           // [B, T, HV, K]  float32
+  TokenCopyView dAqk, dAkk;  // [B, T, HV, BT] float32
+  TokenCopyView dq, dk, dg;  // [B, T, HV, K]  float32, incoming
+  ColumnView beta;           // [B, T, HV]     X or float32 (beta_is_f32)
+  ColumnView db;             // [B, T, HV]     float32, incoming
+  ChunkLayout chunks;        // fixed length or varlen, and the index tensors
+  // beta's dtype, kept out of the view (not a BetaView): its byte inside the view moved the
+  // members after it, and the kernels' code changed with them (dev/sass-compare.py).
   bool beta_is_f32 = false;
   bool l2_prefetch = true;  // prefetch the current item's incoming dq/dk/dg (and, with one
                             // stage, the next item's inputs) into L2

@@ -1,45 +1,13 @@
-// Host side of the chunk_bwd_intra kernel: the parameter block from a validated problem, the
-// shared-memory map, the variant switches, and the cached device facts the launcher needs.
+// Fills IntraParams: the views of every tensor (with their rows' copy widths), the bulk-copy
+// tensor maps, the flags; and the shared-memory map the launcher adds.
 
-#include <cuda_runtime.h>
-
-#include <algorithm>
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <sstream>
-#include <string>
-#include <tuple>
 
-#include "cuda/common/cuda_status.hpp"
-#include "ops/chunk_bwd_intra/cuda/sm80_mma/launch.hpp"
-#include "ops/chunk_bwd_intra/cuda/sm80_mma/launch_template.cuh"
+#include "ops/chunk_bwd_intra/cuda/make_params.hpp"
 
 namespace kda::cuda::intra {
 
 namespace {
-
-// The widest of 16, 8, 4 bytes that every row start of `t` is aligned to (data pointer and all
-// strides but the last), with a unit column stride; 0 when none (element-by-element copies).
-int copy_bytes_of(const TensorView& t) {
-  if (t.strides[t.rank - 1] != 1) return 0;
-  const auto elem = static_cast<int64_t>(dtype_size(t.dtype));
-  for (int bytes : {16, 8, 4}) {
-    if (bytes < elem || reinterpret_cast<uintptr_t>(t.data) % bytes != 0) continue;
-    bool aligned = true;
-    for (int d = 0; d + 1 < t.rank; ++d) aligned = aligned && (t.strides[d] * elem) % bytes == 0;
-    if (aligned) return bytes;
-  }
-  return 0;
-}
-
-IntraRows rows_view(const TensorView& t) {
-  return {t.data, t.strides[0], t.strides[1], t.strides[2], t.strides[3], copy_bytes_of(t)};
-}
-
-IntraColumn column_view(const TensorView& t) {
-  return {t.data, t.strides[0], t.strides[1], t.strides[2]};
-}
 
 // A [B, T, heads, cols] tensor's tile map with boxes of `rows` tokens x `cols` columns of one
 // head (dims innermost first: columns, heads, tokens, batch).
@@ -102,19 +70,19 @@ IntraSmemLayout make_intra_smem_layout(int chunk_size, int64_t K, int x_bytes, i
 IntraParams make_intra_params(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& dims,
                               const IntraVariant& variant) {
   IntraParams p;
-  p.q = rows_view(problem.q);
-  p.k = rows_view(problem.k);
-  p.g = rows_view(problem.g);
-  p.dAqk = rows_view(problem.dAqk);
-  p.dAkk = rows_view(problem.dAkk);
-  p.dq = rows_view(problem.dq);
-  p.dk = rows_view(problem.dk);
-  p.dg = rows_view(problem.dg);
+  p.q = token_copy_view(problem.q);
+  p.k = token_copy_view(problem.k);
+  p.g = token_copy_view(problem.g);
+  p.dAqk = token_copy_view(problem.dAqk);
+  p.dAkk = token_copy_view(problem.dAkk);
+  p.dq = token_copy_view(problem.dq);
+  p.dk = token_copy_view(problem.dk);
+  p.dg = token_copy_view(problem.dg);
   p.beta = column_view(problem.beta);
   p.db = column_view(problem.db);
   p.beta_is_f32 = problem.beta.dtype == DType::f32;
   p.fast_copies = true;
-  for (const IntraRows* t : {&p.q, &p.k, &p.g, &p.dAqk, &p.dAkk}) {
+  for (const TokenCopyView* t : {&p.q, &p.k, &p.g, &p.dAqk, &p.dAkk}) {
     p.fast_copies = p.fast_copies && t->copy_bytes == 16;
   }
   p.fast_prefetch = p.dq.stride_col == 1 && p.dk.stride_col == 1 && p.dg.stride_col == 1;
@@ -134,66 +102,6 @@ IntraParams make_intra_params(const ChunkBwdIntraProblem& problem, const ChunkBw
   if (variant.tma != 0 && variant.fast_paths) encode_maps(problem, dims, &p);
   p.diag_tc = problem.safe_gate && variant.diag == 0;
   return p;
-}
-
-bool IntraVariant::parse(const std::string& text, IntraVariant* out) {
-  IntraVariant v;
-  std::stringstream items(text);
-  std::string item;
-  while (std::getline(items, item, ',')) {
-    if (item.empty()) continue;
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos) return false;
-    const std::string key = item.substr(0, eq);
-    const std::string value = item.substr(eq + 1);
-    if (key == "split" && (value == "0" || value == "1" || value == "3")) {
-      v.split = std::stoi(value);
-    } else if (key == "stages" && (value == "0" || value == "1" || value == "2")) {
-      v.stages = std::stoi(value);
-    } else if (key == "prefetch" && (value == "0" || value == "1")) {
-      v.l2_prefetch = value == "1";
-    } else if (key == "fast" && (value == "0" || value == "1")) {
-      v.fast_paths = value == "1";
-    } else if (key == "tma" && (value == "0" || value == "1")) {
-      v.tma = std::stoi(value);
-    } else if (key == "diag" && (value == "0" || value == "1")) {
-      v.diag = std::stoi(value);
-    } else if (key == "grid" && (value == "0" || value == "1")) {
-      v.grid = std::stoi(value);
-    } else {
-      return false;
-    }
-  }
-  *out = v;
-  return true;
-}
-
-std::string IntraVariant::describe() const {
-  return "split=" + std::to_string(split) + ",stages=" + std::to_string(stages) +
-         ",prefetch=" + std::to_string(l2_prefetch ? 1 : 0) +
-         ",fast=" + std::to_string(fast_paths ? 1 : 0) + ",tma=" + std::to_string(tma) +
-         ",diag=" + std::to_string(diag) + ",grid=" + std::to_string(grid);
-}
-
-Status resident_ctas(const void* kernel, int device, int threads, int smem_bytes, int* out) {
-  static std::mutex mutex;
-  static std::map<std::tuple<const void*, int, int>, int> known;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(kernel, device, smem_bytes);
-  if (auto it = known.find(key); it != known.end()) {
-    *out = it->second;
-    return Status::Ok();
-  }
-  int n = 0;
-  if (Status s = cuda_status(
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem_bytes),
-          "cudaOccupancyMaxActiveBlocksPerMultiprocessor(chunk_bwd_intra)");
-      !s.ok()) {
-    return s;
-  }
-  known[key] = n;
-  *out = n;
-  return Status::Ok();
 }
 
 }  // namespace kda::cuda::intra
