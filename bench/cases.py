@@ -1,7 +1,8 @@
 """The benchmark's cases for both operators, their byte counts and floors, and the chunk sampling
 that keeps the float64 reference affordable on large cases.
 
-Imports NumPy only (no torch), so everything here is unit-tested on a CPU machine
+The operators' names, inputs and outputs come from kda_kernels' tables (libkda's, through
+op_tables.json). Needs no GPU, so everything here is unit-tested on a CPU machine
 (bench/test_bench.py). Array arguments may be NumPy arrays or torch tensors.
 """
 
@@ -9,23 +10,23 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from kda_kernels import _signatures
 
 # SPEC.md: an H200's measured device-to-device copy bandwidth here, counting read + write.
 H200_COPY_BANDWIDTH = 4.27e12  # bytes / s
 DTYPE_SIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 
-# The operators (the library's names, as bench/run.py --op takes them).
+# The operators (the library's names, as bench/run.py --op takes them), from the tables; the two
+# this file has cases for.
+OPS = tuple(sig.op_name for sig in _signatures.SIGNATURES)
 WY = "chunk_bwd_wy_dqkg"
 INTRA = "chunk_bwd_intra"
-OPS = (WY, INTRA)
-FLA_NAMES = {WY: "chunk_kda_bwd_wy_dqkg_fused", INTRA: "chunk_kda_bwd_intra"}
+FLA_NAMES = {sig.op_name: sig.fla_name for sig in _signatures.SIGNATURES}
 # fla's Triton kernel of each, whose autotuner the bench pins or tunes.
 FLA_KERNELS = {WY: "chunk_kda_bwd_kernel_wy_dqkg_fused", INTRA: "chunk_kda_bwd_kernel_intra"}
-OP_INPUTS = {
-    WY: ("q", "k", "v", "v_new", "g", "beta", "A", "h", "do", "dh", "dv"),
-    INTRA: ("q", "k", "g", "beta", "dAqk", "dAkk", "dq", "dk", "db", "dg"),
-}
-OP_OUTPUTS = {WY: ("dq", "dk", "dv", "db", "dg", "dA"), INTRA: ("dq", "dk", "db", "dg")}
+OP_INPUTS = {sig.op_name: tuple(a.name for a in sig.inputs) for sig in _signatures.SIGNATURES}
+OP_OUTPUTS = {sig.op_name: tuple(a.returned_as for a in sig.outputs)
+              for sig in _signatures.SIGNATURES}
 # chunk_bwd_wy_dqkg's, under the names the rest of the bench has always used.
 INPUT_NAMES = OP_INPUTS[WY]
 OUTPUT_NAMES = OP_OUTPUTS[WY]

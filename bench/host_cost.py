@@ -60,8 +60,10 @@ import sys
 import time
 from pathlib import Path
 
-OPS = {"chunk_bwd_wy_dqkg": "chunk_kda_bwd_wy_dqkg_fused",
-       "chunk_bwd_intra": "chunk_kda_bwd_intra"}
+# The operators (library name -> fla name), from libkda's tables as the package holds them: read
+# from the file, since the package itself is imported only once measure() has set the process up.
+_TABLES = Path(__file__).resolve().parents[1] / "python" / "kda_kernels" / "op_tables.json"
+OPS = {op["name"]: op["fla_name"] for op in json.loads(_TABLES.read_text())["ops"]}
 LAYERS = ("public", "custom-op", "impl", "fla-backend", "kda_run")
 IMPLEMENTATIONS = ("compiled", "python")
 
