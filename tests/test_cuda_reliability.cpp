@@ -697,7 +697,7 @@ TEST_P(Past2To31Elements, AgreeWithReferenceOnChunksAroundTheBoundaries) {
   HostTensor cu(DType::i64, {static_cast<int64_t>(samples.size()) + 1});
   for (const Sample& sm : samples) cu.set(sm.index + 1, static_cast<double>(sm.small_t0 + sm.len));
   small.tensors["cu_seqlens"] = std::move(cu);
-  small.chunk_size = c.BT;
+  small.options["chunk_size"] = c.BT;
   small.allocate_outputs();
   const Clock::time_point ref_start = Clock::now();
   const HostProblem ref = reference_of(small);

@@ -61,6 +61,21 @@ def _is_torch_tensor(x):
 # Each operator's docstring, by fla name: what help() shows for its public function.
 DOCS = {}
 
+# What every operator raises (a section of each docstring).
+_RAISES = """Raises
+------
+TypeError
+    An argument has the wrong dtype or is not an array of q's kind.
+ValueError
+    An argument has the wrong rank, shape, size, device or contents (cu_seqlens,
+    chunk_indices), ``backend`` or ``kernel`` is unknown, or a CPU backend is given a
+    kernel other than 'auto'.
+NotImplementedError
+    The backend or the kernel does not support this case.
+RuntimeError
+    libkda was not found, the backend is not available in it, or a CUDA error occurred.
+"""
+
 DOCS["chunk_kda_bwd_wy_dqkg_fused"] = """KDA chunk backward through the WY representation: gradients dq, dk, dv, db, dg, dA.
 
 The contract is SPEC.md's (the same as flash-linear-attention 0.5.2's Triton kernel of this
@@ -122,19 +137,7 @@ dA : array, shape [B, T, HV, BT], float32
 
 Outputs are new contiguous arrays of the inputs' kind, on q's device.
 
-Raises
-------
-TypeError
-    An argument has the wrong dtype or is not an array of q's kind.
-ValueError
-    An argument has the wrong rank, shape, size, device or contents (cu_seqlens,
-    chunk_indices), ``backend`` or ``kernel`` is unknown, or a CPU backend is given a
-    kernel other than 'auto'.
-NotImplementedError
-    The backend or the kernel does not support this case.
-RuntimeError
-    libkda was not found, the backend is not available in it, or a CUDA error occurred.
-
+""" + _RAISES + """
 Examples
 --------
 >>> dq, dk, dv2, db, dg, dA = chunk_kda_bwd_wy_dqkg_fused(
@@ -200,19 +203,7 @@ dg : array, shape [B, T, HV, K], float32
 
 Outputs are new contiguous arrays of the inputs' kind, on q's device; no input is written.
 
-Raises
-------
-TypeError
-    An argument has the wrong dtype or is not an array of q's kind.
-ValueError
-    An argument has the wrong rank, shape, size, device or contents (cu_seqlens,
-    chunk_indices), ``backend`` or ``kernel`` is unknown, or a CPU backend is given a
-    kernel other than 'auto'.
-NotImplementedError
-    The backend or the kernel does not support this case.
-RuntimeError
-    libkda was not found, the backend is not available in it, or a CUDA error occurred.
-
+""" + _RAISES + """
 Examples
 --------
 >>> dq, dk, db, dg = chunk_kda_bwd_intra(
