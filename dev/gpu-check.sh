@@ -158,6 +158,10 @@ print("outputs", [tuple(o.shape) for o in outs], "finite on", outs[0].device)
     trc=$?
     row "pytest tests/python (installed, fla trimmed)" \
       "$([ $trc -eq 0 ] && echo PASS || echo "FAIL (rc $trc)"): $(grep -E 'passed|failed' "$logs/pytest.log" | tail -1)"
+    # The failing tests by name, in the summary: the logs may not come back (8 files at most).
+    grep -E '^(FAILED|ERROR) ' "$logs/pytest.log" | head -5 | while read -r line; do
+      row "  $line" ""
+    done
   ) &
   python_pid=$!
 fi

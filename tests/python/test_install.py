@@ -215,10 +215,24 @@ def test_readme_offline_install_names_missing_prerequisites(tmp_path):
     assert "numpy" in output, output[-3000:]
 
 
+def _cmake_finds_the_build_dependencies():
+    """Whether CMake finds what configuring libkda needs (the Debian packages .ci/run installs:
+    Eigen3, nlohmann_json): a GPU machine has CMake but not them."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as scratch:
+        Path(scratch, "CMakeLists.txt").write_text(
+            "cmake_minimum_required(VERSION 3.25)\nproject(probe LANGUAGES NONE)\n"
+            "find_package(Eigen3 3.3 REQUIRED NO_MODULE)\n"
+            "find_package(nlohmann_json 3.10 REQUIRED)\n")
+        return subprocess.run(["cmake", "-S", scratch, "-B", str(Path(scratch, "b"))],
+                              capture_output=True).returncode == 0
+
+
 needs_cmake = pytest.mark.skipif(
     shutil.which("cmake") is None or shutil.which("git") is None
-    or not (REPO_ROOT / ".git").exists(),
-    reason="needs cmake, git and a git checkout (the build copies the tracked files)",
+    or not (REPO_ROOT / ".git").exists() or not _cmake_finds_the_build_dependencies(),
+    reason="needs cmake with libkda's build dependencies (Eigen3, nlohmann_json), git and a git "
+           "checkout (the build copies the tracked files)",
 )
 
 

@@ -12,7 +12,7 @@ namespace kda::cuda::intra {
 // Kernel variants. The defaults are the library's choice; the benchmark times the others.
 struct IntraVariant {
   // Off-diagonal products: 1 = TF32 (one rounding of each operand; 16-bit X only), 3 = 3xTF32
-  // (float32-level; always used for float32 X). 0: the default, 1 for 16-bit X.
+  // (float32-level). 0: the default, 3 for every X.
   int split = 0;
   // Shared-memory stages: 0 = two when they fit (the next item's copies overlap the current
   // item's compute), else one; 1 or 2 force it (2 falls back to 1 when it does not fit).

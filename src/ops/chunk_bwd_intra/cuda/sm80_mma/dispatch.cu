@@ -46,8 +46,10 @@ Status launch_sm80_mma(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraD
   const cuda::intra::IntraParams params = cuda::intra::make_intra_params(problem, dims, variant);
   return cuda::dispatch_x_dtype(dims.x_dtype, [&](auto x) {
     using XT = typename decltype(x)::type;
-    // float32 X always takes 3xTF32: plain TF32 misses its bar.
-    const int split = std::is_same_v<XT, float> || variant.split == 3 ? 3 : 1;
+    // 3xTF32 unless split=1 is asked for (16-bit X only): float32 X misses its bar on plain
+    // TF32, and 16-bit X on TF32 was less accurate than fla's kernel through a whole layer
+    // (fla's own varlen float16 test failed on dt_bias's gradient; docs/performance.md).
+    const int split = std::is_same_v<XT, float> || variant.split != 1 ? 3 : 1;
     return cuda::dispatch_int<1, 3>("split", split, [&](auto s) {
       if constexpr (std::is_same_v<XT, float> && decltype(s)::value == 1) {
         return Status{StatusCode::internal, "cuda chunk_bwd_intra: float32 X needs split 3"};
