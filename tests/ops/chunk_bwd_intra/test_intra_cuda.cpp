@@ -494,9 +494,10 @@ INSTANTIATE_TEST_SUITE_P(SafeGate, IntraCudaCausality, ::testing::Values(false, 
 
 // --- the diagonal blocks: tensor cores (safe_gate) against the exact path --------------------
 
-// safe_gate True at the model's K: the default variant takes the tensor-core diagonal kernel and
-// `diag=1` the exact one. Both meet the bar against the float64 reference, and their results
-// differ (TF32 on the diagonal blocks): the dispatch did pick two kernels.
+// safe_gate True at the model's K with TF32 products (`split=1`; the tensor-core diagonal exists
+// only there): the variant takes the tensor-core diagonal kernel and `diag=1` the exact one. Both
+// meet the bar against the float64 reference, and their results differ (TF32 on the diagonal
+// blocks): the dispatch did pick two kernels.
 TEST(IntraCudaDiagonal, TensorCoreAndExactPathsBothMeetTheBar) {
   SKIP_WITHOUT_GPU();
   for (DType x : {DType::bf16, DType::f16}) {
@@ -516,6 +517,7 @@ TEST(IntraCudaDiagonal, TensorCoreAndExactPathsBothMeetTheBar) {
     std::map<std::string, HostTensor> results[2];
     for (int diag : {0, 1}) {
       kda::cuda::intra::IntraVariant variant;
+      variant.split = 1;
       variant.diag = diag;
       const auto params = kda::cuda::intra::make_intra_params(dev.problem(), hp.dims(), variant);
       ASSERT_TRUE(params.tma_copies) << "the case should take the bulk-copy kernels";
