@@ -1,0 +1,274 @@
+// The whole KDA layer in float64 (layer_reference.hpp): for every sequence and value head, the
+// activations of its tokens, the recurrence forward with every state kept, then the recurrence
+// backward token by token in reverse, then the activations' backward.
+
+#include "ops/chunk_kda/layer_reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace kda::layer {
+
+namespace {
+
+double sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
+
+// log(1 + e^x) without overflow.
+double softplus(double x) {
+  return std::max(x, 0.0) + std::log1p(std::exp(-std::abs(x)));
+}
+
+// One sequence: batch row `b`, tokens [t0, t0 + len), state slot `n`.
+struct Sequence {
+  int64_t b, t0, len, n;
+};
+
+std::vector<Sequence> sequences_of(const LayerShape& s) {
+  std::vector<Sequence> out;
+  if (s.cu_seqlens.empty()) {
+    for (int64_t b = 0; b < s.B; ++b) out.push_back({b, 0, s.T, b});
+    return out;
+  }
+  for (size_t n = 0; n + 1 < s.cu_seqlens.size(); ++n) {
+    const int64_t t0 = s.cu_seqlens[n], t1 = s.cu_seqlens[n + 1];
+    out.push_back({0, t0, t1 - t0, static_cast<int64_t>(n)});
+  }
+  return out;
+}
+
+// The gate of one channel from its raw input x = g + dt_bias (step 2), and its derivatives by x
+// and by A_log.
+struct Gate {
+  double value, d_x, d_A_log;
+};
+
+Gate gate_of(double x, const LayerOptions& o, bool has_A_log, double A_log) {
+  const double s = has_A_log ? std::exp(A_log) : 1.0;
+  if (o.lower_bound) {
+    const double L = *o.lower_bound;
+    const double sg = sigmoid(s * x);
+    const double d_sx = L * sg * (1.0 - sg);  // d value / d (s x)
+    return {L * sg, d_sx * s, has_A_log ? d_sx * x * s : 0.0};
+  }
+  const double value = -s * softplus(x);
+  return {value, -s * sigmoid(x), value};
+}
+
+}  // namespace
+
+LayerOutputs layer_reference(const LayerShape& sh, const LayerInputs& in, const LayerOptions& o) {
+  const int64_t T = sh.T, H = sh.H, HV = sh.HV, K = sh.K, V = sh.V;
+  if (H < 1 || HV % H != 0) throw std::invalid_argument("layer_reference: HV % H != 0");
+  const int64_t G = HV / H;  // value heads per query/key head
+  const int64_t N = sh.num_seqs();
+  const double scale = o.scale ? *o.scale : 1.0 / std::sqrt(static_cast<double>(K));
+  const bool has_h0 = !in.initial_state.empty(), has_dht = !in.dht.empty();
+  const bool has_A_log = !in.A_log.empty(), has_dt_bias = !in.dt_bias.empty();
+  if (o.gate_in_kernel && !has_A_log && !o.lower_bound) {
+    throw std::invalid_argument(
+        "layer_reference: the gate in the kernel needs A_log or lower_bound");
+  }
+
+  const auto qk_at = [&](int64_t b, int64_t t, int64_t h) { return ((b * T + t) * H + h) * K; };
+  const auto gk_at = [&](int64_t b, int64_t t, int64_t hv) { return ((b * T + t) * HV + hv) * K; };
+  const auto v_at = [&](int64_t b, int64_t t, int64_t hv) { return ((b * T + t) * HV + hv) * V; };
+  const auto beta_at = [&](int64_t b, int64_t t, int64_t hv) { return (b * T + t) * HV + hv; };
+  // State element (i over K, j over V) of slot n, head hv, in the caller's layout.
+  const auto state_at = [&](int64_t n, int64_t hv, int64_t i, int64_t j) {
+    return o.state_v_first ? ((n * HV + hv) * V + j) * K + i : ((n * HV + hv) * K + i) * V + j;
+  };
+
+  LayerOutputs out;
+  out.o.assign(in.v.size(), 0.0);
+  out.final_state.assign(static_cast<size_t>(N * HV * K * V), 0.0);
+  out.dv.assign(in.v.size(), 0.0);
+  out.dg.assign(in.g.size(), 0.0);
+  out.dbeta.assign(in.beta.size(), 0.0);
+  if (o.gate_in_kernel && has_A_log) out.dA_log.assign(static_cast<size_t>(HV), 0.0);
+  if (o.gate_in_kernel && has_dt_bias) out.ddt_bias.assign(static_cast<size_t>(HV * K), 0.0);
+  if (has_h0) out.dinitial_state.assign(in.initial_state.size(), 0.0);
+  // Gradients by the normalised q, k, summed over the value heads that share them.
+  std::vector<double> dq_hat(in.q.size(), 0.0), dk_hat(in.k.size(), 0.0);
+
+  // Step 1: q, k after l2norm, by token (1 / norm kept for the backward).
+  const auto normalised = [&](const std::vector<double>& x, std::vector<double>* inv_norm) {
+    std::vector<double> y = x;
+    inv_norm->assign(x.size() / static_cast<size_t>(K), 1.0);
+    if (!o.qk_l2norm) return y;
+    for (size_t r = 0; r < inv_norm->size(); ++r) {
+      double sum = 0.0;
+      for (int64_t c = 0; c < K; ++c) sum += x[r * K + c] * x[r * K + c];
+      (*inv_norm)[r] = 1.0 / std::sqrt(sum + 1e-6);
+      for (int64_t c = 0; c < K; ++c) y[r * K + c] = x[r * K + c] * (*inv_norm)[r];
+    }
+    return y;
+  };
+  std::vector<double> q_inv, k_inv;
+  const std::vector<double> q_hat = normalised(in.q, &q_inv);
+  const std::vector<double> k_hat = normalised(in.k, &k_inv);
+
+  const size_t KV = static_cast<size_t>(K * V);
+  for (const Sequence& seq : sequences_of(sh)) {
+    for (int64_t hv = 0; hv < HV; ++hv) {
+      const int64_t h = hv / G;
+      // Steps 2 and 3 for every token of the sequence.
+      std::vector<Gate> gate(static_cast<size_t>(seq.len * K));
+      std::vector<double> beta(static_cast<size_t>(seq.len)), d_beta_raw(beta.size(), 1.0);
+      for (int64_t t = 0; t < seq.len; ++t) {
+        const int64_t tt = seq.t0 + t;
+        for (int64_t c = 0; c < K; ++c) {
+          const double g = in.g[gk_at(seq.b, tt, hv) + c];
+          Gate& gt = gate[static_cast<size_t>(t * K + c)];
+          if (o.gate_in_kernel) {
+            const double x = g + (has_dt_bias ? in.dt_bias[hv * K + c] : 0.0);
+            gt = gate_of(x, o, has_A_log, has_A_log ? in.A_log[hv] : 0.0);
+          } else {
+            gt = {g, 1.0, 0.0};
+          }
+        }
+        const double raw = in.beta[beta_at(seq.b, tt, hv)];
+        if (o.beta_sigmoid) {
+          const double m = o.allow_neg_eigval ? 2.0 : 1.0, sg = sigmoid(raw);
+          beta[t] = m * sg;
+          d_beta_raw[t] = m * sg * (1.0 - sg);
+        } else {
+          beta[t] = raw;
+        }
+      }
+
+      // Step 4, forward: states[t] is the state before token t (states[len]: the final one).
+      std::vector<double> states(static_cast<size_t>(seq.len + 1) * KV, 0.0);
+      if (has_h0) {
+        for (int64_t i = 0; i < K; ++i)
+          for (int64_t j = 0; j < V; ++j)
+            states[i * V + j] = in.initial_state[state_at(seq.n, hv, i, j)];
+      }
+      std::vector<double> decayed(KV), e(static_cast<size_t>(V));
+      for (int64_t t = 0; t < seq.len; ++t) {
+        const int64_t tt = seq.t0 + t;
+        const double* S = &states[t * KV];
+        double* next = &states[(t + 1) * KV];
+        const double* kt = &k_hat[qk_at(seq.b, tt, h)];
+        const double* qt = &q_hat[qk_at(seq.b, tt, h)];
+        const double* vt = &in.v[v_at(seq.b, tt, hv)];
+        for (int64_t i = 0; i < K; ++i) {
+          const double a = std::exp(gate[t * K + i].value);
+          for (int64_t j = 0; j < V; ++j) decayed[i * V + j] = a * S[i * V + j];
+        }
+        for (int64_t j = 0; j < V; ++j) {
+          double pred = 0.0;
+          for (int64_t i = 0; i < K; ++i) pred += decayed[i * V + j] * kt[i];
+          e[j] = vt[j] - pred;
+        }
+        for (int64_t i = 0; i < K; ++i)
+          for (int64_t j = 0; j < V; ++j)
+            next[i * V + j] = decayed[i * V + j] + beta[t] * kt[i] * e[j];
+        for (int64_t j = 0; j < V; ++j) {
+          double sum = 0.0;
+          for (int64_t i = 0; i < K; ++i) sum += next[i * V + j] * qt[i];
+          out.o[v_at(seq.b, tt, hv) + j] = scale * sum;
+        }
+      }
+      const double* last = &states[seq.len * KV];
+      for (int64_t i = 0; i < K; ++i)
+        for (int64_t j = 0; j < V; ++j)
+          out.final_state[state_at(seq.n, hv, i, j)] = last[i * V + j];
+
+      // Step 5: the recurrence backward. dS is the gradient by the state after token t.
+      std::vector<double> dS(KV, 0.0), d_decayed(KV), de(static_cast<size_t>(V));
+      if (has_dht) {
+        for (int64_t i = 0; i < K; ++i)
+          for (int64_t j = 0; j < V; ++j) dS[i * V + j] = in.dht[state_at(seq.n, hv, i, j)];
+      }
+      for (int64_t t = seq.len - 1; t >= 0; --t) {
+        const int64_t tt = seq.t0 + t;
+        const double* S = &states[t * KV];
+        const double* after = &states[(t + 1) * KV];
+        const double* kt = &k_hat[qk_at(seq.b, tt, h)];
+        const double* qt = &q_hat[qk_at(seq.b, tt, h)];
+        const double* vt = &in.v[v_at(seq.b, tt, hv)];
+        const double* dot = &in.do_[v_at(seq.b, tt, hv)];
+        double* dqt = &dq_hat[qk_at(seq.b, tt, h)];
+        double* dkt = &dk_hat[qk_at(seq.b, tt, h)];
+        // o_t = scale · after^T q_t
+        for (int64_t i = 0; i < K; ++i) {
+          double sum = 0.0;
+          for (int64_t j = 0; j < V; ++j) {
+            sum += after[i * V + j] * dot[j];
+            dS[i * V + j] += scale * qt[i] * dot[j];
+          }
+          dqt[i] += scale * sum;
+        }
+        // after = decayed + beta · k e^T, e = v − decayed^T k
+        for (int64_t i = 0; i < K; ++i) {
+          const double a = std::exp(gate[t * K + i].value);
+          for (int64_t j = 0; j < V; ++j) decayed[i * V + j] = a * S[i * V + j];
+        }
+        for (int64_t j = 0; j < V; ++j) {
+          double pred = 0.0;
+          for (int64_t i = 0; i < K; ++i) pred += decayed[i * V + j] * kt[i];
+          e[j] = vt[j] - pred;
+        }
+        double d_beta = 0.0;
+        for (int64_t j = 0; j < V; ++j) {
+          double sum = 0.0;
+          for (int64_t i = 0; i < K; ++i) sum += dS[i * V + j] * kt[i];
+          d_beta += sum * e[j];
+          de[j] = beta[t] * sum;
+          out.dv[v_at(seq.b, tt, hv) + j] = de[j];
+        }
+        out.dbeta[beta_at(seq.b, tt, hv)] = d_beta * d_beta_raw[t];
+        for (int64_t i = 0; i < K; ++i) {
+          double via_e = 0.0, via_update = 0.0;
+          for (int64_t j = 0; j < V; ++j) {
+            via_update += dS[i * V + j] * e[j];
+            via_e += decayed[i * V + j] * de[j];
+            d_decayed[i * V + j] = dS[i * V + j] - kt[i] * de[j];
+          }
+          dkt[i] += beta[t] * via_update - via_e;
+        }
+        // decayed = diag(exp(gate)) · S
+        for (int64_t i = 0; i < K; ++i) {
+          const Gate& gt = gate[t * K + i];
+          const double a = std::exp(gt.value);
+          double d_a = 0.0;
+          for (int64_t j = 0; j < V; ++j) {
+            d_a += d_decayed[i * V + j] * S[i * V + j];
+            dS[i * V + j] = a * d_decayed[i * V + j];
+          }
+          const double d_gate = d_a * a;
+          out.dg[gk_at(seq.b, tt, hv) + i] = d_gate * gt.d_x;
+          if (!out.ddt_bias.empty()) out.ddt_bias[hv * K + i] += d_gate * gt.d_x;
+          if (!out.dA_log.empty()) out.dA_log[hv] += d_gate * gt.d_A_log;
+        }
+      }
+      if (has_h0) {
+        for (int64_t i = 0; i < K; ++i)
+          for (int64_t j = 0; j < V; ++j)
+            out.dinitial_state[state_at(seq.n, hv, i, j)] = dS[i * V + j];
+      }
+    }
+  }
+
+  // Step 1's backward: d x = (d x̂ − x̂ (x̂ · d x̂)) / norm for each token of q and k.
+  const auto through_l2norm = [&](const std::vector<double>& x_hat, const std::vector<double>& inv,
+                                  std::vector<double> d_hat) {
+    if (!o.qk_l2norm) return d_hat;
+    for (size_t r = 0; r < inv.size(); ++r) {
+      double dot = 0.0;
+      for (int64_t c = 0; c < K; ++c) dot += x_hat[r * K + c] * d_hat[r * K + c];
+      for (int64_t c = 0; c < K; ++c) {
+        d_hat[r * K + c] = inv[r] * (d_hat[r * K + c] - x_hat[r * K + c] * dot);
+      }
+    }
+    return d_hat;
+  };
+  out.dq = through_l2norm(q_hat, q_inv, std::move(dq_hat));
+  out.dk = through_l2norm(k_hat, k_inv, std::move(dk_hat));
+  return out;
+}
+
+}  // namespace kda::layer

@@ -1,0 +1,59 @@
+#pragma once
+// A whole KDA layer, forward and backward, in float64 with plain loops: SPEC-chunk-kda.md's math
+// (l2norm, the gate and beta activations, the token recurrence, and the gradients of
+// Σ o·do + Σ final_state·dht back through all of them). The judge of the layer's kernels, and
+// what checks the golden files of ../shared/golden-kda on any machine. Not yet an operator of
+// KDA_OPS: the fused backward's operator takes it as its cpu-ref.
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace kda::layer {
+
+// The call's options (fla's chunk_kda keywords).
+struct LayerOptions {
+  std::optional<double> scale;    // none: K ** -0.5
+  bool qk_l2norm = false;         // use_qk_l2norm_in_kernel
+  bool gate_in_kernel = false;    // use_gate_in_kernel: g is the gate's raw input
+  bool beta_sigmoid = false;      // use_beta_sigmoid_in_kernel: beta is raw logits
+  bool allow_neg_eigval = false;  // with beta_sigmoid: beta = 2 sigmoid(logits)
+  bool state_v_first = false;     // initial_state, dht, final_state, d initial_state: [.., V, K]
+  std::optional<double> lower_bound;  // the gate's bounded form L·sigmoid(exp(A_log)·x)
+};
+
+// Sizes; cu_seqlens (N+1 entries, B = 1) when varlen, else B sequences of T tokens.
+struct LayerShape {
+  int64_t B = 0, T = 0, H = 0, HV = 0, K = 0, V = 0;
+  std::vector<int64_t> cu_seqlens;
+  int64_t num_seqs() const {
+    return cu_seqlens.empty() ? B : static_cast<int64_t>(cu_seqlens.size()) - 1;
+  }
+};
+
+// Row-major float64 arrays, SPEC-chunk-kda.md's shapes; an empty optional array is absent.
+struct LayerInputs {
+  std::vector<double> q, k;           // [B, T, H, K]
+  std::vector<double> v;              // [B, T, HV, V]
+  std::vector<double> g;              // [B, T, HV, K]: natural-log decay, or the gate's raw input
+  std::vector<double> beta;           // [B, T, HV]
+  std::vector<double> A_log;          // [HV]
+  std::vector<double> dt_bias;        // [HV * K]
+  std::vector<double> initial_state;  // [N, HV, K, V] ([N, HV, V, K] with state_v_first)
+  std::vector<double> do_;            // [B, T, HV, V]
+  std::vector<double> dht;            // like initial_state: the final state's gradient
+};
+
+// The forward's outputs and the gradients of every floating input (of the raw inputs where the
+// activations are in the kernel). dA_log, ddt_bias, dinitial_state are empty where their input
+// is absent.
+struct LayerOutputs {
+  std::vector<double> o;            // [B, T, HV, V]
+  std::vector<double> final_state;  // like initial_state, [N, HV, ...]
+  std::vector<double> dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dinitial_state;
+};
+
+LayerOutputs layer_reference(const LayerShape& shape, const LayerInputs& in,
+                             const LayerOptions& options);
+
+}  // namespace kda::layer
