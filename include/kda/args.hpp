@@ -93,29 +93,72 @@ struct OutputShape {
   std::vector<int64_t> vector() const { return {extents.begin(), extents.begin() + rank}; }
 };
 
-// The extents of output `out` of `problem` from its shape rule ("q.0 q.1 v.2 q.3": extent i is
-// the named input's dim): how every face sizes the outputs (allocation in the tooling, the torch
-// ops and Python's, validation's check). An extent whose input is absent or of lower rank is -1,
-// which no tensor has.
+namespace detail {
+
+// One term of an output's shape rule ("v.2"): the tensor row it reads (its index in P::args())
+// and the dim.
+struct ShapeTerm {
+  int arg = -1;
+  int dim = 0;
+};
+struct ShapeRule {
+  std::array<ShapeTerm, KDA_MAX_RANK> terms{};
+  int rank = 0;
+};
+
+// Every tensor row's shape rule with its input names resolved, once per operator (an input's
+// row is an empty rule).
+template <typename P>
+const std::vector<ShapeRule>& shape_rules() {
+  static const std::vector<ShapeRule> rules = [] {
+    std::span<const Arg<P>> args = P::args();
+    std::vector<ShapeRule> out(args.size());
+    for (size_t i = 0; i < args.size(); ++i) {
+      std::string_view rule = args[i].info.rule;
+      while (!rule.empty() && out[i].rank < KDA_MAX_RANK) {
+        const size_t end = rule.find(' ');
+        const std::string_view term = rule.substr(0, end);
+        rule = end == std::string_view::npos ? std::string_view() : rule.substr(end + 1);
+        const size_t dot = term.rfind('.');
+        ShapeTerm t;
+        t.dim = term[dot + 1] - '0';
+        for (size_t a = 0; a < args.size(); ++a) {
+          if (args[a].info.role != ArgRole::output && term.substr(0, dot) == args[a].info.name) {
+            t.arg = static_cast<int>(a);
+          }
+        }
+        out[i].terms[static_cast<size_t>(out[i].rank++)] = t;
+      }
+    }
+    return out;
+  }();
+  return rules;
+}
+
+}  // namespace detail
+
+// The extents of output `out` (a row of P::args()) of `problem` from its shape rule
+// ("q.0 q.1 v.2 q.3": extent i is the named input's dim): how every face sizes the outputs
+// (allocation in the tooling, the torch ops and Python's, validation's check). An extent whose
+// input is absent or not of its table rank is -1, which no tensor has: a wrong rank never sizes
+// an output.
 template <typename P>
 OutputShape output_shape(const P& problem, const Arg<P>& out) {
+  std::span<const Arg<P>> args = P::args();
+  const detail::ShapeRule& rule = detail::shape_rules<P>()[static_cast<size_t>(&out - args.data())];
   OutputShape shape;
-  std::string_view rule = out.info.rule;
-  while (!rule.empty()) {
-    const size_t end = rule.find(' ');
-    const std::string_view term = rule.substr(0, end);
-    rule = end == std::string_view::npos ? std::string_view() : rule.substr(end + 1);
-    const size_t dot = term.rfind('.');
-    const std::string_view input = term.substr(0, dot);
-    const int dim = term[dot + 1] - '0';
+  shape.rank = rule.rank;
+  for (int d = 0; d < rule.rank; ++d) {
+    const detail::ShapeTerm& term = rule.terms[static_cast<size_t>(d)];
     int64_t extent = -1;
-    for (const Arg<P>& a : P::args()) {
-      if (a.info.role == ArgRole::output || input != a.info.name) continue;
-      const TensorView& t = a.of(problem);
-      if (!t.empty_arg() && dim < t.rank) extent = t.shape[dim];
-      break;
+    if (term.arg >= 0) {
+      const Arg<P>& input = args[static_cast<size_t>(term.arg)];
+      const TensorView& t = input.of(problem);
+      if (!t.empty_arg() && t.rank == input.info.rank && term.dim < t.rank) {
+        extent = t.shape[term.dim];
+      }
     }
-    if (shape.rank < KDA_MAX_RANK) shape.extents[static_cast<size_t>(shape.rank++)] = extent;
+    shape.extents[static_cast<size_t>(d)] = extent;
   }
   return shape;
 }

@@ -228,16 +228,22 @@ def _public_function(sig):
     inputs = ", ".join(f"{a.name}={a.name}" for a in sig.inputs)
     optionals = ", ".join(f"{a.name}={a.name}" for a in sig.optionals)
     options = "".join(f"{o.name}, " for o in sig.options)
+    # Made inside a maker so that the operator's torch op and ctypes plumbing are bound once (a
+    # closure cell per call, as cheap as a hand-written function's global) while every other
+    # name is this module's.
     source = (
-        f"def {sig.fla_name}({listed}, *, backend=None, kernel='auto'):\n"
+        f"def _make(_OP, _OPERATOR):\n"
+        f"  def {sig.fla_name}({listed}, *, backend=None, kernel='auto'):\n"
         f"    if _TORCH_OP and isinstance(q, _Tensor):\n"
-        f"        return _TORCH_OPS[{sig.fla_name!r}].call(({', '.join(names)}, backend,\n"
-        f"            _torch_kernel(kernel, q, backend)))\n"
-        f"    return _call(_problem.OPERATORS[{sig.fla_name!r}], dict({inputs}),\n"
-        f"                 dict({optionals}), ({options}), backend, kernel)\n")
+        f"        return _OP.call(({', '.join(names)}, backend,\n"
+        f"                         _torch_kernel(kernel, q, backend)))\n"
+        f"    return _call(_OPERATOR, dict({inputs}), dict({optionals}), ({options}), backend,\n"
+        f"                 kernel)\n"
+        f"  return {sig.fla_name}\n")
     scope = {}
     exec(compile(source, f"<kda_kernels {sig.fla_name}>", "exec"), globals(), scope)
-    function = scope[sig.fla_name]
+    function = scope["_make"](_TORCH_OPS[sig.fla_name] if _TORCH_OP else None,
+                              _problem.OPERATORS[sig.fla_name])
     function.__doc__ = DOCS[sig.fla_name]
     function.__module__ = __name__
     return function

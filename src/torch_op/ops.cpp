@@ -179,21 +179,27 @@ void run_boxed(const c10::OperatorHandle&, torch::jit::Stack* stack) {
 template <typename P>
 void autograd_boxed(const c10::OperatorHandle& handle, c10::DispatchKeySet keys,
                     torch::jit::Stack* stack) {
-  if (!at::GradMode::is_enabled()) {
-    // The usual case, a call from inside a backward pass: nothing to mark.
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    handle.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
-    return;
-  }
   const size_t n = rows_of<P>().size() + 2;
+  // The usual case, a call from inside a backward pass (grad mode off) or on inputs that do not
+  // require grad, reads the stack only: no tensor is copied.
+  bool marks = at::GradMode::is_enabled();
+  if (marks) {
+    marks = false;
+    for (const c10::IValue& value : torch::jit::last(*stack, n)) {
+      marks = marks || (value.isTensor() && value.toTensor().requires_grad());
+    }
+  }
   std::vector<at::Tensor> inputs;
-  for (const c10::IValue& value : torch::jit::last(*stack, n)) {
-    if (value.isTensor()) inputs.push_back(value.toTensor());
+  if (marks) {
+    for (const c10::IValue& value : torch::jit::last(*stack, n)) {
+      if (value.isTensor()) inputs.push_back(value.toTensor());
+    }
   }
   {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
     handle.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
   }
+  if (!marks) return;
   size_t outputs = 0;
   for (const Arg<P>& a : P::args()) outputs += a.info.role == ArgRole::output;
   // The stack's tensors share their TensorImpl with these: the history set here is theirs.
