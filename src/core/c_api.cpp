@@ -1,5 +1,5 @@
 // The C ABI's shared part: versions, errors, backends, kernels, the operators' argument tables
-// and the chunk helpers. Each operator's own entries live in its folder (ops/<op>/c_api.cpp).
+// and the chunk helpers. Each operator's entries are made from its table in c_api_ops.cpp.
 
 #include <string>
 

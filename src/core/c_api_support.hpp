@@ -1,7 +1,7 @@
 #pragma once
 // The pieces every operator's C ABI entries share: the thread-local last error, exception
 // guards, kda_tensor -> TensorView, a problem struct's tensors converted through the operator's
-// argument table, and the table each operator registers for kda_op_arg (core/c_api.cpp).
+// argument table, and each operator's table for kda_op_arg (core/c_api_ops.cpp).
 
 #include <cstddef>
 #include <cstdint>

@@ -2,7 +2,8 @@
 // Warp-level tensor-core building blocks of the mma kernel (sm_80+ instructions, used on sm_90a):
 // cp.async 16-byte global->shared copies, ldmatrix fragment loads from shared memory in every
 // layout the kernel needs, and mma.sync m16n8k16 with 16-bit inputs and float32 accumulators.
-// tests/test_cuda_fast_units.cu checks each of them in isolation against float64 host products.
+// tests/ops/chunk_bwd_wy_dqkg/test_wy_sm80_mma_units.cu checks each of them in isolation against
+// float64 host products.
 //
 // Fragment layout of mma.sync.m16n8k16 (PTX ISA "Matrix Fragments for mma.m16n8k16"), with
 // g = lane / 4 and t = lane % 4:

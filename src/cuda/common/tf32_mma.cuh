@@ -5,8 +5,8 @@
 // a_lo·b_hi + a_hi·b_lo + a_hi·b_hi), and warp-level fragment loads from float32 tiles in shared
 // memory with plain 32-bit loads or (k-paired, where k is a tile's contiguous dimension) 128-bit
 // loads. Shared by chunk_bwd_intra's float32 path and chunk_bwd_wy_dqkg's float32 kernel;
-// tests/test_cuda_fast_units.cu checks warp_mma_tf32 and warp_mma_tf32_k16 against float64
-// products.
+// tests/ops/chunk_bwd_wy_dqkg/test_wy_sm80_mma_units.cu checks warp_mma_tf32 and
+// warp_mma_tf32_k16 against float64 products.
 //
 // Fragments of mma.m16n8k8 with .tf32 inputs (PTX ISA, "Matrix Fragments for mma.m16n8k8"),
 // g = lane / 4, q = lane % 4:
