@@ -57,7 +57,8 @@ struct Slot {
   bool is_index;
 };
 #define KDA_FUZZ_SLOT(member, name, role, type, rank, rule, doc) \
-  KDA_WHEN_TENSOR_##role({name, &Problem::member, role == KDA_ARG_OUTPUT, role == KDA_ARG_OPTIONAL}, )
+  KDA_WHEN_TENSOR_##role(                                        \
+      {name, &Problem::member, role == KDA_ARG_OUTPUT, role == KDA_ARG_OPTIONAL}, )
 
 constexpr bool same_name(const char* a, const char* b) {
   return std::string_view(a) == std::string_view(b);

@@ -77,35 +77,26 @@ const std::vector<Row>& rows_of() {
 // parameter named `kernel` of its own.
 template <typename P>
 std::string schema_of() {
-  std::string params, returns;
-  std::span<const Option<P>> options = P::options();
-  size_t option = 0, tensor = 0;
-  std::span<const Arg<P>> args = P::args();
-  // The table's rows in order (kda_op_arg interleaves tensors and options as the table does).
-  for (int32_t i = 0, n = kda_op_num_args(OpTraits<P>::code); i < n; ++i) {
-    kda_arg_info row{};
-    kda_op_arg(OpTraits<P>::code, i, &row);
-    const std::string name = row.name;
-    if (row.role == KDA_ARG_OUTPUT) {
-      returns += returns.empty() ? "Tensor" : ", Tensor";
-      ++tensor;
+  std::string params;
+  for (const Row& row : rows_of<P>()) {
+    if (!params.empty()) params += ", ";
+    if (row.is_option) {
+      const ArgInfo& o = P::options()[row.index].info;
+      const std::string name = o.name, rule = o.rule;
+      if (o.type == ArgType::boolean)
+        params += "bool " + name + (rule == "true" ? "=True" : "=False");
+      if (o.type == ArgType::integer) params += "SymInt " + name + "=" + rule;
+      if (o.type == ArgType::float_or_none) params += "float? " + name + "=None";
       continue;
     }
-    if (!params.empty()) params += ", ";
-    if (row.role == KDA_ARG_INPUT) params += "Tensor " + name;
-    if (row.role == KDA_ARG_OPTIONAL) params += "Tensor? " + name + "=None";
-    if (row.role == KDA_ARG_OPTION) {
-      const std::string rule = row.rule;
-      if (row.type == KDA_TYPE_BOOL)
-        params += "bool " + name + (rule == "true" ? "=True" : "=False");
-      if (row.type == KDA_TYPE_INT) params += "SymInt " + name + "=" + rule;
-      if (row.type == KDA_TYPE_FLOAT_OR_NONE) params += "float? " + name + "=None";
-      ++option;
-    } else {
-      ++tensor;
-    }
+    const ArgInfo& a = P::args()[row.index].info;
+    params += (a.role == ArgRole::optional ? "Tensor? " : "Tensor ") + std::string(a.name) +
+              (a.role == ArgRole::optional ? "=None" : "");
   }
-  TORCH_INTERNAL_ASSERT(option == options.size() && tensor == args.size());
+  std::string returns;
+  for (const Arg<P>& a : P::args()) {
+    if (a.info.role == ArgRole::output) returns += returns.empty() ? "Tensor" : ", Tensor";
+  }
   return std::string(OpTraits<P>::fla_name) + "(" + params +
          ", str? backend=None, str cuda_kernel=\"auto\") -> (" + returns + ")";
 }
