@@ -11,7 +11,10 @@ For each shape (B x T x H, K = V = 128, bfloat16) and each mode, on one set of i
 
 - ``fla``: fla's own kernels (our backend not registered);
 - ``wy``: ``kda_kernels.fla.enable(ops=("chunk_kda_bwd_wy_dqkg_fused",))``;
-- ``both``: ``kda_kernels.fla.enable()``: chunk_kda_bwd_wy_dqkg_fused and chunk_kda_bwd_intra.
+- ``both``: ``kda_kernels.fla.enable(ops=(WY, INTRA))``: chunk_kda_bwd_wy_dqkg_fused and
+  chunk_kda_bwd_intra inside fla's own backward;
+- ``layer``: ``kda_kernels.fla.enable()``: fla's chunk_kda dispatched to kda_kernels.chunk_kda
+  (fla's forward; the backward's stages where ``kda_kernels._layer.STAGES`` says).
 
 it measures
 
@@ -31,7 +34,7 @@ it measures
 4. every gradient's err_ratio = rms(x - ref) / rms(ref), float64 accumulation, against mode
    fla's gradients on the same inputs (for mode fla: a second run against its first, which shows
    whether fla is run-to-run deterministic); the graph's gradients against the same mode's eager
-   ones. A gradient of wy or both above SPEC.md's bfloat16 bar (8e-3) is an error.
+   ones. A gradient of wy, both or layer above SPEC.md's bfloat16 bar (8e-3) is an error.
 
 Then the issues' two yardsticks: GPU time saved (fla's backward GPU time minus the mode's)
 against eager wall time saved, and their ratio (issue 13: the wall saving at B=1 T=8192 H=32 is
@@ -71,7 +74,7 @@ autotuning on a fresh machine). The output lists the config every autotuned fla 
 with, and how it was chosen.
 
 Writes ``layer.json`` (every number) and ``layer.md`` (the tables) under ``--out`` after every
-shape, and prints the tables. Exit status: 0 ok; 1 a mode raised, or a gradient of wy / both is
+shape, and prints the tables. Exit status: 0 ok; 1 a mode raised, or a gradient of a mode is
 above the bar; 2 bad usage, no CUDA device, fla or a libkda with the cuda backend missing.
 """
 
@@ -98,8 +101,8 @@ from layer_chart import short_name  # noqa: E402
 
 WY = "chunk_kda_bwd_wy_dqkg_fused"
 INTRA = "chunk_kda_bwd_intra"
-MODES = ("fla", "wy", "both")
-MODE_OPS = {"fla": (), "wy": (WY,), "both": (WY, INTRA)}
+MODES = ("fla", "wy", "both", "layer")
+MODE_OPS = {"fla": (), "wy": (WY,), "both": (WY, INTRA), "layer": (WY, INTRA, "chunk_kda")}
 # fla's Triton kernels behind the two operators our backend replaces.
 FLA_WY_KERNEL = "chunk_kda_bwd_kernel_wy_dqkg_fused"
 FLA_INTRA_KERNEL = "chunk_kda_bwd_kernel_intra"
@@ -169,7 +172,8 @@ def parse_args(argv=None):
                    help=f"comma-separated BxTxH (K = V = 128, bfloat16; default {DEFAULT_SHAPES})")
     p.add_argument("--modes", default=",".join(MODES),
                    help="fla (fla's kernels), wy (our chunk_kda_bwd_wy_dqkg_fused), both (both "
-                        "of our operators); default all three, fla first")
+                        "of our operators in fla's backward), layer (kda_kernels.chunk_kda); "
+                        "default all four, fla first")
     p.add_argument("--call", default="test", choices=CALLS,
                    help="test: inputs and options as fla's test_chunk (precomputed gate; the "
                         "default); layer: as fla's KimiDeltaAttention calls chunk_kda in "

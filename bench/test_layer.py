@@ -46,7 +46,7 @@ def test_layer_module_needs_no_torch_to_import():
 def test_parse_args_defaults():
     args = layer.parse_args([])
     assert args.shapes == [(1, 8192, 32), (4, 8192, 32)]
-    assert args.modes == ["fla", "wy", "both"]
+    assert args.modes == ["fla", "wy", "both", "layer"]
     assert args.call == "test" and not args.full_autotune and not args.no_graph
     assert args.intra_pin == {"num_warps": 2, "num_stages": 2}
     assert args.fla_configs == str(REPO / ".carry" / "fla_best_configs_h200.json")
@@ -375,7 +375,7 @@ class StandIn:
         return o.to(q.dtype), ht
 
     def enable(self, ops=None):
-        self.ops = tuple(ops) if ops is not None else (WY, INTRA)
+        self.ops = tuple(ops) if ops is not None else (WY, INTRA, "chunk_kda")
 
     def disable(self):
         self.ops = ()
@@ -385,7 +385,7 @@ class StandIn:
 
 
 @needs_torch
-@pytest.mark.parametrize("skew, failures", [(1e-3, 0), (2e-2, 12)], ids=["close", "off"])
+@pytest.mark.parametrize("skew, failures", [(1e-3, 0), (2e-2, 18)], ids=["close", "off"])
 def test_the_harness_runs_on_the_cpu(monkeypatch, skew, failures):
     """run_shape over the three modes on the CPU with a stand-in: every measurement is there
     (the GPU ones empty: no GPU activity), the CUDA graph's failure is reported rather than
@@ -400,8 +400,8 @@ def test_the_harness_runs_on_the_cpu(monkeypatch, skew, failures):
     args = layer.parse_args(["--shapes", "1x64x2", "--reps", "10", "--warmup", "1",
                              "--profile-reps", "1", "--graph-replays", "2"])
     modes, sticks = layer.run_shape((1, 64, 2), args, fake.chunk_kda, fake, tuning)
-    assert list(modes) == ["fla", "wy", "both"]
-    assert {ops for ops in fake.calls} == {(), (WY,), (WY, INTRA)}
+    assert list(modes) == ["fla", "wy", "both", "layer"]
+    assert {ops for ops in fake.calls} == {(), (WY,), (WY, INTRA), (WY, INTRA, "chunk_kda")}
     for mode, result in modes.items():
         assert "error" not in result, result.get("traceback")
         assert result["ops"] == list(layer.MODE_OPS[mode])
@@ -419,7 +419,7 @@ def test_the_harness_runs_on_the_cpu(monkeypatch, skew, failures):
     assert len(layer.err_failures(modes)) == failures
     assert sticks["savings"]["wy"]["wall_share"] is None  # no GPU time saved on a CPU
     text = layer.markdown((1, 64, 2), "test", modes, sticks)
-    assert text.count("capture failed") == 3
+    assert text.count("capture failed") == 4
 
 
 @needs_torch
@@ -465,7 +465,7 @@ def test_main_writes_the_outputs_and_exits_with_the_verdict(monkeypatch, tmp_pat
     record = json.loads((out / "layer.json").read_text())
     assert [s["shape"] for s in record["shapes"]] == ["1x64x2", "2x64x1"]
     assert record["env"] == dict(gpu="none (test)") and record["settings"]["call"] == "test"
-    assert set(record["shapes"][1]["modes"]) == {"fla", "wy", "both"}
+    assert set(record["shapes"][1]["modes"]) == {"fla", "wy", "both", "layer"}
     tables = (out / "layer.md").read_text()
     assert tables.count("### chunk_kda") == 2
     chart = (out / "layer.svg").read_text()

@@ -106,6 +106,7 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 export LD_LIBRARY_PATH="$build/src:${LD_LIBRARY_PATH:-}"
 export KDA_GOLDEN_DIR=$carry/golden/golden
 export KDA_INTRA_GOLDEN_DIR=$carry/golden/golden-intra
+export KDA_LAYER_GOLDEN_DIR=$carry/golden/golden-kda
 export TRITON_CACHE_DIR=/tmp/triton-cache
 unset KDA_CUDA_KERNEL
 kda=$build/tools/kda

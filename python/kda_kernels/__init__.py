@@ -8,8 +8,9 @@ through the C ABI.
 libkda is looked for in $KDA_LIBRARY, else the copy bundled in this package, else a build in the
 source checkout (build*/src/). Importing loads it only when torch is present and the compiled
 ops sit beside it (they link it); otherwise the first call does, and a missing libkda is an
-error then, never at import. ``kda_kernels.fla.enable()`` makes flash-linear-attention's
-chunk_kda backward use these operators.
+error then, never at import. ``kda_kernels.chunk_kda`` is a whole KDA layer for training
+(fla's call; needs torch and fla). ``kda_kernels.fla.enable()`` makes flash-linear-attention's
+chunk_kda train through it.
 """
 
 from . import _api, _signatures
@@ -20,11 +21,16 @@ from ._library import LibraryError
 for _sig in _signatures.SIGNATURES:
     globals()[_sig.fla_name] = getattr(_api, _sig.fla_name)
 
-__all__ = ["LibraryError", "backend_available", "chunk_indices", "library_path",
+__all__ = ["LibraryError", "backend_available", "chunk_indices", "chunk_kda", "library_path",
            "torch_op_backend"] + [_sig.fla_name for _sig in _signatures.SIGNATURES]
 
 
 def __getattr__(name):
+    # chunk_kda needs torch, which `import kda_kernels` does not.
+    if name == "chunk_kda":
+        from ._layer import chunk_kda
+
+        return chunk_kda
     # __version__ is libkda's own version (kda_version()), so it loads the library on first use.
     if name == "__version__":
         from ._api import version

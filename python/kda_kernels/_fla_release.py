@@ -5,7 +5,8 @@ Two shapes are supported:
 
 - fla 0.6.x: ``fla.backends`` (``BaseBackend``, ``BackendRegistry``, ``register``, ``dispatch``);
   the KDA registry is the operation registry named ``"kda"``, whose dispatch walks its backends
-  by priority on every call.
+  by priority on every call; ``chunk_kda`` itself is dispatched through a registry of its own
+  (``fla.backends._function_registries``, keyed by the undecorated function).
 - fla 0.5.2: ``fla.ops.backends`` (``BaseBackend``, ``BackendRegistry``) and
   ``fla.ops.kda.backends.kda_registry``, which caches an active backend that must be recomputed
   when one is removed.
@@ -31,16 +32,21 @@ class FlaRelease:
     ``dispatch_disabled`` (FLA_DISABLE_BACKEND_DISPATCH was set when fla was imported).
     """
 
-    def __init__(self, shape, version, base_class, registry, dispatch_disabled):
+    def __init__(self, shape, version, base_class, registry, dispatch_disabled,
+                 chunk_kda_registry=None):
         self.shape = shape
         self.version = version
         self.base_class = base_class
         self.registry = registry
         self.dispatch_disabled = dispatch_disabled
+        # 0.6.x dispatches chunk_kda through a registry of its own (0.5.2: the KDA registry).
+        self.chunk_kda_registry = chunk_kda_registry
 
     def register(self, backend):
-        """Register (or replace, by backend_type) a backend instance."""
+        """Register (or replace, by backend_type) a backend instance, for chunk_kda as well."""
         self.registry.register(backend)
+        if self.chunk_kda_registry is not None:
+            self.chunk_kda_registry.register(backend)
 
     def unregister(self, backend_type):
         """Remove the backend of that type; harmless when it is not registered."""
@@ -53,6 +59,8 @@ class FlaRelease:
                 registry._update_active_backend()
         else:
             registry._backends.pop(backend_type, None)
+            if self.chunk_kda_registry is not None:
+                self.chunk_kda_registry._backends.pop(backend_type, None)
 
     def registered(self, backend_type):
         """The registered backend instance of that type, or None."""
@@ -78,6 +86,25 @@ def _import_optional(name):
         raise
 
 
+def _function_registry(backends):
+    """0.6.x: the registry fla's ``@dispatch`` made for chunk_kda itself (keyed by the function
+    under its decorators, as fla's own ``register(chunk_kda)`` finds it), or None. With
+    FLA_DISABLE_BACKEND_DISPATCH=1 fla makes none, and nothing is dispatched: an empty
+    stand-in keeps register() harmless, and enable() refuses the disabled dispatch anyway."""
+    import inspect
+
+    chunk = importlib.import_module("fla.ops.kda.chunk")
+    registries = getattr(backends, "_function_registries", None)
+    if registries is None:
+        return None
+    found = registries.get(inspect.unwrap(chunk.chunk_kda))
+    if found is None and getattr(backends, "_DISPATCH_DISABLED", False):
+        return backends.BackendRegistry("fla.ops.kda.chunk")
+    if found is None or not hasattr(found, "_backends") or not hasattr(found, "register"):
+        return None
+    return found
+
+
 def load():
     """The installed fla as a FlaRelease.
 
@@ -100,10 +127,16 @@ def load():
             # KDA backends into it.
             importlib.import_module("fla.ops.kda")
             registry = backends._get_operation_registry("kda")
-            if hasattr(registry, "_backends") and hasattr(registry, "register"):
+            chunk_kda_registry = _function_registry(backends)
+            if chunk_kda_registry is None:
+                lacking = ["a registry of fla.ops.kda.chunk.chunk_kda (fla.backends."
+                           "_function_registries)"]
+            elif hasattr(registry, "_backends") and hasattr(registry, "register"):
                 return FlaRelease("fla.backends", _fla_version(fla), backends.BaseBackend,
-                                  registry, bool(getattr(backends, "_DISPATCH_DISABLED", False)))
-            lacking = ["the 'kda' registry's _backends / register"]
+                                  registry, bool(getattr(backends, "_DISPATCH_DISABLED", False)),
+                                  chunk_kda_registry)
+            else:
+                lacking = ["the 'kda' registry's _backends / register"]
         raise FlaUnsupportedError(
             f"kda_kernels.fla: {where} has fla.backends but not what kda_kernels registers "
             f"through (missing: {', '.join(lacking)}); kda_kernels supports {SUPPORTED}")

@@ -1,12 +1,18 @@
-"""Makes flash-linear-attention's chunk_kda backward call kda_kernels.
+"""Makes flash-linear-attention's chunk_kda train through kda_kernels.
+
+fla dispatches its ``chunk_kda`` itself (0.5.2: through the KDA registry; 0.6.x: through a
+registry of that function) to backends; ``enable()`` registers one whose ``chunk_kda`` is
+``kda_kernels.chunk_kda`` (the layer: fla's forward, our backward where we have kernels) and
+whose verifier hands back to fla every call that layer does not serve, saying why.
 
 Works with fla 0.5.2 and 0.6.x, told apart by what the installed fla provides (_fla_release).
-fla dispatches ``chunk_kda_bwd_wy_dqkg_fused`` (fla/ops/kda/chunk_bwd.py) and
-``chunk_kda_bwd_intra`` (fla/ops/kda/chunk_intra.py), both decorated ``@dispatch('kda')``,
-through its KDA backend registry: for each call it walks the registered backends by priority and
-takes the first whose verifier accepts the call and that implements the function; if none does,
-fla's own Triton kernel runs. ``enable()`` registers a backend that implements only those two
-functions, so every other KDA function keeps its usual path, and whose verifiers hand back to
+For the calls handed back, fla's own backward dispatches its stages
+``chunk_kda_bwd_wy_dqkg_fused`` (fla/ops/kda/chunk_bwd.py) and ``chunk_kda_bwd_intra``
+(fla/ops/kda/chunk_intra.py), both decorated ``@dispatch('kda')``, through its KDA backend
+registry: for each call it walks the registered backends by priority and takes the first whose
+verifier accepts the call and that implements the function; if none does, fla's own Triton
+kernel runs. The same backend implements those two as well (and no other KDA function, so every
+other keeps its usual path), with verifiers that hand back to
 fla every call this library has no kernel for: non-CUDA tensors, other dtypes, K or V > 256,
 chunk sizes other than 16/32/64, and any operator whose CUDA kernel the loaded libkda lacks
 (``enable()`` asks the library once, see ``CUDA_KERNELS``).
@@ -17,7 +23,7 @@ Examples
 --------
 >>> import kda_kernels.fla
 >>> kda_kernels.fla.enable()     # doctest: +SKIP
->>> o, _ = fla.ops.kda.chunk_kda(q, k, v, g, beta)   # backward now runs our CUDA kernels
+>>> o, _ = fla.ops.kda.chunk_kda(q, k, v, g, beta)   # trains through kda_kernels.chunk_kda
 >>> kda_kernels.fla.enable(ops=("chunk_kda_bwd_wy_dqkg_fused",))  # doctest: +SKIP
 >>> kda_kernels.fla.disable()    # doctest: +SKIP
 """
@@ -298,7 +304,79 @@ def _make_backend_class(base_class=None, device_type="cuda"):
             return intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens, chunk_indices,
                          chunk_size, safe_gate, None, kernel)
 
+        def chunk_kda_verifier(self, q, k, v, g, beta, scale=None, initial_state=None,
+                               output_final_state=False, use_qk_l2norm_in_kernel=False,
+                               use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+                               allow_neg_eigval=False, safe_gate=False, lower_bound=None,
+                               disable_recompute=False, return_intermediate_states=False,
+                               state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
+                               cp_context=None, use_graph=False, max_num_seqs=None, **kwargs):
+            reason = _chunk_kda_reason(q, k, v, g, beta, initial_state, cu_seqlens,
+                                       disable_recompute, return_intermediate_states, cp_context,
+                                       use_graph, kwargs)
+            return reason is None, reason
+
+        def chunk_kda(self, q, k, v, g, beta, scale=None, initial_state=None,
+                      output_final_state=False, use_qk_l2norm_in_kernel=False,
+                      use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+                      allow_neg_eigval=False, safe_gate=False, lower_bound=None,
+                      disable_recompute=False, return_intermediate_states=False,
+                      state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, cp_context=None,
+                      use_graph=False, max_num_seqs=None, **kwargs):
+            from ._layer import chunk_kda
+
+            # fla reads A_log and dt_bias only with the gate in the kernel; chunk_kda does too.
+            return chunk_kda(q, k, v, g, beta, scale, initial_state, output_final_state,
+                             use_qk_l2norm_in_kernel, use_gate_in_kernel,
+                             use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate,
+                             lower_bound, state_v_first, cu_seqlens, kwargs.get("A_log"),
+                             kwargs.get("dt_bias"), kwargs.get("chunk_size", 64))
+
     return KdaKernelsBackend
+
+
+# The keywords fla's chunk_kda takes through **kwargs that kda_kernels.chunk_kda serves.
+_CHUNK_KDA_KEYWORDS = frozenset(("A_log", "dt_bias", "chunk_size"))
+
+
+def _chunk_kda_reason(q, k, v, g, beta, initial_state, cu_seqlens, disable_recompute,
+                      return_intermediate_states, cp_context, use_graph, kwargs):
+    """Why kda_kernels.chunk_kda does not take this call of fla's chunk_kda (fla runs it then),
+    or None. Malformed calls are accepted: kda_kernels.chunk_kda raises for them, naming the
+    argument, as fla would."""
+    import torch
+
+    unknown = sorted(set(kwargs) - _CHUNK_KDA_KEYWORDS)
+    if unknown:
+        return f"arguments kda_kernels.chunk_kda does not take: {unknown}"
+    if cp_context is not None:
+        return "context parallelism (cp_context) is not served by kda_kernels.chunk_kda yet"
+    if disable_recompute is not False:
+        return "disable_recompute=True is not served by kda_kernels.chunk_kda yet"
+    if return_intermediate_states is not False:
+        return "return_intermediate_states is an inference path: fla serves it"
+    if use_graph is not False:
+        return "use_graph's static varlen chunk lists are not served by kda_kernels.chunk_kda yet"
+    tensors = (q, k, v, g, beta)
+    if not torch.is_grad_enabled() or not any(
+            isinstance(t, torch.Tensor) and t.requires_grad
+            for t in (*tensors, initial_state, kwargs.get("A_log"), kwargs.get("dt_bias"))):
+        return "no gradient is needed: the forward is fla's either way, and fla serves inference"
+    if not all(isinstance(t, torch.Tensor) for t in tensors):
+        return None  # malformed: chunk_kda names the argument
+    x = q.dtype
+    if x not in (torch.float16, torch.bfloat16, torch.float32):
+        return f"q has dtype {_name(x)}; kda_kernels has kernels for {', '.join(_X_DTYPES)}"
+    if not q.is_cuda:
+        return f"q is on {q.device}; kda_kernels.chunk_kda runs on CUDA tensors"
+    if q.shape[-1] > _MAX_HEAD_DIM or v.shape[-1] > _MAX_HEAD_DIM:
+        return (f"K={q.shape[-1]}, V={v.shape[-1]}; kda_kernels has kernels up to "
+                f"{_MAX_HEAD_DIM}")
+    for fla_name in (sig.fla_name for sig in _signatures.SIGNATURES):
+        if not CUDA_KERNELS.get(fla_name):
+            return (f"the loaded libkda has no CUDA kernel for {fla_name} "
+                    f"({CUDA_KERNEL_NOTES.get(fla_name, 'not probed')})")
+    return None
 
 
 def _probe_arguments(fla_name, device):
@@ -364,10 +442,16 @@ def _release():
     return release
 
 
+def _functions():
+    """The fla functions the backend implements: one per operator of libkda (fla's stage
+    functions), then the layer, chunk_kda."""
+    return tuple(sig.fla_name for sig in _signatures.SIGNATURES) + ("chunk_kda",)
+
+
 def _operator_names(ops):
     """`ops` (None: every operator) checked against the operators this backend has, as a tuple
-    of fla names in SIGNATURES' order."""
-    every = tuple(sig.fla_name for sig in _signatures.SIGNATURES)
+    of fla names in _functions()' order."""
+    every = _functions()
     if ops is None:
         return every
     if isinstance(ops, str):
@@ -389,7 +473,7 @@ def _subset_class(full_class, ops):
     dispatch then passes those by: a missing verifier accepts the call, and a backend whose
     function is None is skipped (in both releases' dispatch: `if impl is None: continue`), so
     the next backend or fla's own kernel runs them without a call into this module."""
-    others = [sig.fla_name for sig in _signatures.SIGNATURES if sig.fla_name not in ops]
+    others = [name for name in _functions() if name not in ops]
     if not others:
         return full_class
     key = frozenset(ops)
@@ -405,20 +489,24 @@ def _subset_class(full_class, ops):
 def enable(ops=None):
     """Register kda_kernels as a backend of fla's KDA operations.
 
-    From then on fla's ``chunk_kda_bwd_wy_dqkg_fused`` and ``chunk_kda_bwd_intra`` (steps inside
-    ``chunk_kda``'s backward) run on kda_kernels' CUDA kernels whenever the call is one they
-    have a kernel for (CUDA tensors, X in float16/bfloat16/float32, K, V <= 256, chunk_size
-    16/32/64, and an operator whose CUDA kernel the loaded libkda has: checked here once, by
-    running a tiny problem of each, see ``CUDA_KERNELS``); other calls run fla's Triton kernels
-    as before. Calling it again is harmless; a call with other ``ops`` replaces the previous
-    choice.
+    From then on fla's ``chunk_kda`` trains through ``kda_kernels.chunk_kda`` (fla's forward,
+    this library's backward where it has kernels) whenever a gradient is needed and the call is
+    one it serves (no ``cp_context``, ``disable_recompute``, ``return_intermediate_states`` or
+    ``use_graph``: those go back to fla, which logs the reason), and fla's
+    ``chunk_kda_bwd_wy_dqkg_fused`` and ``chunk_kda_bwd_intra`` (steps inside fla's own
+    backward, for the calls handed back) run on kda_kernels' CUDA kernels whenever the call is
+    one they have a kernel for (CUDA tensors, X in float16/bfloat16/float32, K, V <= 256,
+    chunk_size 16/32/64, and an operator whose CUDA kernel the loaded libkda has: checked here
+    once, by running a tiny problem of each, see ``CUDA_KERNELS``); other calls run fla's
+    Triton kernels as before. Calling it again is harmless; a call with other ``ops`` replaces
+    the previous choice.
 
     Parameters
     ----------
     ops : iterable of str, optional
-        The fla names of the operators to take over, e.g.
-        ``("chunk_kda_bwd_wy_dqkg_fused",)``; fla runs its own kernels for the others. None
-        (the default) takes every operator kda_kernels has.
+        The fla names of the functions to take over (``chunk_kda`` and the stage functions),
+        e.g. ``("chunk_kda_bwd_wy_dqkg_fused",)``; fla runs its own for the others. None (the
+        default) takes every one kda_kernels has.
 
     Raises
     ------
@@ -472,5 +560,4 @@ def enabled_operators():
     backend = release.registered(BACKEND_TYPE)
     if backend is None:
         return ()
-    return tuple(sig.fla_name for sig in _signatures.SIGNATURES
-                 if getattr(backend, sig.fla_name, None) is not None)
+    return tuple(name for name in _functions() if getattr(backend, name, None) is not None)

@@ -377,3 +377,55 @@ def test_enable_one_operator_leaves_the_other_to_fla():
         ratio = err_ratio(wy_grads[name].double().cpu().numpy(),
                           fla_grads[name].double().cpu().numpy())
         assert ratio <= PASS_BAR["bfloat16"], f"d{name}: err_ratio {ratio:.2e}"
+
+
+def _chunk_kda_call(requires_grad=True, **overrides):
+    B, T, H, K, V = 1, 16, 2, 16, 16
+    x = dict(q=torch.randn(B, T, H, K), k=torch.randn(B, T, H, K), v=torch.randn(B, T, H, V),
+             g=-torch.rand(B, T, H, K), beta=torch.rand(B, T, H))
+    x = {name: t.requires_grad_(requires_grad) for name, t in x.items()}
+    x.update(overrides)
+    return x
+
+
+def test_flas_chunk_kda_dispatch_reaches_our_layer(cpu_backend, monkeypatch):
+    """fla's chunk_kda is dispatched to our backend's chunk_kda (0.5.2 through the KDA registry,
+    0.6 through chunk_kda's own), with fla's keywords; the verifier hands back, with its reason,
+    what kda_kernels.chunk_kda does not serve."""
+    from fla.ops.kda import chunk_kda as fla_chunk_kda
+
+    backend = cpu_backend()
+    ran = []
+    monkeypatch.setattr(cpu_backend, "chunk_kda",
+                        lambda self, *args, **kwargs: ran.append(kwargs) or ("ours", None))
+    # On CPU tensors the real verifier hands the call back (fla's own path would then need a
+    # GPU): its reason, then a verifier stubbed to accept, so that dispatch reaches ours.
+    ok, reason = backend.chunk_kda_verifier(**_chunk_kda_call())
+    assert not ok and "runs on CUDA tensors" in reason
+    monkeypatch.setattr(cpu_backend, "chunk_kda_verifier", lambda self, *a, **k: (True, None))
+    A_log, dt_bias = torch.zeros(2), torch.zeros(32)
+    got = fla_chunk_kda(**_chunk_kda_call(), use_gate_in_kernel=True, A_log=A_log,
+                        dt_bias=dt_bias, chunk_size=32, output_final_state=True)
+    assert got == ("ours", None)
+    assert ran[0]["A_log"] is A_log and ran[0]["chunk_size"] == 32
+    assert ran[0]["output_final_state"] is True
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    (dict(cp_context=object()), "context parallelism"),
+    (dict(disable_recompute=True), "disable_recompute=True"),
+    (dict(return_intermediate_states=True), "inference path"),
+    (dict(use_graph=True), "use_graph"),
+    (dict(transpose_state_layout=True), "does not take: ['transpose_state_layout']"),
+])
+def test_chunk_kda_verifier_hands_back_what_it_does_not_serve(cpu_backend, overrides, reason):
+    ok, why = cpu_backend().chunk_kda_verifier(**_chunk_kda_call(**overrides))
+    assert not ok and reason in why
+
+
+def test_chunk_kda_verifier_hands_back_inference(cpu_backend):
+    ok, why = cpu_backend().chunk_kda_verifier(**_chunk_kda_call(requires_grad=False))
+    assert not ok and "no gradient is needed" in why
+    with torch.no_grad():
+        ok, why = cpu_backend().chunk_kda_verifier(**_chunk_kda_call())
+    assert not ok and "no gradient is needed" in why

@@ -356,7 +356,7 @@ def test_fast_acceptance_reads_one_device_by_default(monkeypatch):
 
 # --- enable(ops=...): a subset of the operators ------------------------------------------------
 
-WY, INTRA = "chunk_kda_bwd_wy_dqkg_fused", "chunk_kda_bwd_intra"
+WY, INTRA, LAYER = "chunk_kda_bwd_wy_dqkg_fused", "chunk_kda_bwd_intra", "chunk_kda"
 
 
 class _FakeRegistry:
@@ -412,8 +412,8 @@ def fake_fla(monkeypatch, request):
 
 
 def test_operator_names():
-    assert kfla._operator_names(None) == (WY, INTRA)
-    assert kfla._operator_names((INTRA, WY)) == (WY, INTRA)  # SIGNATURES' order
+    assert kfla._operator_names(None) == (WY, INTRA, LAYER)
+    assert kfla._operator_names((INTRA, WY)) == (WY, INTRA)  # _functions()' order
     assert kfla._operator_names(WY) == (WY,)  # a lone name, not its letters
     with pytest.raises(ValueError, match=r"unknown operator\(s\) \['chunk_bwd_intra'\]"):
         kfla._operator_names(["chunk_bwd_intra"])  # the library's name, not fla's
@@ -437,9 +437,12 @@ def test_enable_a_subset_of_the_operators(fake_fla):
     assert type(fake_fla._backends[kfla.BACKEND_TYPE]) is type(backend)
     kfla.enable(ops=(INTRA,))
     assert kfla.enabled_operators() == (INTRA,)
+    kfla.enable(ops=(WY, INTRA))
+    assert kfla.enabled_operators() == (WY, INTRA)
+    assert fake_fla._backends[kfla.BACKEND_TYPE].chunk_kda is None
     kfla.enable()
     assert type(fake_fla._backends[kfla.BACKEND_TYPE]) is kfla._backend_class
-    assert kfla.enabled_operators() == (WY, INTRA)
+    assert kfla.enabled_operators() == (WY, INTRA, LAYER)
     kfla.disable()
     assert not kfla.is_enabled() and kfla.enabled_operators() == ()
     assert fake_fla._backends == {}

@@ -1,0 +1,305 @@
+"""kda_kernels.chunk_kda: a whole KDA layer for training (../shared/SPEC-chunk-kda.md), with fla's
+call and semantics, returning ``(o, final_state)``.
+
+It is a torch.autograd.Function. The forward is fla's ``chunk_kda_fwd`` (this library has no
+forward yet), with fla's l2norm and beta sigmoid in front of it. The backward is this library's
+where it has kernels (chunk_kda_bwd_wy_dqkg_fused and chunk_kda_bwd_intra, called directly,
+whatever kda_kernels.fla's registration) and fla's for the other stages: the recompute of w/u
+and the forward state scan, dAv, the reverse state scan, the reverse cumsum of dg, the gate's,
+l2norm's and the beta sigmoid's backward (``STAGES`` says which ran where). The backward
+recomputes what fla's default call recomputes (fla's ``disable_recompute=False``).
+
+Needs fla (0.5.2 or 0.6.x) and CUDA tensors; the error says which is missing.
+"""
+
+import dataclasses
+
+import torch
+
+from . import _api, _fla_pieces
+
+# Where each stage of the layer's backward runs, in the order it runs (for the bench's tables).
+STAGES = (
+    ("gate + chunk cumsum (recompute)", "fla"),
+    ("recompute w, u, qg, kg", "fla"),
+    ("forward state scan (h, v_new)", "fla"),
+    ("dAv (dAqk, intra-chunk dv)", "fla"),
+    ("reverse state scan (dh, dh0, dv)", "fla"),
+    ("WY: chunk_kda_bwd_wy_dqkg_fused", "kda_kernels"),
+    ("intra: chunk_kda_bwd_intra", "kda_kernels"),
+    ("reverse cumsum of dg", "fla"),
+    ("gate backward (dA_log, ddt_bias)", "fla"),
+    ("l2norm backward", "fla"),
+    ("beta sigmoid backward", "fla"),
+)
+
+_X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The call's options, resolved (scale set)."""
+
+    scale: float
+    output_final_state: bool
+    use_qk_l2norm_in_kernel: bool
+    use_gate_in_kernel: bool
+    use_beta_sigmoid_in_kernel: bool
+    allow_neg_eigval: bool
+    safe_gate: bool
+    lower_bound: float | None
+    state_v_first: bool
+    chunk_size: int
+
+    @property
+    def beta_scale(self):
+        return 2.0 if self.allow_neg_eigval else 1.0
+
+
+def _shape(t):
+    return list(t.shape)
+
+
+def check_arguments(q, k, v, g, beta, scale, initial_state, cu_seqlens, A_log, dt_bias,
+                    use_gate_in_kernel, safe_gate, lower_bound, state_v_first, chunk_size):
+    """Raise TypeError / ValueError naming the argument when the call is malformed; return the
+    scale to use. fla's own rules, and the shapes fla assumes without checking."""
+    where = "kda_kernels.chunk_kda"
+    for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{where}: {name}: expected a torch.Tensor, got {type(t).__name__}")
+    if q.dim() != 4:
+        raise ValueError(f"{where}: q: expected rank 4 [B, T, H, K], got shape {_shape(q)}")
+    B, T, H, K = q.shape
+    if q.dtype not in _X_DTYPES:
+        raise TypeError(f"{where}: q: expected dtype float16, bfloat16 or float32, got {q.dtype}")
+    if k.shape != q.shape:
+        raise ValueError(f"{where}: k: expected q's shape {_shape(q)}, got {_shape(k)}")
+    if v.dim() != 4 or v.shape[:2] != q.shape[:2]:
+        raise ValueError(f"{where}: v: expected [B, T, HV, V] = [{B}, {T}, HV, V], got shape "
+                         f"{_shape(v)}")
+    HV = v.shape[2]
+    if HV % H != 0:
+        raise ValueError(f"{where}: v: its heads HV={HV} must be a multiple of q's H={H}")
+    if g.shape != (B, T, HV, K):
+        raise ValueError(f"{where}: g: expected shape {[B, T, HV, K]}, got {_shape(g)}")
+    if beta.shape != (B, T, HV):
+        raise ValueError(f"{where}: beta: expected shape {[B, T, HV]}, got {_shape(beta)}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{where}: {name}: expected q's dtype {q.dtype}, got {t.dtype}")
+    for name, t in (("g", g), ("beta", beta)):
+        if t.dtype != q.dtype and t.dtype != torch.float32:
+            raise TypeError(f"{where}: {name}: expected q's dtype {q.dtype} or float32, got "
+                            f"{t.dtype}")
+    tensors = [("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)]
+    N = B
+    if cu_seqlens is not None:
+        if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or \
+                cu_seqlens.dtype not in (torch.int32, torch.int64) or cu_seqlens.numel() < 2:
+            raise ValueError(f"{where}: cu_seqlens: expected a 1-D int32/int64 tensor of N+1 "
+                             "offsets")
+        if B != 1:
+            raise ValueError(f"{where}: cu_seqlens: the batch size must be 1 with cu_seqlens "
+                             f"(sequences packed along T), got B={B}")
+        N = cu_seqlens.numel() - 1
+        tensors.append(("cu_seqlens", cu_seqlens))
+    if initial_state is not None:
+        if not isinstance(initial_state, torch.Tensor) or initial_state.dtype != torch.float32:
+            raise TypeError(f"{where}: initial_state: expected a float32 tensor")
+        V = v.shape[3]
+        want = [N, HV, V, K] if state_v_first else [N, HV, K, V]
+        if _shape(initial_state) != want:
+            raise ValueError(f"{where}: initial_state: expected shape {want} "
+                             f"({'state_v_first' if state_v_first else 'K-first'}), got "
+                             f"{_shape(initial_state)}")
+        tensors.append(("initial_state", initial_state))
+    if chunk_size not in (32, 64):
+        raise ValueError(f"{where}: chunk_size: expected 32 or 64, got {chunk_size}")
+    if use_gate_in_kernel:
+        if A_log is None and lower_bound is None:
+            raise ValueError(f"{where}: A_log: required with use_gate_in_kernel=True unless "
+                             "lower_bound is set")
+        for name, t, n in (("A_log", A_log, HV), ("dt_bias", dt_bias, HV * K)):
+            if t is None:
+                continue
+            if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.numel() != n:
+                raise ValueError(f"{where}: {name}: expected a float32 tensor of {n} elements")
+            tensors.append((name, t))
+        if safe_gate:
+            if lower_bound is None:
+                raise ValueError(f"{where}: lower_bound: required with safe_gate=True and "
+                                 "use_gate_in_kernel=True")
+            if not -5 <= lower_bound < 0:
+                raise ValueError(f"{where}: lower_bound: expected a value in [-5, 0) with "
+                                 f"safe_gate=True, got {lower_bound}")
+    for name, t in tensors:
+        if not t.is_cuda or t.device != q.device:
+            raise ValueError(f"{where}: {name}: expected a CUDA tensor on q's device ({q.device}):"
+                             f" the layer runs on CUDA only, got one on {t.device}")
+    return K ** -0.5 if scale is None else float(scale)
+
+
+def _chunk_indices(f, cu_seqlens, chunk_size):
+    if cu_seqlens is None:
+        return None
+    return f.prepare_chunk_indices(cu_seqlens, chunk_size)
+
+
+class ChunkKDAFunction(torch.autograd.Function):
+    """Inputs: q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, Options."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
+    def forward(ctx, q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, opt):
+        f = _fla_pieces.load()
+        q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
+        q_rstd = k_rstd = None
+        if opt.use_qk_l2norm_in_kernel:
+            q, q_rstd = f.l2norm_fwd(q)
+            k, k_rstd = f.l2norm_fwd(k)
+        beta_raw = beta
+        if opt.use_beta_sigmoid_in_kernel:
+            beta = f.fused_beta_sigmoid(beta_raw, scale=opt.beta_scale)
+        chunk_indices = _chunk_indices(f, cu_seqlens, opt.chunk_size)
+        if not opt.use_gate_in_kernel:
+            A_log = dt_bias = None  # fla's rule: they matter only for the gate in the kernel
+        o, final_state, g_cumsum, Aqk, Akk, *_, initial_state = f.chunk_kda_fwd(
+            q=q, k=k, v=v, g=g, beta=beta, scale=opt.scale, initial_state=initial_state,
+            output_final_state=opt.output_final_state, state_v_first=opt.state_v_first,
+            cu_seqlens=cu_seqlens, chunk_indices=chunk_indices, chunk_size=opt.chunk_size,
+            safe_gate=opt.safe_gate, lower_bound=opt.lower_bound,
+            use_gate_in_kernel=opt.use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
+            disable_recompute=False)
+        ctx.save_for_backward(q, q_rstd, k, k_rstd, v, g_cumsum, g, beta_raw, beta, A_log,
+                              dt_bias, Aqk, Akk, initial_state, cu_seqlens, chunk_indices)
+        ctx.opt = opt
+        return o.to(q.dtype), final_state
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx, do, dht):
+        (q, q_rstd, k, k_rstd, v, g_cumsum, g_input, beta_raw, beta, A_log, dt_bias, Aqk, Akk,
+         h0, cu_seqlens, chunk_indices) = ctx.saved_tensors
+        opt = ctx.opt
+        grads = layer_backward(q, q_rstd, k, k_rstd, v, g_cumsum, g_input, beta_raw, beta, A_log,
+                               dt_bias, Aqk, Akk, h0, cu_seqlens, chunk_indices, do, dht, opt)
+        dq, dk, dv, dg, db, dA, dbias, dh0 = grads
+        return dq, dk, dv, dg, db, dA, dbias, dh0, None, None
+
+
+def layer_backward(q, q_rstd, k, k_rstd, v, g_cumsum, g_input, beta_raw, beta, A_log, dt_bias,
+                   Aqk, Akk, h0, cu_seqlens, chunk_indices, do, dht, opt):
+    """The gradients (dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0) of the raw inputs, from what
+    the forward saved (q and k normalised when l2norm is in the kernel, beta after its sigmoid),
+    stage by stage as STAGES lists them."""
+    from . import _torch_op
+
+    f = _fla_pieces.load()
+    BT, scale, svf = opt.chunk_size, opt.scale, opt.state_v_first
+    do = do.contiguous()
+    dht = None if dht is None else dht.contiguous()
+    g = g_cumsum
+    if opt.use_gate_in_kernel:
+        g = f.kda_gate_chunk_cumsum(g=g_input, A_log=A_log, dt_bias=dt_bias, scale=f.RCP_LN2,
+                                    chunk_size=BT, cu_seqlens=cu_seqlens,
+                                    chunk_indices=chunk_indices, lower_bound=opt.lower_bound)
+    w, u, qg, kg = f.recompute_w_u_fwd(q=q, k=k, v=v, beta=beta, A=Akk, gk=g,
+                                       cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
+    h, v_new, _ = f.chunk_gated_delta_rule_fwd_h(
+        k=kg, w=w, u=u, gk=g, initial_state=h0, output_final_state=False, cu_seqlens=cu_seqlens,
+        chunk_indices=chunk_indices, chunk_size=BT, state_v_first=svf)
+    dAqk, dv = f.chunk_kda_bwd_dAv(q=q, k=k, v=v_new, do=do, A=Aqk, scale=scale,
+                                   cu_seqlens=cu_seqlens, chunk_size=BT,
+                                   chunk_indices=chunk_indices)
+    dh, dh0, dv = f.chunk_gated_delta_rule_bwd_dhu(
+        q=qg, k=kg, w=w, gk=g, h0=h0, dht=dht, do=do, dv=dv, scale=scale, cu_seqlens=cu_seqlens,
+        chunk_size=BT, chunk_indices=chunk_indices, state_v_first=svf)
+    del w, u, qg, kg
+    kernel = _api._kernel("auto")
+    wy = _torch_op.OPS["chunk_kda_bwd_wy_dqkg_fused"].run
+    intra = _torch_op.OPS["chunk_kda_bwd_intra"].run
+    dq, dk, dv, db, dg, dAkk = wy(q, k, v, v_new, g, beta, Akk, h, do, dh, dv, scale, cu_seqlens,
+                                  BT, chunk_indices, svf, "cuda", kernel)
+    del h, dh, v_new
+    dq, dk, db, dg = intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens, chunk_indices,
+                           BT, opt.safe_gate, "cuda", kernel)
+    H, HV = q.shape[2], v.shape[2]
+    if HV > H:  # GVA: each q/k head collects the gradients of its HV/H value heads
+        dq = dq.view(*dq.shape[:2], H, HV // H, dq.shape[-1]).sum(dim=3)
+        dk = dk.view(*dk.shape[:2], H, HV // H, dk.shape[-1]).sum(dim=3)
+    dg = f.chunk_local_cumsum(dg, chunk_size=BT, reverse=True, cu_seqlens=cu_seqlens,
+                              chunk_indices=chunk_indices)
+    dA = dbias = None
+    if opt.use_gate_in_kernel:
+        dg, dA, dbias = f.kda_gate_bwd(g=g_input, A_log=A_log, dt_bias=dt_bias, dyg=dg,
+                                       lower_bound=opt.lower_bound)
+    if opt.use_qk_l2norm_in_kernel:
+        dq = f.l2norm_bwd(q, q_rstd, dq)
+        dk = f.l2norm_bwd(k, k_rstd, dk)
+    if opt.use_beta_sigmoid_in_kernel:
+        db = f.fused_beta_sigmoid_bwd(beta_raw, db, scale=opt.beta_scale)
+    return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dg.to(g_input.dtype),
+            db.to(beta_raw.dtype), dA, dbias, dh0)
+
+
+@torch.compiler.disable
+def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+              use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
+              use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, safe_gate=False,
+              lower_bound=None, state_v_first=False, cu_seqlens=None, A_log=None, dt_bias=None,
+              chunk_size=64):
+    """A KDA layer, forward and backward (fla's ``chunk_kda``: same arguments, same semantics).
+
+    Parameters
+    ----------
+    q, k : torch.Tensor
+        [B, T, H, K] queries and keys (float16, bfloat16 or float32, CUDA).
+    v : torch.Tensor
+        [B, T, HV, V] values; HV a multiple of H (GVA).
+    g : torch.Tensor
+        [B, T, HV, K] log decay (<= 0), or with ``use_gate_in_kernel`` the raw gate input.
+    beta : torch.Tensor
+        [B, T, HV] write strength, or with ``use_beta_sigmoid_in_kernel`` its logits.
+    scale : float, optional
+        Default K ** -0.5.
+    initial_state : torch.Tensor, optional
+        float32 [N, HV, K, V] ([N, HV, V, K] with ``state_v_first``); N = B, or the number of
+        sequences with ``cu_seqlens``.
+    output_final_state : bool
+        Return the final state (same layout as ``initial_state``).
+    use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+    safe_gate, lower_bound, state_v_first : as fla's chunk_kda.
+    cu_seqlens : torch.Tensor, optional
+        [N+1] offsets of sequences packed along T (B = 1).
+    A_log, dt_bias : torch.Tensor, optional
+        float32 [HV] and [HV*K], read only with ``use_gate_in_kernel`` (as in fla).
+    chunk_size : int
+        32 or 64.
+
+    Returns
+    -------
+    (o, final_state): o [B, T, HV, V] in q's dtype; final_state float32 or None.
+
+    The forward is fla's (a later release of this library replaces it); the backward runs this
+    library's kernels where it has them (``kda_kernels._layer.STAGES``). torch.compile runs it
+    as a graph break (like fla's own chunk_kda); every kernel of the backward is CUDA-graph safe
+    but fla's varlen forward reads cu_seqlens on the host.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A malformed call, naming the argument.
+    ImportError
+        fla (0.5.2 or 0.6.x) is not installed.
+    """
+    scale = check_arguments(q, k, v, g, beta, scale, initial_state, cu_seqlens, A_log, dt_bias,
+                            use_gate_in_kernel, safe_gate, lower_bound, state_v_first, chunk_size)
+    opt = Options(scale, bool(output_final_state), bool(use_qk_l2norm_in_kernel),
+                  bool(use_gate_in_kernel), bool(use_beta_sigmoid_in_kernel),
+                  bool(allow_neg_eigval), bool(safe_gate), lower_bound, bool(state_v_first),
+                  int(chunk_size))
+    _fla_pieces.load()  # the ImportError before autograd wraps anything
+    with torch.cuda.device(q.device):
+        return ChunkKDAFunction.apply(q, k, v, g, beta, A_log, dt_bias, initial_state,
+                                      cu_seqlens, opt)
