@@ -36,7 +36,9 @@
 #                     test_fla_layer.py (fla's KimiDeltaAttention trained one step, kernel
 #                     launches counted), then fla's own tests/ops/test_kda.py with our backend
 #                     enabled (tests/python/fla_peer_plugin.py: calls to our backend counted);
-#                     KDA_FLA_PEER_SECONDS bounds each peer run (150)
+#                     KDA_FLA_PEER_SECONDS bounds each peer run (150); KDA_FLA_RELEASES
+#                     (versions, space-separated) picks releases, KDA_FLA_SOURCE=0 skips the
+#                     source tree
 #   bench-intra       bench_intra_cuda (chunk_bwd_intra, its variants, both safe_gate values)
 #   ncu-intra         ncu (--set full, SASS-level stall samples) on one chunk_bwd_intra launch at
 #                     the model shape (T=8192 bf16); report, details and the SASS table in logs
@@ -419,7 +421,8 @@ if want fla; then
     mkdir -p "$releases" && tar -xJf "$carry/fla-releases.tar.xz" -C "$releases"
   fi
   trees=()
-  [ -d "$carry/fla" ] && trees+=("$carry")  # the mirror's source tree: $carry/fla
+  # the mirror's source tree ($carry/fla), unless KDA_FLA_SOURCE=0
+  [ -d "$carry/fla" ] && [ "${KDA_FLA_SOURCE:-1}" != 0 ] && trees+=("$carry")
   for tree in "$releases"/*/; do
     # KDA_FLA_RELEASES (versions, space-separated) picks some of the carried releases.
     [[ -z "${KDA_FLA_RELEASES:-}" || " $KDA_FLA_RELEASES " == *" $(basename "$tree") "* ]] || continue
