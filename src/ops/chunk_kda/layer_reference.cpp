@@ -59,7 +59,104 @@ Gate gate_of(double x, const LayerOptions& o, bool has_A_log, double A_log) {
 
 }  // namespace
 
-LayerOutputs layer_reference(const LayerShape& sh, const LayerInputs& in, const LayerOptions& o) {
+HeadSequenceGradients token_recurrence(const HeadSequence& s, double scale) {
+  const int64_t K = s.K, V = s.V;
+  const size_t KV = static_cast<size_t>(K * V);
+  HeadSequenceGradients r;
+  r.o.assign(static_cast<size_t>(s.len * V), 0.0);
+  r.dq.assign(static_cast<size_t>(s.len * K), 0.0);
+  r.dk.assign(r.dq.size(), 0.0);
+  r.dv.assign(r.o.size(), 0.0);
+  r.dgate.assign(r.dq.size(), 0.0);
+  r.dbeta.assign(static_cast<size_t>(s.len), 0.0);
+
+  // Forward: states[t] is the state before token t (states[len]: the final one).
+  std::vector<double> states(static_cast<size_t>(s.len + 1) * KV, 0.0);
+  std::copy(s.S0.begin(), s.S0.end(), states.begin());
+  std::vector<double> decayed(KV), e(static_cast<size_t>(V));
+  // decayed = diag(exp(gate_t)) · S;  e = v_t − decayedᵀ k_t
+  const auto decay_and_error = [&](int64_t t, const double* S) {
+    const double* kt = &s.k[t * K];
+    for (int64_t i = 0; i < K; ++i) {
+      const double a = std::exp(s.gate[t * K + i]);
+      for (int64_t j = 0; j < V; ++j) decayed[i * V + j] = a * S[i * V + j];
+    }
+    for (int64_t j = 0; j < V; ++j) {
+      double pred = 0.0;
+      for (int64_t i = 0; i < K; ++i) pred += decayed[i * V + j] * kt[i];
+      e[j] = s.v[t * V + j] - pred;
+    }
+  };
+  for (int64_t t = 0; t < s.len; ++t) {
+    const double* kt = &s.k[t * K];
+    const double* qt = &s.q[t * K];
+    double* next = &states[(t + 1) * KV];
+    decay_and_error(t, &states[t * KV]);
+    for (int64_t i = 0; i < K; ++i)
+      for (int64_t j = 0; j < V; ++j)
+        next[i * V + j] = decayed[i * V + j] + s.beta[t] * kt[i] * e[j];
+    for (int64_t j = 0; j < V; ++j) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < K; ++i) sum += next[i * V + j] * qt[i];
+      r.o[t * V + j] = scale * sum;
+    }
+  }
+  r.S_T.assign(states.begin() + s.len * KV, states.end());
+
+  // Backward. dS is the gradient by the state after token t.
+  std::vector<double> dS = s.dS_T, d_decayed(KV), de(static_cast<size_t>(V));
+  for (int64_t t = s.len - 1; t >= 0; --t) {
+    const double* S = &states[t * KV];
+    const double* after = &states[(t + 1) * KV];
+    const double* kt = &s.k[t * K];
+    const double* qt = &s.q[t * K];
+    const double* dot = &s.do_[t * V];
+    // o_t = scale · afterᵀ q_t
+    for (int64_t i = 0; i < K; ++i) {
+      double sum = 0.0;
+      for (int64_t j = 0; j < V; ++j) {
+        sum += after[i * V + j] * dot[j];
+        dS[i * V + j] += scale * qt[i] * dot[j];
+      }
+      r.dq[t * K + i] = scale * sum;
+    }
+    // after = decayed + beta · k eᵀ
+    decay_and_error(t, S);
+    double d_beta = 0.0;
+    for (int64_t j = 0; j < V; ++j) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < K; ++i) sum += dS[i * V + j] * kt[i];
+      d_beta += sum * e[j];
+      de[j] = s.beta[t] * sum;
+      r.dv[t * V + j] = de[j];
+    }
+    r.dbeta[t] = d_beta;
+    for (int64_t i = 0; i < K; ++i) {
+      double via_e = 0.0, via_update = 0.0;
+      for (int64_t j = 0; j < V; ++j) {
+        via_update += dS[i * V + j] * e[j];
+        via_e += decayed[i * V + j] * de[j];
+        d_decayed[i * V + j] = dS[i * V + j] - kt[i] * de[j];
+      }
+      r.dk[t * K + i] = s.beta[t] * via_update - via_e;
+    }
+    // decayed = diag(exp(gate)) · S
+    for (int64_t i = 0; i < K; ++i) {
+      const double a = std::exp(s.gate[t * K + i]);
+      double d_a = 0.0;
+      for (int64_t j = 0; j < V; ++j) {
+        d_a += d_decayed[i * V + j] * S[i * V + j];
+        dS[i * V + j] = a * d_decayed[i * V + j];
+      }
+      r.dgate[t * K + i] = d_a * a;
+    }
+  }
+  r.dS0 = std::move(dS);
+  return r;
+}
+
+LayerOutputs layer_reference(const LayerShape& sh, const LayerInputs& in, const LayerOptions& o,
+                             int64_t chunk_size) {
   const int64_t T = sh.T, H = sh.H, HV = sh.HV, K = sh.K, V = sh.V;
   if (H < 1 || HV % H != 0) throw std::invalid_argument("layer_reference: HV % H != 0");
   const int64_t G = HV / H;  // value heads per query/key head
@@ -110,16 +207,29 @@ LayerOutputs layer_reference(const LayerShape& sh, const LayerInputs& in, const 
   const std::vector<double> q_hat = normalised(in.q, &q_inv);
   const std::vector<double> k_hat = normalised(in.k, &k_inv);
 
-  const size_t KV = static_cast<size_t>(K * V);
   for (const Sequence& seq : sequences_of(sh)) {
     for (int64_t hv = 0; hv < HV; ++hv) {
       const int64_t h = hv / G;
-      // Steps 2 and 3 for every token of the sequence.
+      HeadSequence hs;
+      hs.len = seq.len;
+      hs.K = K;
+      hs.V = V;
+      hs.q.resize(static_cast<size_t>(seq.len * K));
+      hs.k.resize(hs.q.size());
+      hs.gate.resize(hs.q.size());
+      hs.v.resize(static_cast<size_t>(seq.len * V));
+      hs.do_.resize(hs.v.size());
+      hs.beta.resize(static_cast<size_t>(seq.len));
+      hs.S0.assign(static_cast<size_t>(K * V), 0.0);
+      hs.dS_T.assign(hs.S0.size(), 0.0);
+      // Steps 2 and 3 for every token of the sequence, with their derivatives.
       std::vector<Gate> gate(static_cast<size_t>(seq.len * K));
-      std::vector<double> beta(static_cast<size_t>(seq.len)), d_beta_raw(beta.size(), 1.0);
+      std::vector<double> d_beta_raw(hs.beta.size(), 1.0);
       for (int64_t t = 0; t < seq.len; ++t) {
         const int64_t tt = seq.t0 + t;
         for (int64_t c = 0; c < K; ++c) {
+          hs.q[t * K + c] = q_hat[qk_at(seq.b, tt, h) + c];
+          hs.k[t * K + c] = k_hat[qk_at(seq.b, tt, h) + c];
           const double g = in.g[gk_at(seq.b, tt, hv) + c];
           Gate& gt = gate[static_cast<size_t>(t * K + c)];
           if (o.gate_in_kernel) {
@@ -128,127 +238,55 @@ LayerOutputs layer_reference(const LayerShape& sh, const LayerInputs& in, const 
           } else {
             gt = {g, 1.0, 0.0};
           }
+          hs.gate[t * K + c] = gt.value;
+        }
+        for (int64_t j = 0; j < V; ++j) {
+          hs.v[t * V + j] = in.v[v_at(seq.b, tt, hv) + j];
+          hs.do_[t * V + j] = in.do_[v_at(seq.b, tt, hv) + j];
         }
         const double raw = in.beta[beta_at(seq.b, tt, hv)];
         if (o.beta_sigmoid) {
           const double m = o.allow_neg_eigval ? 2.0 : 1.0, sg = sigmoid(raw);
-          beta[t] = m * sg;
+          hs.beta[t] = m * sg;
           d_beta_raw[t] = m * sg * (1.0 - sg);
         } else {
-          beta[t] = raw;
+          hs.beta[t] = raw;
+        }
+      }
+      for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < V; ++j) {
+          if (has_h0) hs.S0[i * V + j] = in.initial_state[state_at(seq.n, hv, i, j)];
+          if (has_dht) hs.dS_T[i * V + j] = in.dht[state_at(seq.n, hv, i, j)];
         }
       }
 
-      // Step 4, forward: states[t] is the state before token t (states[len]: the final one).
-      std::vector<double> states(static_cast<size_t>(seq.len + 1) * KV, 0.0);
-      if (has_h0) {
-        for (int64_t i = 0; i < K; ++i)
-          for (int64_t j = 0; j < V; ++j)
-            states[i * V + j] = in.initial_state[state_at(seq.n, hv, i, j)];
-      }
-      std::vector<double> decayed(KV), e(static_cast<size_t>(V));
+      // Step 4 and its backward.
+      const HeadSequenceGradients r =
+          chunk_size > 0 ? chunked_recurrence(hs, scale, chunk_size) : token_recurrence(hs, scale);
+
+      // Back through steps 2 and 3; the outputs in the caller's layout.
       for (int64_t t = 0; t < seq.len; ++t) {
         const int64_t tt = seq.t0 + t;
-        const double* S = &states[t * KV];
-        double* next = &states[(t + 1) * KV];
-        const double* kt = &k_hat[qk_at(seq.b, tt, h)];
-        const double* qt = &q_hat[qk_at(seq.b, tt, h)];
-        const double* vt = &in.v[v_at(seq.b, tt, hv)];
-        for (int64_t i = 0; i < K; ++i) {
-          const double a = std::exp(gate[t * K + i].value);
-          for (int64_t j = 0; j < V; ++j) decayed[i * V + j] = a * S[i * V + j];
-        }
         for (int64_t j = 0; j < V; ++j) {
-          double pred = 0.0;
-          for (int64_t i = 0; i < K; ++i) pred += decayed[i * V + j] * kt[i];
-          e[j] = vt[j] - pred;
+          out.o[v_at(seq.b, tt, hv) + j] = r.o[t * V + j];
+          out.dv[v_at(seq.b, tt, hv) + j] = r.dv[t * V + j];
         }
-        for (int64_t i = 0; i < K; ++i)
-          for (int64_t j = 0; j < V; ++j)
-            next[i * V + j] = decayed[i * V + j] + beta[t] * kt[i] * e[j];
-        for (int64_t j = 0; j < V; ++j) {
-          double sum = 0.0;
-          for (int64_t i = 0; i < K; ++i) sum += next[i * V + j] * qt[i];
-          out.o[v_at(seq.b, tt, hv) + j] = scale * sum;
-        }
-      }
-      const double* last = &states[seq.len * KV];
-      for (int64_t i = 0; i < K; ++i)
-        for (int64_t j = 0; j < V; ++j)
-          out.final_state[state_at(seq.n, hv, i, j)] = last[i * V + j];
-
-      // Step 5: the recurrence backward. dS is the gradient by the state after token t.
-      std::vector<double> dS(KV, 0.0), d_decayed(KV), de(static_cast<size_t>(V));
-      if (has_dht) {
-        for (int64_t i = 0; i < K; ++i)
-          for (int64_t j = 0; j < V; ++j) dS[i * V + j] = in.dht[state_at(seq.n, hv, i, j)];
-      }
-      for (int64_t t = seq.len - 1; t >= 0; --t) {
-        const int64_t tt = seq.t0 + t;
-        const double* S = &states[t * KV];
-        const double* after = &states[(t + 1) * KV];
-        const double* kt = &k_hat[qk_at(seq.b, tt, h)];
-        const double* qt = &q_hat[qk_at(seq.b, tt, h)];
-        const double* vt = &in.v[v_at(seq.b, tt, hv)];
-        const double* dot = &in.do_[v_at(seq.b, tt, hv)];
-        double* dqt = &dq_hat[qk_at(seq.b, tt, h)];
-        double* dkt = &dk_hat[qk_at(seq.b, tt, h)];
-        // o_t = scale · after^T q_t
-        for (int64_t i = 0; i < K; ++i) {
-          double sum = 0.0;
-          for (int64_t j = 0; j < V; ++j) {
-            sum += after[i * V + j] * dot[j];
-            dS[i * V + j] += scale * qt[i] * dot[j];
-          }
-          dqt[i] += scale * sum;
-        }
-        // after = decayed + beta · k e^T, e = v − decayed^T k
-        for (int64_t i = 0; i < K; ++i) {
-          const double a = std::exp(gate[t * K + i].value);
-          for (int64_t j = 0; j < V; ++j) decayed[i * V + j] = a * S[i * V + j];
-        }
-        for (int64_t j = 0; j < V; ++j) {
-          double pred = 0.0;
-          for (int64_t i = 0; i < K; ++i) pred += decayed[i * V + j] * kt[i];
-          e[j] = vt[j] - pred;
-        }
-        double d_beta = 0.0;
-        for (int64_t j = 0; j < V; ++j) {
-          double sum = 0.0;
-          for (int64_t i = 0; i < K; ++i) sum += dS[i * V + j] * kt[i];
-          d_beta += sum * e[j];
-          de[j] = beta[t] * sum;
-          out.dv[v_at(seq.b, tt, hv) + j] = de[j];
-        }
-        out.dbeta[beta_at(seq.b, tt, hv)] = d_beta * d_beta_raw[t];
-        for (int64_t i = 0; i < K; ++i) {
-          double via_e = 0.0, via_update = 0.0;
-          for (int64_t j = 0; j < V; ++j) {
-            via_update += dS[i * V + j] * e[j];
-            via_e += decayed[i * V + j] * de[j];
-            d_decayed[i * V + j] = dS[i * V + j] - kt[i] * de[j];
-          }
-          dkt[i] += beta[t] * via_update - via_e;
-        }
-        // decayed = diag(exp(gate)) · S
-        for (int64_t i = 0; i < K; ++i) {
-          const Gate& gt = gate[t * K + i];
-          const double a = std::exp(gt.value);
-          double d_a = 0.0;
-          for (int64_t j = 0; j < V; ++j) {
-            d_a += d_decayed[i * V + j] * S[i * V + j];
-            dS[i * V + j] = a * d_decayed[i * V + j];
-          }
-          const double d_gate = d_a * a;
-          out.dg[gk_at(seq.b, tt, hv) + i] = d_gate * gt.d_x;
-          if (!out.ddt_bias.empty()) out.ddt_bias[hv * K + i] += d_gate * gt.d_x;
+        for (int64_t c = 0; c < K; ++c) {
+          dq_hat[qk_at(seq.b, tt, h) + c] += r.dq[t * K + c];
+          dk_hat[qk_at(seq.b, tt, h) + c] += r.dk[t * K + c];
+          const Gate& gt = gate[static_cast<size_t>(t * K + c)];
+          const double d_gate = r.dgate[t * K + c];
+          out.dg[gk_at(seq.b, tt, hv) + c] = d_gate * gt.d_x;
+          if (!out.ddt_bias.empty()) out.ddt_bias[hv * K + c] += d_gate * gt.d_x;
           if (!out.dA_log.empty()) out.dA_log[hv] += d_gate * gt.d_A_log;
         }
+        out.dbeta[beta_at(seq.b, tt, hv)] = r.dbeta[t] * d_beta_raw[t];
       }
-      if (has_h0) {
-        for (int64_t i = 0; i < K; ++i)
-          for (int64_t j = 0; j < V; ++j)
-            out.dinitial_state[state_at(seq.n, hv, i, j)] = dS[i * V + j];
+      for (int64_t i = 0; i < K; ++i) {
+        for (int64_t j = 0; j < V; ++j) {
+          out.final_state[state_at(seq.n, hv, i, j)] = r.S_T[i * V + j];
+          if (has_h0) out.dinitial_state[state_at(seq.n, hv, i, j)] = r.dS0[i * V + j];
+        }
       }
     }
   }

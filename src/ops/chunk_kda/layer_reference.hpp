@@ -53,7 +53,38 @@ struct LayerOutputs {
   std::vector<double> dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dinitial_state;
 };
 
+// One (sequence, value head) of the recurrence (step 4 and its backward), on the activated
+// values: what both ways of evaluating it, token by token or chunk by chunk, take and give.
+// Row-major; states K x V (K-first, whatever the caller's layout).
+struct HeadSequence {
+  int64_t len = 0, K = 0, V = 0;
+  std::vector<double> q, k;      // [len, K] after l2norm
+  std::vector<double> v, do_;    // [len, V]
+  std::vector<double> gate;      // [len, K] natural-log decay of each token
+  std::vector<double> beta;      // [len] after its sigmoid
+  std::vector<double> S0, dS_T;  // [K, V] the initial state and the final state's gradient
+};
+
+struct HeadSequenceGradients {
+  std::vector<double> o;       // [len, V]
+  std::vector<double> S_T;     // [K, V] the final state
+  std::vector<double> dq, dk;  // [len, K] by the normalised q, k
+  std::vector<double> dv;      // [len, V]
+  std::vector<double> dgate;   // [len, K] by each token's natural-log decay
+  std::vector<double> dbeta;   // [len] by the activated beta
+  std::vector<double> dS0;     // [K, V]
+};
+
+// Token by token: the recurrence as SPEC-chunk-kda.md writes it.
+HeadSequenceGradients token_recurrence(const HeadSequence& s, double scale);
+
+// Chunk by chunk, as fla's chunked backward stages it (chunk_reference.cpp): the same numbers
+// in float64, reached through Akk, Aqk, the state scans, dAv and the two backward operators'
+// SPEC steps.
+HeadSequenceGradients chunked_recurrence(const HeadSequence& s, double scale, int64_t chunk_size);
+
+// chunk_size 0: token_recurrence; 16, 32 or 64: chunked_recurrence.
 LayerOutputs layer_reference(const LayerShape& shape, const LayerInputs& in,
-                             const LayerOptions& options);
+                             const LayerOptions& options, int64_t chunk_size = 0);
 
 }  // namespace kda::layer
