@@ -250,13 +250,7 @@ Matrix backward_chunk(const Chunk& c, const HeadSequence& s, double scale, const
 
 HeadSequenceGradients chunked_recurrence(const HeadSequence& s, double scale, int64_t chunk_size) {
   const int64_t K = s.K, V = s.V;
-  HeadSequenceGradients r;
-  r.o.assign(static_cast<size_t>(s.len * V), 0.0);
-  r.dq.assign(static_cast<size_t>(s.len * K), 0.0);
-  r.dk.assign(r.dq.size(), 0.0);
-  r.dv.assign(r.o.size(), 0.0);
-  r.dgate.assign(r.dq.size(), 0.0);
-  r.dbeta.assign(static_cast<size_t>(s.len), 0.0);
+  HeadSequenceGradients r(s);
 
   std::vector<Chunk> chunks;
   for (int64_t t0 = 0; t0 < s.len; t0 += chunk_size) {

@@ -62,13 +62,7 @@ Gate gate_of(double x, const LayerOptions& o, bool has_A_log, double A_log) {
 HeadSequenceGradients token_recurrence(const HeadSequence& s, double scale) {
   const int64_t K = s.K, V = s.V;
   const size_t KV = static_cast<size_t>(K * V);
-  HeadSequenceGradients r;
-  r.o.assign(static_cast<size_t>(s.len * V), 0.0);
-  r.dq.assign(static_cast<size_t>(s.len * K), 0.0);
-  r.dk.assign(r.dq.size(), 0.0);
-  r.dv.assign(r.o.size(), 0.0);
-  r.dgate.assign(r.dq.size(), 0.0);
-  r.dbeta.assign(static_cast<size_t>(s.len), 0.0);
+  HeadSequenceGradients r(s);
 
   // Forward: states[t] is the state before token t (states[len]: the final one).
   std::vector<double> states(static_cast<size_t>(s.len + 1) * KV, 0.0);

@@ -66,6 +66,15 @@ struct HeadSequence {
 };
 
 struct HeadSequenceGradients {
+  // Every per-token array sized for `s` and zeroed (the states are left to the evaluation).
+  explicit HeadSequenceGradients(const HeadSequence& s)
+      : o(static_cast<size_t>(s.len * s.V), 0.0),
+        dq(static_cast<size_t>(s.len * s.K), 0.0),
+        dk(dq.size(), 0.0),
+        dv(o.size(), 0.0),
+        dgate(dq.size(), 0.0),
+        dbeta(static_cast<size_t>(s.len), 0.0) {}
+
   std::vector<double> o;       // [len, V]
   std::vector<double> S_T;     // [K, V] the final state
   std::vector<double> dq, dk;  // [len, K] by the normalised q, k
