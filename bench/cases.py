@@ -16,14 +16,15 @@ from kda_kernels import _signatures
 H200_COPY_BANDWIDTH = 4.27e12  # bytes / s
 DTYPE_SIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 
-# The operators (the library's names, as bench/run.py --op takes them), from the tables; the two
-# this file has cases for.
-OPS = tuple(sig.op_name for sig in _signatures.SIGNATURES)
 WY = "chunk_bwd_wy_dqkg"
 INTRA = "chunk_bwd_intra"
-FLA_NAMES = {sig.op_name: sig.fla_name for sig in _signatures.SIGNATURES}
-# fla's Triton kernel of each, whose autotuner the bench pins or tunes.
+# fla's Triton kernel of each operator benched against fla, whose autotuner the bench pins or
+# tunes.
 FLA_KERNELS = {WY: "chunk_kda_bwd_kernel_wy_dqkg_fused", INTRA: "chunk_kda_bwd_kernel_intra"}
+# The operators (the library's names, as bench/run.py --op takes them), from the tables: those
+# this file has cases for (chunk_bwd_epilogue has none until its CUDA kernel exists).
+OPS = tuple(sig.op_name for sig in _signatures.SIGNATURES if sig.op_name in FLA_KERNELS)
+FLA_NAMES = {sig.op_name: sig.fla_name for sig in _signatures.SIGNATURES}
 OP_INPUTS = {sig.op_name: tuple(a.name for a in sig.inputs) for sig in _signatures.SIGNATURES}
 OP_OUTPUTS = {sig.op_name: tuple(a.returned_as for a in sig.outputs)
               for sig in _signatures.SIGNATURES}

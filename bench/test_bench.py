@@ -806,3 +806,14 @@ def test_device_timer_retries_when_the_host_falls_behind(monkeypatch):
     # second starts with the grown spin and gets a clean try.
     assert result["starved"] == 25
     assert result["median_us"] == pytest.approx(21.0, abs=1.5)
+
+
+def test_host_cost_measures_the_operators_fla_dispatches():
+    """host_cost.py reads the operator list from the tables' file, before importing the package:
+    its stage names are kda_kernels.fla's."""
+    import host_cost as hc
+
+    import kda_kernels.fla as kfla
+
+    assert hc._FLA_STAGES == kfla.STAGES
+    assert tuple(hc.OPS.values()) == kfla.STAGES

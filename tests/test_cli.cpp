@@ -493,7 +493,7 @@ TEST(Cli, IntraVarlenGvaSafeGateInt32Indices) {
       "--beta-dtype fp32 --chunk-indices --index-dtype i32 --safe-gate --strong-every 1 --seed 3 "
       "--backend cpu --repeat 1 --check");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  for (const char* part : {"operator chunk_bwd_intra (fla's chunk_kda_bwd_intra",
+  for (const char* part : {"operator chunk_bwd_intra (kda_kernels.chunk_kda_bwd_intra",
                            "B=1 T=150 H=2 HV=4 K=32 BT=32 NT=6 (3 sequences, chunk_indices given)",
                            "X=bfloat16 beta=float32", "safe_gate=true", "cpu-ref (float64)",
                            "every row", "out.dg", "PASS: all 4 outputs", "timing: cpu"}) {
@@ -653,7 +653,7 @@ TEST(Cli, BadInputGivesOneErrorLineAndANonZeroExit) {
        "--safe-gate: not an option of chunk_bwd_wy_dqkg (it is one of chunk_bwd_intra)"},
       {small + "--strong-every 2", 2, "--strong-every: not an option of chunk_bwd_wy_dqkg"},
       {small_intra + "--state-v-first", 2,
-       "--state-v-first: not an option of chunk_bwd_intra (it is one of chunk_bwd_wy_dqkg)"},
+       "--state-v-first: not an option of chunk_bwd_intra (it is one of chunk_bwd_wy_dqkg, chunk_bwd_epilogue)"},
       {small_intra + "--scale=0.5", 2, "--scale: not an option of chunk_bwd_intra"},
       {small_intra + "--h-dtype fp32", 2, "--h-dtype: not an option of chunk_bwd_intra"},
       // --kernel

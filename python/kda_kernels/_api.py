@@ -210,6 +210,57 @@ Examples
 ...     q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, chunk_size=64)  # doctest: +SKIP
 """
 
+DOCS["chunk_kda_bwd_epilogue"] = """KDA layer backward, last pass: the gradients of the layer's raw inputs from the scans'.
+
+Per chunk and query/key head, from the layer's raw inputs, the forward's Akk and what the two
+state scans produce (h, dh, v_new, dv), in one pass: the WY and intra-chunk terms, dAqk =
+scale · do · v_newᵀ, the chunk-local reverse cumsum of dg, the gate's, the beta sigmoid's and
+l2norm's backward, and GVA's sum (docs/design.md, "The fused backward epilogue"). Its float64
+judge is the layer's chunked reference (checked against ../shared/golden-kda). X below is one
+of float16, bfloat16, float32. Only the 'cpu-ref' backend computes it so far: 'cpu' and
+'cuda' raise NotImplementedError.
+
+Parameters
+----------
+q, k : array, shape [B, T, H, K], dtype X
+    The layer's queries and keys, before l2norm.
+v : array, shape [B, T, HV, V], dtype X
+g : array, shape [B, T, HV, K], dtype X or float32
+    Per-token natural-log decays, or with use_gate_in_kernel the gate's raw input.
+beta : array, shape [B, T, HV], dtype X or float32
+    Or its logits with use_beta_sigmoid_in_kernel.
+A : array, shape [B, T, HV, BT], dtype X
+    The forward's Akk = (I + M)⁻¹ per chunk, used as stored.
+h, dh : array, shape [B, NT, HV, K, V] ([.., V, K] when state_v_first), float32 or X
+    The state at each chunk's start, and the gradient by the state at its end.
+v_new, dv : array, shape [B, T, HV, V], dtype X
+    The forward scan's v_new and the reverse scan's dv (Aqkᵀ · do included).
+do : array, shape [B, T, HV, V], dtype X
+A_log : array, shape [HV], float32, optional
+dt_bias : array, shape [HV * K], float32, optional
+    Only with use_gate_in_kernel (A_log required unless lower_bound is set).
+scale, cu_seqlens, chunk_size, chunk_indices, state_v_first
+    As for chunk_kda_bwd_wy_dqkg_fused.
+use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+lower_bound
+    The layer's options, as fla's chunk_kda takes them.
+backend : {None, 'cuda', 'cpu', 'cpu-ref'}, keyword-only
+kernel : {'auto'}, keyword-only
+
+Returns
+-------
+dq, dk : array, shape [B, T, H, K], dtype X
+dv : array, shape [B, T, HV, V], dtype X
+dg : array, shape [B, T, HV, K], float32
+    By g as passed (the raw gate input with use_gate_in_kernel).
+dbeta : array, shape [B, T, HV], float32
+    By beta as passed (the logits with use_beta_sigmoid_in_kernel).
+dA_log : array, shape [HV], float32
+ddt_bias : array, shape [HV, K], float32
+    0 where the input does not enter the layer (no gate in the kernel, or no dt_bias).
+
+""" + _RAISES
+
 
 def _public_function(sig):
     """The public function of operator `sig` (_signatures.Signature): fla's parameter list from

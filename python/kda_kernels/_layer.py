@@ -123,8 +123,10 @@ def check_arguments(q, k, v, g, beta, scale, initial_state, cu_seqlens, A_log, d
         for name, t, n in (("A_log", A_log, HV), ("dt_bias", dt_bias, HV * K)):
             if t is None:
                 continue
-            if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.numel() != n:
-                raise ValueError(f"{where}: {name}: expected a float32 tensor of {n} elements")
+            # fla reads them in float32 whatever their dtype (a bf16 layer's parameters are
+            # bf16): any floating dtype is taken.
+            if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() != n:
+                raise ValueError(f"{where}: {name}: expected a floating tensor of {n} elements")
             tensors.append((name, t))
         if safe_gate:
             if lower_bound is None:

@@ -30,7 +30,7 @@ Examples
 
 import threading
 
-from . import _api, _fla_release, _signatures
+from . import _api, _fla_release
 
 BACKEND_TYPE = "kda_kernels"
 # fla: lower runs first. 1 puts this ahead of fla's optional GPU backends (flash_kda 3,
@@ -48,6 +48,10 @@ _MAX_HEAD_DIM = 256
 # handed back to fla too.
 CUDA_KERNELS = {}
 CUDA_KERNEL_NOTES = {}
+
+# The operators of libkda that fla dispatches (its stage functions of the same names); the others
+# (chunk_kda_bwd_epilogue) have no fla counterpart.
+STAGES = ("chunk_kda_bwd_wy_dqkg_fused", "chunk_kda_bwd_intra")
 
 # Per operator: tensors that must have q's dtype, tensors that must be float32, tensors that may
 # be either (the verifiers' dtype rules; h / dh of chunk_bwd_wy_dqkg have a rule of their own).
@@ -372,7 +376,7 @@ def _chunk_kda_reason(q, k, v, g, beta, initial_state, cu_seqlens, disable_recom
     if q.shape[-1] > _MAX_HEAD_DIM or v.shape[-1] > _MAX_HEAD_DIM:
         return (f"K={q.shape[-1]}, V={v.shape[-1]}; kda_kernels has kernels up to "
                 f"{_MAX_HEAD_DIM}")
-    for fla_name in (sig.fla_name for sig in _signatures.SIGNATURES):
+    for fla_name in STAGES:
         if not CUDA_KERNELS.get(fla_name):
             return (f"the loaded libkda has no CUDA kernel for {fla_name} "
                     f"({CUDA_KERNEL_NOTES.get(fla_name, 'not probed')})")
@@ -404,7 +408,7 @@ def _probe_arguments(fla_name, device):
 
 
 def probe_cuda_kernels(device=None):
-    """Run a tiny problem of every operator on the cuda backend once and record in
+    """Run a tiny problem of every stage operator (STAGES) on the cuda backend once and record in
     CUDA_KERNELS whether the library took it (a refusal with NotImplementedError, the C
     side's KDA_STATUS_UNSUPPORTED, means it has no CUDA kernel for the operator; its message
     goes to CUDA_KERNEL_NOTES). Any other error propagates. The probe passes kernel 'auto', as
@@ -417,16 +421,16 @@ def probe_cuda_kernels(device=None):
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device())
     device = torch.device(device)
-    for sig in _signatures.SIGNATURES:
+    for name in STAGES:
         try:
-            _torch_op.OPS[sig.fla_name].run(*_probe_arguments(sig.fla_name, device))
+            _torch_op.OPS[name].run(*_probe_arguments(name, device))
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-            CUDA_KERNELS[sig.fla_name] = True
-            CUDA_KERNEL_NOTES.pop(sig.fla_name, None)
+            CUDA_KERNELS[name] = True
+            CUDA_KERNEL_NOTES.pop(name, None)
         except NotImplementedError as e:
-            CUDA_KERNELS[sig.fla_name] = False
-            CUDA_KERNEL_NOTES[sig.fla_name] = str(e)
+            CUDA_KERNELS[name] = False
+            CUDA_KERNEL_NOTES[name] = str(e)
     return dict(CUDA_KERNELS)
 
 
@@ -445,7 +449,7 @@ def _release():
 def _functions():
     """The fla functions the backend implements: one per operator of libkda (fla's stage
     functions), then the layer, chunk_kda."""
-    return tuple(sig.fla_name for sig in _signatures.SIGNATURES) + ("chunk_kda",)
+    return STAGES + ("chunk_kda",)
 
 
 def _operator_names(ops):
@@ -528,7 +532,7 @@ def enable(ops=None):
             f"{_api.library_path()} (built without CUDA, or no GPU present)"
         )
     with _lock:
-        if any(sig.fla_name not in CUDA_KERNELS for sig in _signatures.SIGNATURES):
+        if any(name not in CUDA_KERNELS for name in STAGES):
             probe_cuda_kernels()  # once: the loaded library does not change
         if _backend_class is None:
             _backend_class = _make_backend_class(release.base_class)

@@ -211,4 +211,31 @@ Status make_random_problem(const IntraConfig& config,
 double intra_pass_bar(DType x_dtype);
 double intra_golden_bar(DType x_dtype);
 
+// ---- chunk_bwd_epilogue's random problems (ops/chunk_bwd_epilogue/host.cpp) -----------------
+
+struct EpilogueConfig {
+  int64_t B = 1, T = 2048, H = 32, HV = 0 /* 0: = H */, K = 128, V = 128, BT = 64;
+  DType x_dtype = DType::bf16;
+  DType h_dtype = DType::f32;
+  DType beta_dtype = DType::f32;  // f32, or x_dtype for "beta in X"
+  std::vector<int64_t> seqlens;   // non-empty: varlen, B must be 1 and T = sum
+  bool pass_chunk_indices = false;
+  bool state_v_first = false;
+  std::optional<double> scale;
+  bool l2norm = true;              // use_qk_l2norm_in_kernel
+  std::string gate = "none";       // "none" (g: log decays), "softplus" or "lower_bound" (-5)
+  bool beta_sigmoid = false;       // use_beta_sigmoid_in_kernel
+  bool allow_neg_eigval = false;
+  uint64_t seed = 0;
+};
+
+// Inputs: q, k, v, v_new, dv, do, h, dh ~ N(0, 1); A ~ N(0, 0.1) as stored (full BT columns);
+// g: per-token natural-log decays -U(0.001, 1) log-uniformly, or with the gate in the kernel its
+// raw input N(0, 1) with A_log ~ U(0, 2), dt_bias ~ N(0, 0.5); beta ~ U(0.05, 0.95), or N(0, 1)
+// logits with the sigmoid. Outputs allocated and poisoned.
+HostProblem make_random_problem(const EpilogueConfig& config);
+Status make_random_problem(const EpilogueConfig& config,
+                           const std::function<Status(const HostProblem&)>& check_before_filling,
+                           HostProblem* out);
+
 }  // namespace kda::io

@@ -142,7 +142,7 @@ def _call_args(device="cpu", **overrides):
     (dict(chunk_size=16), ValueError, r"chunk_size: expected 32 or 64"),
     (dict(use_gate_in_kernel=True), ValueError, r"A_log: required with use_gate_in_kernel"),
     (dict(use_gate_in_kernel=True, A_log=torch.zeros(3)), ValueError,
-     r"A_log: expected a float32 tensor of 4 elements"),
+     r"A_log: expected a floating tensor of 4 elements"),
     (dict(use_gate_in_kernel=True, lower_bound=-6.0, safe_gate=True), ValueError,
      r"lower_bound: expected a value in \[-5, 0\)"),
     ({}, ValueError, r"q: expected a CUDA tensor"),
@@ -214,6 +214,24 @@ def compare(ours, theirs, reference, dtype, label):
     assert not failures, failures
 
 
+def print_stage_ablation(fla_chunk_kda, inputs, options, reference, label):
+    """The reductions' err_ratio (dA_log, ddt_bias, dinitial_state) with one of our stage
+    operators at a time inside fla's own backward: which stage moves them (printed only)."""
+    import kda_kernels.fla as kfla
+
+    rows = []
+    for ops in (("chunk_kda_bwd_wy_dqkg_fused",), ("chunk_kda_bwd_intra",)):
+        try:
+            kfla.enable(ops=ops)
+            got = run_layer(fla_chunk_kda, inputs, options, "cuda")
+        finally:
+            kfla.disable()
+        rows.append(ops[0].split("_")[-2] + ": " + " ".join(
+            f"{n}={err_ratio(got[n].numpy(), reference[n].numpy()):.1e}"
+            for n in ("dA_log", "ddt_bias", "dinitial_state", "dg") if n in reference))
+    print(f"[chunk_kda {label}] one stage of ours in fla's backward: " + "; ".join(rows))
+
+
 @needs_gpu
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem)
 def test_golden_files_beside_fla(path):
@@ -222,7 +240,9 @@ def test_golden_files_beside_fla(path):
     ours = run_layer(kk.chunk_kda, inputs, options, "cuda")
     theirs = run_layer(fla_chunk_kda, inputs, options, "cuda")
     dtype = inputs["q"].dtype
-    compare(ours, theirs, {n: t.double() for n, t in expected.items()}, dtype, path.stem)
+    reference = {n: t.double() for n, t in expected.items()}
+    print_stage_ablation(fla_chunk_kda, inputs, options, reference, path.stem)
+    compare(ours, theirs, reference, dtype, path.stem)
     again = run_layer(kk.chunk_kda, inputs, options, "cuda")
     for name in ours:  # run to run: the same bits
         assert torch.equal(ours[name], again[name]), f"{name} differs between two runs"
@@ -293,6 +313,7 @@ def test_random_shapes_beside_fla(case):
     ours = run_layer(kk.chunk_kda, inputs, options, "cuda")
     theirs = run_layer(fla_chunk_kda, inputs, options, "cuda")
     reference = run_layer(chunk_kda_reference, inputs, options, "cuda", torch.float64)
+    print_stage_ablation(fla_chunk_kda, inputs, options, reference, case)
     compare(ours, theirs, reference, inputs["q"].dtype, case)
 
 

@@ -24,6 +24,9 @@ import kda_kernels.fla as kfla  # noqa: E402
 from fla_tuning import trim_fla_autotuners  # noqa: E402
 from kda_kernels import _fla_release, _signatures  # noqa: E402
 
+# The operators fla dispatches (chunk_kda_bwd_epilogue has no fla counterpart).
+STAGE_SIGNATURES = [s for s in _signatures.SIGNATURES if s.fla_name in kfla.STAGES]
+
 RELEASE = _fla_release.load()
 kda_registry = RELEASE.registry
 from kda_testing import (  # noqa: E402
@@ -41,6 +44,7 @@ needs_cuda = pytest.mark.skipif(
 
 WY = "chunk_kda_bwd_wy_dqkg_fused"
 INTRA = "chunk_kda_bwd_intra"
+LAYER = "chunk_kda"
 
 
 def _fla_function(fla_name):
@@ -72,7 +76,7 @@ def test_release_shape():
     assert RELEASE.version == fla.__version__
 
 
-@pytest.mark.parametrize("sig", _signatures.SIGNATURES, ids=lambda s: s.op_name)
+@pytest.mark.parametrize("sig", STAGE_SIGNATURES, ids=lambda s: s.op_name)
 def test_backend_methods_take_flas_parameters(sig):
     """fla's dispatch calls our methods with its own function's arguments: same names, order
     and defaults, those of 0.5.2 and then those 0.6 added (no GPU needed); chunk_kda_bwd_intra's
@@ -111,7 +115,7 @@ def _fla_dispatched(fla_name):
     return {WY: chunk_kda_bwd_wy_dqkg_fused, INTRA: chunk_kda_bwd_intra}[fla_name]
 
 
-@pytest.mark.parametrize("sig", _signatures.SIGNATURES, ids=lambda s: s.op_name)
+@pytest.mark.parametrize("sig", STAGE_SIGNATURES, ids=lambda s: s.op_name)
 def test_flas_dispatch_runs_our_functions_with_its_keywords(cpu_backend, sig):
     """fla's own dispatch (the wrapper on its stage function) reaches our function, which gives
     the public function's results; with 0.6's keywords too (use_graph=True is served)."""
@@ -287,14 +291,18 @@ def _median_backward_ms(leaves, grads, cu, repeat=10):
 
 
 @contextlib.contextmanager
-def backend_calls():
+def backend_calls(ops=None):
     """Counts the calls fla's dispatch makes to our backend's functions
-    (chunk_kda_bwd_wy_dqkg_fused, chunk_kda_bwd_intra): the counters wrap the methods on the
-    backend class that enable() registers, which is what fla's dispatch looks up (getattr on the
-    registered instance). Yields a dict of lists, by function name, that get one entry per
-    call (kda_testing.record_calls)."""
-    kfla.enable()  # makes sure the class exists; the caller decides whether it stays registered
-    calls, restore = record_calls(type(RELEASE.registered(kfla.BACKEND_TYPE)), (WY, INTRA))
+    (chunk_kda_bwd_wy_dqkg_fused, chunk_kda_bwd_intra, chunk_kda): the counters wrap the methods
+    on the backend class that enable() registers, which is what fla's dispatch looks up
+    (getattr on the registered instance). `ops` is enable()'s: by default the two stage
+    functions alone, so that fla's own backward runs and dispatches them (with chunk_kda
+    enabled too, fla's chunk_kda goes to kda_kernels.chunk_kda, which calls our operators
+    directly). Yields a dict of lists, by function name, that get one entry per call
+    (kda_testing.record_calls)."""
+    # Registers the class; the caller decides whether it stays registered.
+    kfla.enable(ops=(WY, INTRA) if ops is None else ops)
+    calls, restore = record_calls(kfla._backend_class, (WY, INTRA, LAYER))
     try:
         yield calls
     finally:
@@ -323,6 +331,17 @@ def test_chunk_kda_gradients_with_and_without_backend(seqlens):
     finally:
         kfla.disable()
 
+    try:  # fla's chunk_kda on kda_kernels.chunk_kda: one call, no stage dispatched by fla
+        with backend_calls(ops=kfla._functions()) as calls:
+            layer_grads, _ = _forward_backward(leaves, grads, cu)
+        assert len(calls[LAYER]) == 1 and calls[WY] == calls[INTRA] == [], calls
+    finally:
+        kfla.disable()
+    for name in leaves:
+        ratio = err_ratio(layer_grads[name].double().cpu().numpy(),
+                          fla_grads[name].double().cpu().numpy())
+        assert ratio <= PASS_BAR["bfloat16"], f"layer d{name}: err_ratio {ratio:.2e}"
+
     ratios = {n: err_ratio(our_grads[n].double().cpu().numpy(),
                            fla_grads[n].double().cpu().numpy()) for n in leaves}
     # Shown by `pytest -rP` (and under -n, where workers' output is otherwise lost).
@@ -346,7 +365,7 @@ def test_call_counter_stays_at_zero_without_the_backend():
     with backend_calls() as calls:
         kfla.disable()  # registered by backend_calls(); taken away again before the run
         unregistered_grads, _ = _forward_backward(leaves, grads, cu)
-    assert calls == {WY: [], INTRA: []}
+    assert calls == {WY: [], INTRA: [], LAYER: []}
     for name in leaves:
         assert torch.equal(unregistered_grads[name], fla_grads[name]), name
     with backend_calls() as calls:
@@ -365,8 +384,8 @@ def test_enable_one_operator_leaves_the_other_to_fla():
     kfla.disable()
     fla_grads, _ = _forward_backward(leaves, grads, cu)
     try:
-        with backend_calls() as calls:  # counts on the full class, which the subset inherits
-            kfla.enable(ops=(WY,))
+        with backend_calls(ops=(WY,)) as calls:  # counts on the full class, which the subset
+            # inherits
             assert kfla.enabled_operators() == (WY,)
             wy_grads, _ = _forward_backward(leaves, grads, cu)
     finally:

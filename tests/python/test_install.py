@@ -67,14 +67,14 @@ def _pip(python, *args, env):
     result = subprocess.run([str(python), "-m", "pip", "install", "--no-index",
                              "--no-build-isolation", "--no-deps", *args],
                             capture_output=True, text=True, env=env, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, _failure_text(result)
     return result.stdout
 
 
 def _probe(python, cwd, env):
     result = subprocess.run([str(python), "-c", PROBE, str(REPO_ROOT / "tests" / "python")],
                             capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, _failure_text(result)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -185,7 +185,7 @@ def test_readme_offline_install_in_a_fresh_venv(tmp_path):
     python = _fresh_venv(tmp_path / "venv", parent_packages=True)
     library = Path(kk.library_path()).resolve()
     result = _run_readme_command(python, _clean_env(KDA_LIBRARY=str(library)))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, _failure_text(result)
     found = _probe(python, tmp_path, _clean_env())
     assert Path(found["library"]).resolve().parent.name == "lib"
     assert Path(found["package"]).resolve().parent.parent != PACKAGE_DIR.resolve()
@@ -213,6 +213,18 @@ def test_readme_offline_install_names_missing_prerequisites(tmp_path):
     assert "No module named 'wheel'" not in output, output[-3000:]
     assert "kda-kernels: building the package needs setuptools >= 70.1" in output, output[-3000:]
     assert "numpy" in output, output[-3000:]
+
+
+def _failure_text(result):
+    """What a failed build says: every CMake error with the lines after it (they sit in the
+    middle of pip's output), then the output's ends."""
+    text = result.stdout + result.stderr
+    lines = text.splitlines()
+    errors = []
+    for i, line in enumerate(lines):
+        if "CMake Error" in line or "error:" in line:
+            errors.extend(lines[i:i + 12])
+    return "\n".join(errors[:200]) + "\n...\n" + result.stdout[-2000:] + result.stderr[-2000:]
 
 
 def _cmake_finds_the_build_dependencies():
@@ -261,7 +273,7 @@ def test_one_command_builds_everything_and_rebuilds_after_a_change(tmp_path):
     python = _fresh_venv(tmp_path / "venv", parent_packages=True)
     env = _clean_env(CMAKE_ARGS="-DKDA_ENABLE_CUDA=OFF")
     result = _run_readme_command(python, env, checkout / "python")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, _failure_text(result)
     found = _probe(python, tmp_path, _clean_env())
     lib_dir = Path(found["library"]).resolve().parent
     assert lib_dir.name == "lib" and checkout not in lib_dir.parents
@@ -278,5 +290,5 @@ def test_one_command_builds_everything_and_rebuilds_after_a_change(tmp_path):
     assert "return kda::kVersionString;" in text
     c_api.write_text(text.replace("return kda::kVersionString;", 'return "changed-here";'))
     result = _run_readme_command(python, env, checkout / "python")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, _failure_text(result)
     assert _probe(python, tmp_path, _clean_env())["version"] == "changed-here"

@@ -101,9 +101,9 @@ int main(int argc, char** argv) {
   }
   RunOptions options;
   for (OpCommand& c : commands) {
-    c.command = run->add_subcommand(
-        c.name, c.op ? "fla's " + std::string(c.op->fla_name) + " (contract: " + c.op->spec + ")"
-                     : std::string("not available in this build"));
+    c.command = run->add_subcommand(c.name, c.op ? "kda_kernels." + std::string(c.op->fla_name) +
+                                                       " (contract: " + c.op->spec + ")"
+                                                 : std::string("not available in this build"));
     c.command->group(c.op ? "Operators" : "");
     c.command->allow_extras();  // reported by leftover_error, naming the operator
     const GeneratedOption generated =

@@ -42,7 +42,8 @@ void print_row(const std::string& label, const std::string& text) {
 void print_problem(const std::string& source, const io::OpIo& op, const io::HostProblem& problem,
                    const ProblemSummary& d, Backend backend, Kernel kernel) {
   std::printf("kda run: %s\n", source.c_str());
-  print_row("operator", std::string(op.name) + " (fla's " + op.fla_name + ", " + op.spec + ")");
+  print_row("operator",
+            std::string(op.name) + " (kda_kernels." + op.fla_name + ", " + op.spec + ")");
   std::string sizes = d.sizes;
   if (d.varlen) {
     sizes += " (" + std::to_string(d.num_seqs) + " sequences" +

@@ -61,19 +61,10 @@ struct ChunkResults {
 
 // --- gathering the inputs -----------------------------------------------------------------------
 
-// The K x V state of one chunk and value head; h/dh is [.., K, V], or [.., V, K] when
-// state_v_first (then S[k][v] = h[b, c, hv, v, k]).
+// The K x V state of one chunk and value head (h/dh, either layout).
 Matrix load_state(const TensorView& t, const ChunkTask& task, int64_t hv, int64_t K, int64_t V,
                   bool state_v_first) {
-  Matrix m(K, V);
-  for (int64_t k = 0; k < K; ++k) {
-    for (int64_t v = 0; v < V; ++v) {
-      const int64_t offset = state_v_first ? offset_of(t, task.h_batch, task.h_chunk, hv, v, k)
-                                           : offset_of(t, task.h_batch, task.h_chunk, hv, k, v);
-      m(k, v) = load_double(t, offset);
-    }
-  }
-  return m;
+  return reference::load_state(t, task.h_batch, task.h_chunk, hv, K, V, state_v_first);
 }
 
 ChunkInputs load_inputs(const ChunkBwdWyDqkgProblem& p, const ChunkBwdWyDqkgDims& d,

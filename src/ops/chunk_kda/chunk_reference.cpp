@@ -11,13 +11,20 @@
 #include <vector>
 
 #include "core/reference_matrix.hpp"
+#include "ops/chunk_bwd_epilogue/chunk_math.hpp"
 #include "ops/chunk_kda/layer_reference.hpp"
 
 namespace kda::layer {
 
 namespace {
 
+namespace epilogue = kda::detail::epilogue;
+
+using kda::detail::reference::hadamard;
+using kda::detail::reference::matmul;
 using kda::detail::reference::Matrix;
+using kda::detail::reference::row_scaled;
+using kda::detail::reference::transposed;
 
 // Rows t0 .. t0+L-1 of a row-major [len, cols] array.
 Matrix rows_of(const std::vector<double>& x, int64_t t0, int64_t L, int64_t cols) {
@@ -25,36 +32,6 @@ Matrix rows_of(const std::vector<double>& x, int64_t t0, int64_t L, int64_t cols
   for (int64_t i = 0; i < L; ++i)
     for (int64_t c = 0; c < cols; ++c) m(i, c) = x[(t0 + i) * cols + c];
   return m;
-}
-
-Matrix matmul(const Matrix& a, const Matrix& b) {
-  Matrix c(a.rows, b.cols);
-  for (int64_t i = 0; i < a.rows; ++i)
-    for (int64_t m = 0; m < a.cols; ++m)
-      for (int64_t j = 0; j < b.cols; ++j) c(i, j) += a(i, m) * b(m, j);
-  return c;
-}
-
-Matrix transposed(const Matrix& a) {
-  Matrix t(a.cols, a.rows);
-  for (int64_t i = 0; i < a.rows; ++i)
-    for (int64_t j = 0; j < a.cols; ++j) t(j, i) = a(i, j);
-  return t;
-}
-
-// Row i of `a` scaled by s(i, ·) elementwise: a ⊙ s.
-Matrix hadamard(const Matrix& a, const Matrix& s) {
-  Matrix c = a;
-  for (size_t n = 0; n < c.values.size(); ++n) c.values[n] *= s.values[n];
-  return c;
-}
-
-// Row i of `a` times beta(i).
-Matrix row_scaled(const Matrix& a, const Matrix& beta) {
-  Matrix c = a;
-  for (int64_t i = 0; i < a.rows; ++i)
-    for (int64_t j = 0; j < a.cols; ++j) c(i, j) *= beta(i, 0);
-  return c;
 }
 
 // One chunk's forward quantities, kept for its backward.
@@ -137,15 +114,7 @@ Matrix forward_chunk(Chunk& c, const HeadSequence& s, double scale, Matrix S,
 Matrix backward_chunk(const Chunk& c, const HeadSequence& s, double scale, const Matrix& dS_end,
                       HeadSequenceGradients& r) {
   const int64_t L = c.L, K = s.K, V = s.V;
-  // dAv: Pq = scale · do v_newᵀ (lower-inclusive; what fla's dAv hands the intra operator) and
-  // the intra-chunk dv = Aqkᵀ do.
-  Matrix Pq(L, L);
-  for (int64_t i = 0; i < L; ++i)
-    for (int64_t j = 0; j <= i; ++j) {
-      double sum = 0.0;
-      for (int64_t v = 0; v < V; ++v) sum += c.dO(i, v) * c.Vn(j, v);
-      Pq(i, j) = scale * sum;
-    }
+  // dAv's intra-chunk dv = Aqkᵀ do.
   Matrix dv2 = matmul(transposed(c.Aqk), c.dO);
   // The reverse scan: dv2 = dv_intra + (k ⊙ exp(Gn − G)) dS_end; dS_start = diag(exp(Gn)) dS_end
   // + scale (Q ⊙ E)ᵀ do − wᵀ dv2.
@@ -154,6 +123,8 @@ Matrix backward_chunk(const Chunk& c, const HeadSequence& s, double scale, const
     for (int64_t k = 0; k < K; ++k) to_end(i, k) = std::exp(c.G(L - 1, k) - c.G(i, k));
   const Matrix carried = matmul(hadamard(c.Kk, to_end), dS_end);
   for (size_t n = 0; n < dv2.values.size(); ++n) dv2.values[n] += carried.values[n];
+  for (int64_t i = 0; i < L; ++i)
+    for (int64_t v = 0; v < V; ++v) r.dv_scan[(c.t0 + i) * V + v] = dv2(i, v);
   Matrix dS_start = matmul(transposed(hadamard(c.Q, c.E)), c.dO);
   const Matrix wT_dv2 = matmul(transposed(c.w), dv2);
   for (int64_t k = 0; k < K; ++k)
@@ -161,87 +132,18 @@ Matrix backward_chunk(const Chunk& c, const HeadSequence& s, double scale, const
       dS_start(k, j) =
           std::exp(c.G(L - 1, k)) * dS_end(k, j) + scale * dS_start(k, j) - wT_dv2(k, j);
 
-  // SPEC.md steps 1..12 (S = h, dS = dh: the gradient by the state after the chunk, dV = dv2).
-  const Matrix& S = c.S;
-  Matrix dQ = hadamard(matmul(c.dO, transposed(S)), c.E);  // 1
-  for (double& x : dQ.values) x *= scale;
-  const Matrix dK0 = hadamard(matmul(c.Vn, transposed(dS_end)), to_end);  // 2
-  Matrix dW = matmul(dv2, transposed(S));                                 // 3
-  for (double& x : dW.values) x = -x;
-  const Matrix AkkT = transposed(c.Akk);
-  const Matrix dvb = matmul(AkkT, dv2);  // 4
-  const Matrix dv_out = row_scaled(dvb, c.beta);
-  const Matrix KG = hadamard(c.Kk, c.E);  // 5
-  const Matrix dkgb = matmul(AkkT, dW);
-  Matrix db(L, 1);  // 6
-  for (int64_t i = 0; i < L; ++i) {
-    double sum = 0.0;
-    for (int64_t v = 0; v < V; ++v) sum += dvb(i, v) * c.Vv(i, v);
-    for (int64_t k = 0; k < K; ++k) sum += dkgb(i, k) * KG(i, k);
-    db(i, 0) = sum;
-  }
-  Matrix dk = dK0;  // 7
-  for (int64_t i = 0; i < L; ++i)
-    for (int64_t k = 0; k < K; ++k) dk(i, k) += dkgb(i, k) * c.E(i, k) * c.beta(i, 0);
-  Matrix dg(L, K);  // 9 (with 8's dgk on the last row)
-  for (int64_t i = 0; i < L; ++i)
-    for (int64_t k = 0; k < K; ++k)
-      dg(i, k) =
-          c.Q(i, k) * dQ(i, k) - c.Kk(i, k) * dK0(i, k) + KG(i, k) * dkgb(i, k) * c.beta(i, 0);
-  for (int64_t k = 0; k < K; ++k) {
-    double sum = 0.0;
-    for (int64_t v = 0; v < V; ++v) sum += S(k, v) * dS_end(k, v);
-    double keys = 0.0;
-    for (int64_t i = 0; i < L; ++i) keys += c.Kk(i, k) * dK0(i, k);
-    dg(L - 1, k) += std::exp(c.G(L - 1, k)) * sum + keys;
-  }
-  // 11, 12: D = dV Vᵀ + dW KGᵀ; X = D ⊙ β_j strictly below the diagonal; dAkk = −Akkᵀ X Akkᵀ.
-  const Matrix D = [&] {
-    Matrix a = matmul(dv2, transposed(c.Vv));
-    const Matrix b = matmul(dW, transposed(KG));
-    for (size_t n = 0; n < a.values.size(); ++n) a.values[n] += b.values[n];
-    return a;
-  }();
-  Matrix X(L, L);
-  for (int64_t i = 0; i < L; ++i)
-    for (int64_t j = 0; j < i; ++j) X(i, j) = D(i, j) * c.beta(j, 0);
-  const Matrix AXA = matmul(matmul(AkkT, X), AkkT);
-  Matrix Pk(L, L);
-  for (int64_t i = 0; i < L; ++i)
-    for (int64_t j = 0; j < i; ++j) Pk(i, j) = -AXA(i, j);
-
-  // SPEC-chunk-bwd-intra.md steps 1..8 (Pq, Pk lower-inclusive; D_ij = exp(G_i − G_j)).
-  Matrix dqa(L, K), rr(L, K), dkc(L, K);
-  for (int64_t i = 0; i < L; ++i)
-    for (int64_t j = 0; j <= i; ++j)
-      for (int64_t k = 0; k < K; ++k) {
-        const double d = std::exp(c.G(i, k) - c.G(j, k));
-        dqa(i, k) += Pq(i, j) * c.Kk(j, k) * d;                                          // 1
-        rr(i, k) += Pk(i, j) * c.Kk(j, k) * d;                                           // 2
-        dkc(j, k) += (Pq(i, j) * c.Q(i, k) + Pk(i, j) * c.beta(i, 0) * c.Kk(i, k)) * d;  // 5
-      }
-  for (int64_t i = 0; i < L; ++i) {
-    for (int64_t k = 0; k < K; ++k) {
-      const double dkr = c.beta(i, 0) * rr(i, k);                          // 4
-      db(i, 0) += rr(i, k) * c.Kk(i, k);                                   // 3
-      dQ(i, k) += dqa(i, k);                                               // 6
-      dk(i, k) += dkr + dkc(i, k);                                         // 7
-      dg(i, k) += c.Q(i, k) * dqa(i, k) + c.Kk(i, k) * (dkr - dkc(i, k));  // 8
-    }
-  }
-
-  // The rows of r; dg by the cumulative gate becomes dgate by each token's gate (reverse cumsum).
+  // The epilogue: SPEC.md's and SPEC-chunk-bwd-intra.md's steps and the reverse cumsum.
+  epilogue::ChunkInputs in{c.Q, c.Kk, c.Vv, c.dO, c.beta, c.G, c.Akk, c.S, dS_end, c.Vn, dv2};
+  const epilogue::ChunkGradients grads = epilogue::epilogue_chunk(in, scale);
   for (int64_t i = 0; i < L; ++i) {
     const int64_t t = c.t0 + i;
     for (int64_t k = 0; k < K; ++k) {
-      r.dq[t * K + k] = dQ(i, k);
-      r.dk[t * K + k] = dk(i, k);
-      double suffix = 0.0;
-      for (int64_t m = i; m < L; ++m) suffix += dg(m, k);
-      r.dgate[t * K + k] = suffix;
+      r.dq[t * K + k] = grads.dq(i, k);
+      r.dk[t * K + k] = grads.dk(i, k);
+      r.dgate[t * K + k] = grads.dgate(i, k);
     }
-    for (int64_t v = 0; v < V; ++v) r.dv[t * V + v] = dv_out(i, v);
-    r.dbeta[t] = db(i, 0);
+    for (int64_t v = 0; v < V; ++v) r.dv[t * V + v] = grads.dv(i, v);
+    r.dbeta[t] = grads.dbeta(i, 0);
   }
   return dS_start;
 }
@@ -259,14 +161,32 @@ HeadSequenceGradients chunked_recurrence(const HeadSequence& s, double scale, in
     c.L = std::min(chunk_size, s.len - t0);
     chunks.push_back(std::move(c));
   }
+  const size_t KV = static_cast<size_t>(K * V);
   Matrix S(K, V);
   S.values = s.S0;
-  for (Chunk& c : chunks) S = forward_chunk(c, s, scale, std::move(S), r);
+  r.Akk.assign(static_cast<size_t>(s.len * chunk_size), 0.0);
+  r.v_new.assign(static_cast<size_t>(s.len * V), 0.0);
+  r.S.assign(chunks.size() * KV, 0.0);
+  for (size_t n = 0; n < chunks.size(); ++n) {
+    Chunk& c = chunks[n];
+    S = forward_chunk(c, s, scale, std::move(S), r);
+    // The stage tensors the epilogue reads: Akk's rows, v_new, the state at the chunk's start.
+    std::copy(c.S.values.begin(), c.S.values.end(), r.S.begin() + static_cast<ptrdiff_t>(n * KV));
+    for (int64_t i = 0; i < c.L; ++i) {
+      for (int64_t j = 0; j < c.L; ++j) r.Akk[(c.t0 + i) * chunk_size + j] = c.Akk(i, j);
+      for (int64_t v = 0; v < V; ++v) r.v_new[(c.t0 + i) * V + v] = c.Vn(i, v);
+    }
+  }
   r.S_T = S.values;
 
   Matrix dS(K, V);
   dS.values = s.dS_T;
-  for (auto c = chunks.rbegin(); c != chunks.rend(); ++c) dS = backward_chunk(*c, s, scale, dS, r);
+  r.dS.assign(chunks.size() * KV, 0.0);
+  r.dv_scan.assign(static_cast<size_t>(s.len * V), 0.0);
+  for (size_t n = chunks.size(); n-- > 0;) {
+    std::copy(dS.values.begin(), dS.values.end(), r.dS.begin() + static_cast<ptrdiff_t>(n * KV));
+    dS = backward_chunk(chunks[n], s, scale, dS, r);
+  }
   r.dS0 = std::move(dS.values);
   return r;
 }

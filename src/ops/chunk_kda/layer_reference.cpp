@@ -4,6 +4,8 @@
 
 #include "ops/chunk_kda/layer_reference.hpp"
 
+#include "ops/chunk_bwd_epilogue/activations.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -12,14 +14,7 @@ namespace kda::layer {
 
 namespace {
 
-double sigmoid(double x) {
-  return 1.0 / (1.0 + std::exp(-x));
-}
-
-// log(1 + e^x) without overflow.
-double softplus(double x) {
-  return std::max(x, 0.0) + std::log1p(std::exp(-std::abs(x)));
-}
+using detail::activations::Gate;
 
 // One sequence: batch row `b`, tokens [t0, t0 + len), state slot `n`.
 struct Sequence {
@@ -37,24 +32,6 @@ std::vector<Sequence> sequences_of(const LayerShape& s) {
     out.push_back({0, t0, t1 - t0, static_cast<int64_t>(n)});
   }
   return out;
-}
-
-// The gate of one channel from its raw input x = g + dt_bias (step 2), and its derivatives by x
-// and by A_log.
-struct Gate {
-  double value, d_x, d_A_log;
-};
-
-Gate gate_of(double x, const LayerOptions& o, bool has_A_log, double A_log) {
-  const double s = has_A_log ? std::exp(A_log) : 1.0;
-  if (o.lower_bound) {
-    const double L = *o.lower_bound;
-    const double sg = sigmoid(s * x);
-    const double d_sx = L * sg * (1.0 - sg);  // d value / d (s x)
-    return {L * sg, d_sx * s, has_A_log ? d_sx * x * s : 0.0};
-  }
-  const double value = -s * softplus(x);
-  return {value, -s * sigmoid(x), value};
 }
 
 }  // namespace
@@ -190,9 +167,7 @@ LayerOutputs layer_reference(const LayerShape& sh, const LayerInputs& in, const 
     inv_norm->assign(x.size() / static_cast<size_t>(K), 1.0);
     if (!o.qk_l2norm) return y;
     for (size_t r = 0; r < inv_norm->size(); ++r) {
-      double sum = 0.0;
-      for (int64_t c = 0; c < K; ++c) sum += x[r * K + c] * x[r * K + c];
-      (*inv_norm)[r] = 1.0 / std::sqrt(sum + 1e-6);
+      (*inv_norm)[r] = detail::activations::inverse_norm(&x[r * K], K);
       for (int64_t c = 0; c < K; ++c) y[r * K + c] = x[r * K + c] * (*inv_norm)[r];
     }
     return y;
@@ -201,7 +176,24 @@ LayerOutputs layer_reference(const LayerShape& sh, const LayerInputs& in, const 
   const std::vector<double> q_hat = normalised(in.q, &q_inv);
   const std::vector<double> k_hat = normalised(in.k, &k_inv);
 
-  for (const Sequence& seq : sequences_of(sh)) {
+  // The chunked evaluation's stage tensors, with each sequence's first chunk in h's chunk order.
+  const std::vector<Sequence> seqs = sequences_of(sh);
+  std::vector<int64_t> first_chunk;
+  if (chunk_size > 0) {
+    const auto chunks_of = [&](int64_t len) { return (len + chunk_size - 1) / chunk_size; };
+    int64_t total = 0;
+    for (const Sequence& seq : seqs) {
+      first_chunk.push_back(sh.cu_seqlens.empty() ? seq.b * chunks_of(T) : total);
+      total += chunks_of(seq.len);
+    }
+    out.Akk.assign(static_cast<size_t>(sh.B * T * HV * chunk_size), 0.0);
+    out.v_new.assign(in.v.size(), 0.0);
+    out.dv_scan.assign(in.v.size(), 0.0);
+    out.h.assign(static_cast<size_t>(total * HV * K * V), 0.0);
+    out.dh.assign(out.h.size(), 0.0);
+  }
+  for (size_t sq = 0; sq < seqs.size(); ++sq) {
+    const Sequence& seq = seqs[sq];
     for (int64_t hv = 0; hv < HV; ++hv) {
       const int64_t h = hv / G;
       HeadSequence hs;
@@ -228,7 +220,8 @@ LayerOutputs layer_reference(const LayerShape& sh, const LayerInputs& in, const 
           Gate& gt = gate[static_cast<size_t>(t * K + c)];
           if (o.gate_in_kernel) {
             const double x = g + (has_dt_bias ? in.dt_bias[hv * K + c] : 0.0);
-            gt = gate_of(x, o, has_A_log, has_A_log ? in.A_log[hv] : 0.0);
+            gt = detail::activations::gate_of(x, o.lower_bound, has_A_log,
+                                              has_A_log ? in.A_log[hv] : 0.0);
           } else {
             gt = {g, 1.0, 0.0};
           }
@@ -239,13 +232,10 @@ LayerOutputs layer_reference(const LayerShape& sh, const LayerInputs& in, const 
           hs.do_[t * V + j] = in.do_[v_at(seq.b, tt, hv) + j];
         }
         const double raw = in.beta[beta_at(seq.b, tt, hv)];
-        if (o.beta_sigmoid) {
-          const double m = o.allow_neg_eigval ? 2.0 : 1.0, sg = sigmoid(raw);
-          hs.beta[t] = m * sg;
-          d_beta_raw[t] = m * sg * (1.0 - sg);
-        } else {
-          hs.beta[t] = raw;
-        }
+        const detail::activations::Beta beta =
+            detail::activations::beta_of(raw, o.beta_sigmoid, o.allow_neg_eigval);
+        hs.beta[t] = beta.value;
+        d_beta_raw[t] = beta.d_raw;
       }
       for (int64_t i = 0; i < K; ++i) {
         for (int64_t j = 0; j < V; ++j) {
@@ -257,6 +247,22 @@ LayerOutputs layer_reference(const LayerShape& sh, const LayerInputs& in, const 
       // Step 4 and its backward.
       const HeadSequenceGradients r =
           chunk_size > 0 ? chunked_recurrence(hs, scale, chunk_size) : token_recurrence(hs, scale);
+
+      if (chunk_size > 0) {
+        const int64_t KV = K * V;
+        for (size_t n = 0; n < r.S.size() / static_cast<size_t>(KV); ++n) {
+          const int64_t at = ((first_chunk[sq] + static_cast<int64_t>(n)) * HV + hv) * KV;
+          std::copy_n(r.S.begin() + static_cast<ptrdiff_t>(n) * KV, KV, out.h.begin() + at);
+          std::copy_n(r.dS.begin() + static_cast<ptrdiff_t>(n) * KV, KV, out.dh.begin() + at);
+        }
+        for (int64_t t = 0; t < seq.len; ++t) {
+          const int64_t tt = seq.t0 + t;
+          std::copy_n(r.Akk.begin() + t * chunk_size, chunk_size,
+                      out.Akk.begin() + ((seq.b * T + tt) * HV + hv) * chunk_size);
+          std::copy_n(r.v_new.begin() + t * V, V, out.v_new.begin() + v_at(seq.b, tt, hv));
+          std::copy_n(r.dv_scan.begin() + t * V, V, out.dv_scan.begin() + v_at(seq.b, tt, hv));
+        }
+      }
 
       // Back through steps 2 and 3; the outputs in the caller's layout.
       for (int64_t t = 0; t < seq.len; ++t) {
@@ -290,11 +296,7 @@ LayerOutputs layer_reference(const LayerShape& sh, const LayerInputs& in, const 
                                   std::vector<double> d_hat) {
     if (!o.qk_l2norm) return d_hat;
     for (size_t r = 0; r < inv.size(); ++r) {
-      double dot = 0.0;
-      for (int64_t c = 0; c < K; ++c) dot += x_hat[r * K + c] * d_hat[r * K + c];
-      for (int64_t c = 0; c < K; ++c) {
-        d_hat[r * K + c] = inv[r] * (d_hat[r * K + c] - x_hat[r * K + c] * dot);
-      }
+      detail::activations::l2norm_backward(&x_hat[r * K], inv[r], &d_hat[r * K], K);
     }
     return d_hat;
   };

@@ -51,6 +51,12 @@ struct LayerOutputs {
   std::vector<double> o;            // [B, T, HV, V]
   std::vector<double> final_state;  // like initial_state, [N, HV, ...]
   std::vector<double> dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dinitial_state;
+  // The chunked evaluation's stage tensors, what the backward's last pass (chunk_bwd_epilogue)
+  // reads (empty for the token recurrence): Akk [B, T, HV, BT] (columns past a short chunk 0);
+  // h, dh [B, NT, HV, K, V] (K-first; B = 1 and NT the chunks of all sequences when varlen):
+  // the state at each chunk's start and the gradient by the state at its end; v_new and the
+  // reverse scan's dv [B, T, HV, V].
+  std::vector<double> Akk, h, dh, v_new, dv_scan;
 };
 
 // One (sequence, value head) of the recurrence (step 4 and its backward), on the activated
@@ -82,6 +88,9 @@ struct HeadSequenceGradients {
   std::vector<double> dgate;   // [len, K] by each token's natural-log decay
   std::vector<double> dbeta;   // [len] by the activated beta
   std::vector<double> dS0;     // [K, V]
+  // Chunked only: per chunk of the sequence, its Akk rows [len, BT], its states S, dS [K, V]
+  // (start; gradient by the end), and v_new, the reverse scan's dv [len, V].
+  std::vector<double> Akk, S, dS, v_new, dv_scan;
 };
 
 // Token by token: the recurrence as SPEC-chunk-kda.md writes it.

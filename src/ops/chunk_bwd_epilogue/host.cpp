@@ -1,0 +1,150 @@
+// chunk_bwd_epilogue's part of the host-side tooling (io/host_problem.hpp): its outputs, options,
+// file checks, bars and random problems. Compiled into kda_io, not libkda.
+
+#include <cmath>
+#include <random>
+
+#include "io/host_problem.hpp"
+#include "io/metadata.hpp"
+#include "io/op_io_support.hpp"
+
+namespace kda::io {
+
+namespace {
+
+using P = ChunkBwdEpilogueProblem;
+
+// The outputs take their sizes from q and v: those must agree before any is allocated, so a
+// hostile file cannot make us allocate far more than it holds.
+Status check_output_sizes(const HostProblem& p) {
+  const HostTensor& q = p.get("q");
+  const HostTensor& v = p.get("v");
+  if (q.shape.size() != 4)
+    return file_error("input \"q\": expected rank 4 [B, T, H, K], got " + shape_text(q.shape));
+  if (v.shape.size() != 4 || v.shape[0] != q.shape[0] || v.shape[1] != q.shape[1]) {
+    return file_error("input \"v\": expected [B, T, HV, V] with B, T = " +
+                      shape_text({q.shape[0], q.shape[1]}) + " from q, got " + shape_text(v.shape));
+  }
+  return Status::Ok();
+}
+
+// Metadata: chunk_size (absent: A.shape[-1]) and every other option by its table name.
+Status options_from_metadata(const Metadata& m, HostProblem* hp) {
+  const HostTensor& A = hp->get("A");
+  if (A.shape.empty()) return file_error("input \"A\" is a scalar; expected [B, T, HV, BT]");
+  return options_from_metadata_as<P>(m, {{"chunk_size", A.shape.back()}}, hp);
+}
+
+void options_to_metadata(const HostProblem& hp, Metadata* m) {
+  options_to_metadata_as<P>(hp, m);
+}
+
+HostProblem allocate_problem(const EpilogueConfig& c) {
+  if (c.gate != "none" && c.gate != "softplus" && c.gate != "lower_bound") {
+    throw std::invalid_argument("gate: expected none, softplus or lower_bound, got " + c.gate);
+  }
+  HostProblem hp;
+  hp.op = P::kName;
+  const bool gate_in_kernel = c.gate != "none";
+  hp.options = {{"chunk_size", c.BT},
+                {"state_v_first", c.state_v_first},
+                {"use_qk_l2norm_in_kernel", c.l2norm},
+                {"use_gate_in_kernel", gate_in_kernel},
+                {"use_beta_sigmoid_in_kernel", c.beta_sigmoid},
+                {"allow_neg_eigval", c.allow_neg_eigval}};
+  if (c.scale) hp.options["scale"] = std::optional<double>(*c.scale);
+  if (c.gate == "lower_bound") hp.options["lower_bound"] = std::optional<double>(-5.0);
+  int64_t B = c.B, T = c.T, NT = c.T == 0 ? 0 : (c.T + c.BT - 1) / c.BT;
+  if (!c.seqlens.empty()) {
+    B = 1;
+    std::tie(T, NT) =
+        add_varlen_index_tensors(c.seqlens, c.BT, DType::i64, c.pass_chunk_indices, &hp);
+  }
+  const int64_t HV = c.HV == 0 ? c.H : c.HV;
+  for (const char* name : {"q", "k"}) hp.tensors[name] = HostTensor(c.x_dtype, {B, T, c.H, c.K});
+  for (const char* name : {"v", "v_new", "dv", "do"})
+    hp.tensors[name] = HostTensor(c.x_dtype, {B, T, HV, c.V});
+  hp.tensors["g"] = HostTensor(DType::f32, {B, T, HV, c.K});
+  hp.tensors["beta"] = HostTensor(c.beta_dtype, {B, T, HV});
+  hp.tensors["A"] = HostTensor(c.x_dtype, {B, T, HV, c.BT});
+  const std::vector<int64_t> state = c.state_v_first ? std::vector<int64_t>{B, NT, HV, c.V, c.K}
+                                                     : std::vector<int64_t>{B, NT, HV, c.K, c.V};
+  for (const char* name : {"h", "dh"}) hp.tensors[name] = HostTensor(c.h_dtype, state);
+  if (gate_in_kernel) {
+    hp.tensors["A_log"] = HostTensor(DType::f32, {HV});
+    hp.tensors["dt_bias"] = HostTensor(DType::f32, {HV * c.K});
+  }
+  hp.allocate_outputs();
+  return hp;
+}
+
+void fill_random(const EpilogueConfig& c, HostProblem* hp) {
+  std::mt19937_64 rng(c.seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  for (const char* name : {"q", "k", "v", "v_new", "dv", "do", "h", "dh"}) {
+    HostTensor& t = hp->get(name);
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) t.set(i, normal(rng));
+  }
+  HostTensor& A = hp->get("A");
+  for (int64_t i = 0, n = A.numel(); i < n; ++i) A.set(i, 0.1 * normal(rng));
+  HostTensor& g = hp->get("g");
+  for (int64_t i = 0, n = g.numel(); i < n; ++i) {
+    g.set(i, c.gate == "none" ? -std::exp(std::log(1e-3) * uniform(rng)) : normal(rng));
+  }
+  HostTensor& beta = hp->get("beta");
+  for (int64_t i = 0, n = beta.numel(); i < n; ++i) {
+    beta.set(i, c.beta_sigmoid ? normal(rng) : 0.05 + 0.9 * uniform(rng));
+  }
+  if (hp->has("A_log")) {
+    HostTensor& A_log = hp->get("A_log");
+    for (int64_t i = 0, n = A_log.numel(); i < n; ++i) A_log.set(i, 2.0 * uniform(rng));
+    HostTensor& dt_bias = hp->get("dt_bias");
+    for (int64_t i = 0, n = dt_bias.numel(); i < n; ++i) dt_bias.set(i, 0.5 * normal(rng));
+  }
+}
+
+}  // namespace
+
+HostProblem make_random_problem(const EpilogueConfig& c) {
+  HostProblem hp = allocate_problem(c);
+  fill_random(c, &hp);
+  return hp;
+}
+
+Status make_random_problem(const EpilogueConfig& c,
+                           const std::function<Status(const HostProblem&)>& check_before_filling,
+                           HostProblem* out) {
+  return make_checked_random_problem(c, allocate_problem, fill_random, check_before_filling, out);
+}
+
+namespace {
+
+// SPEC-chunk-kda.md's per-token bars (the layer's gradients), against the float64 reference.
+constexpr DtypeBars kPassBars{.f32 = 1e-5, .f16 = 2e-3, .bf16 = 8e-3};
+
+double epilogue_bar(DType x_dtype) {
+  return kPassBars.of(x_dtype);
+}
+
+}  // namespace
+
+extern const OpIo kChunkBwdEpilogueIo = {
+    P::kName,
+    P::kFlaName,
+    OpTraits<P>::spec,
+    input_names<P>,
+    output_names<P>,
+    required_inputs<P>,
+    allocate_outputs_as<P>,
+    check_output_sizes,
+    options_from_metadata,
+    options_to_metadata,
+    validate_as<P>,
+    run_as<P>,
+    bytes_read_written,
+    epilogue_bar,
+    epilogue_bar,
+};
+
+}  // namespace kda::io

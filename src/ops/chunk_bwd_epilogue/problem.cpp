@@ -1,0 +1,195 @@
+// ChunkBwdEpilogueProblem::validate(): every rule of the epilogue's contract (the table's rows,
+// docs/design.md), written once; each failure names the argument and what was expected.
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <string_view>
+
+#include "core/validate_args.hpp"
+#include "kda/ops/chunk_bwd_epilogue.hpp"
+
+namespace kda {
+
+namespace {
+
+using P = ChunkBwdEpilogueProblem;
+constexpr int64_t kMaxHeadDim = 256;
+
+std::string number(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", x);
+  return text;
+}
+
+// scale and lower_bound are used in float32 by every backend but cpu-ref.
+Status check_float_option(const char* name, const std::optional<double>& value) {
+  if (value && !(std::fabs(*value) <= std::numeric_limits<float>::max())) {
+    return validation::fail(name,
+                            "expected a finite number with magnitude <= 3.40282e+38 "
+                            "(float32's largest) or None, got " +
+                                number(*value));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ChunkBwdEpilogueProblem::validate(ChunkBwdEpilogueDims* out) const {
+  using namespace validation;
+  ChunkBwdEpilogueDims d;
+  // --- presence, ranks, one device ------------------------------------------------------
+  if (Status s = check_args_present_on_one_device(*this, args(), q); !s.ok()) return s;
+  d.varlen = !cu_seqlens.empty_arg();
+
+  // --- dtypes: by each row's type ------------------------------------------------------
+  if (Status s = check_x_dtype("q", q); !s.ok()) return s;
+  const DType x = q.dtype;
+  d.x_dtype = x;
+  d.h_dtype = h.dtype;
+  const auto same_as_q = [&] { return std::string(dtype_name(x)) + " (the dtype of q)"; };
+  const auto x_or_f32 = [&] { return x == DType::f32 ? same_as_q() : same_as_q() + " or float32"; };
+  for (const Arg<P>& a : args()) {
+    const TensorView& t = a.of(*this);
+    if (a.info.role == ArgRole::output || a.info.type == ArgType::x ||
+        a.info.type == ArgType::index || t.empty_arg()) {
+      continue;
+    }
+    Status s = Status::Ok();
+    switch (a.info.type) {
+      case ArgType::of_q:
+        s = check_dtype(a.info.name, t, {x}, same_as_q);
+        break;
+      case ArgType::of_q_or_f32:
+        s = check_dtype(a.info.name, t, {x, DType::f32}, x_or_f32);
+        break;
+      case ArgType::of_h:
+        if (t.dtype != h.dtype) {
+          s = fail(a.info.name, "expected the dtype of h (" + std::string(dtype_name(h.dtype)) +
+                                    "), got " + std::string(dtype_name(t.dtype)));
+        }
+        break;
+      default:
+        s = check_dtype(a.info.name, t, {DType::f32}, "float32");
+        break;
+    }
+    if (!s.ok()) return s;
+  }
+
+  // --- sizes ----------------------------------------------------------------------------
+  d.B = q.shape[0];
+  d.T = q.shape[1];
+  d.H = q.shape[2];
+  d.K = q.shape[3];
+  d.HV = v.shape[2];
+  d.V = v.shape[3];
+  if (d.K < 1 || d.K > kMaxHeadDim) {
+    return fail("q", "expected head dim K (last extent) in 1..256, got " + std::to_string(d.K));
+  }
+  if (d.H < 1) return fail("q", "expected at least one head (H >= 1), got H = 0");
+  if (Status s = check_shape("k", k, {d.B, d.T, d.H, d.K}, "[B, T, H, K] (from q)"); !s.ok()) {
+    return s;
+  }
+  if (Status s = check_shape("v", v, {d.B, d.T}, "[B, T, HV, V] (B, T from q)"); !s.ok()) {
+    return s;
+  }
+  if (d.HV < 1 || d.HV % d.H != 0) {
+    return fail("v", "expected value heads HV (dim 2) to be a positive multiple of H = " +
+                         std::to_string(d.H) + ", got HV = " + std::to_string(d.HV));
+  }
+  if (d.V < 1 || d.V > kMaxHeadDim) {
+    return fail("v", "expected head dim V (last extent) in 1..256, got " + std::to_string(d.V));
+  }
+  const std::array<int64_t, 4> shape_v{d.B, d.T, d.HV, d.V};
+  for (auto [name, view] : {std::pair{"v_new", &v_new}, {"dv", &dv}, {"do", &do_}}) {
+    if (Status s = check_shape(name, *view, shape_v, "[B, T, HV, V] (from q, v)"); !s.ok()) {
+      return s;
+    }
+  }
+  if (Status s = check_shape("g", g, {d.B, d.T, d.HV, d.K}, "[B, T, HV, K] (from q, v)"); !s.ok()) {
+    return s;
+  }
+  if (Status s = check_shape("beta", beta, {d.B, d.T, d.HV}, "[B, T, HV] (from q, v)"); !s.ok()) {
+    return s;
+  }
+  if (Status s = check_chunk_size(chunk_size); !s.ok()) return s;
+  d.BT = chunk_size;
+  if (A.shape[3] != chunk_size) {
+    return fail("A", "expected last extent == chunk_size = " + std::to_string(chunk_size) +
+                         ", got A.shape[-1] = " + std::to_string(A.shape[3]));
+  }
+  if (Status s = check_shape("A", A, {d.B, d.T, d.HV, d.BT}, "[B, T, HV, BT] (from q, v)");
+      !s.ok()) {
+    return s;
+  }
+
+  // --- the gate's and beta's options ----------------------------------------------------
+  if (!use_gate_in_kernel) {
+    // Without the gate in the kernel these do not enter the layer: refusing them keeps a
+    // caller from believing they did.
+    for (auto [name, view] : {std::pair{"A_log", &A_log}, {"dt_bias", &dt_bias}}) {
+      if (!view->empty_arg()) {
+        return fail(name,
+                    "given without use_gate_in_kernel; it enters the layer only with the "
+                    "gate in the kernel");
+      }
+    }
+    if (lower_bound) {
+      return fail("lower_bound",
+                  "given without use_gate_in_kernel; it bounds only the gate "
+                  "computed in the kernel");
+    }
+  } else {
+    if (A_log.empty_arg() && !lower_bound) {
+      return fail("A_log", "required with use_gate_in_kernel unless lower_bound is set");
+    }
+    if (!A_log.empty_arg()) {
+      if (Status s = check_shape("A_log", A_log, {d.HV}, "[HV] (from v)"); !s.ok()) return s;
+    }
+    if (!dt_bias.empty_arg()) {
+      if (Status s = check_shape("dt_bias", dt_bias, {d.HV * d.K}, "[HV * K] (from v, q)");
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (lower_bound && !(*lower_bound < 0.0)) {
+      return fail("lower_bound",
+                  "expected a negative number (the gate lies in [lower_bound, 0)), "
+                  "got " +
+                      number(*lower_bound));
+    }
+  }
+  if (allow_neg_eigval && !use_beta_sigmoid_in_kernel) {
+    return fail("allow_neg_eigval", "takes effect only with use_beta_sigmoid_in_kernel");
+  }
+  if (Status s = check_float_option("scale", scale); !s.ok()) return s;
+  if (Status s = check_float_option("lower_bound", lower_bound); !s.ok()) return s;
+  d.scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(d.K));
+
+  // --- outputs: contiguous, disjoint from each other and from every input ---------------
+  if (Status s = check_outputs(*this, args()); !s.ok()) return s;
+
+  // --- chunks: fixed length or cu_seqlens; with device-resident cu_seqlens and no
+  //     chunk_indices the chunk count is h's ---------------------------------------------
+  ChunkCount chunks;
+  if (Status s = check_chunks(cu_seqlens, chunk_indices, d.B, d.T, d.BT, h.shape[1], &chunks);
+      !s.ok()) {
+    return s;
+  }
+  d.NT = chunks.NT;
+  d.num_seqs = chunks.num_seqs;
+  const int64_t hB = d.varlen ? 1 : d.B;
+  const std::array<int64_t, 5> shape_h = state_v_first
+                                             ? std::array<int64_t, 5>{hB, d.NT, d.HV, d.V, d.K}
+                                             : std::array<int64_t, 5>{hB, d.NT, d.HV, d.K, d.V};
+  const char* sym_h = state_v_first ? "[B, NT, HV, V, K] (state_v_first)" : "[B, NT, HV, K, V]";
+  for (auto [name, view] : {std::pair{"h", &h}, {"dh", &dh}}) {
+    if (Status s = check_shape(name, *view, shape_h, sym_h); !s.ok()) return s;
+  }
+  if (out) *out = d;
+  return Status::Ok();
+}
+
+}  // namespace kda
