@@ -217,8 +217,8 @@ state scans produce (h, dh, v_new, dv), in one pass: the WY and intra-chunk term
 scale · do · v_newᵀ, the chunk-local reverse cumsum of dg, the gate's, the beta sigmoid's and
 l2norm's backward, and GVA's sum (docs/design.md, "The fused backward epilogue"). Its float64
 judge is the layer's chunked reference (checked against ../shared/golden-kda). X below is one
-of float16, bfloat16, float32. Only the 'cpu-ref' backend computes it so far: 'cpu' and
-'cuda' raise NotImplementedError.
+of float16, bfloat16, float32. The CPU backends compute it ('cpu-ref' in float64, 'cpu' in
+float32); 'cuda' raises NotImplementedError until its kernel is written.
 
 Parameters
 ----------

@@ -1,6 +1,6 @@
 #pragma once
 // Backend entry points of chunk_bwd_epilogue: declared for every operator in
-// core/op_backends.hpp. Only cpu-ref computes so far; cpu and cuda refuse with
-// KDA_STATUS_UNSUPPORTED, naming what is missing.
+// core/op_backends.hpp. cpu-ref and cpu compute; cuda refuses with KDA_STATUS_UNSUPPORTED (its
+// kernel is not written yet), saying so.
 
 #include "core/op_backends.hpp"

@@ -1,14 +1,17 @@
 // CPU tests of chunk_bwd_epilogue: the golden-kda files through the layer's chunked float64
 // reference (which makes the epilogue's stage inputs: Akk, h, dh, v_new, the reverse scan's dv)
-// and then the operator's cpu-ref, against the oracle's gradients, with h/dh in both layouts and
-// the layer's inputs in float32 and in their own dtypes; its validation rules; bitwise
-// determinism; the backends that are not written yet refuse.
+// and then the operator's cpu-ref and cpu backends, against the oracle's gradients, with h/dh in
+// both layouts and the layer's inputs in float32 and in their own dtypes; cpu against cpu-ref on
+// fresh random problems of every option; its validation rules; bitwise determinism; cuda
+// refuses until its kernel is written.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -94,6 +97,16 @@ kda::Status run(HostProblem& hp, Backend backend) {
   return kda::run(hp.as<ChunkBwdEpilogueProblem>(), backend);
 }
 
+// dA_log and ddt_bias sum a token's gate gradient times its derivative over all tokens, with
+// heavy cancellation (their sums are hundreds of times smaller than the sums of magnitudes): a
+// float32 backend's rounding of each token's dg, ~1e-7, reaches them amplified. Their bar (the
+// per-token bar where it is looser).
+constexpr double kReductionBar = 2e-4;
+
+bool is_reduction(const std::string& name) {
+  return name == "out.dA_log" || name == "out.ddt_bias";
+}
+
 std::vector<double> all_values(const HostTensor& t) {
   std::vector<double> out(static_cast<size_t>(t.numel()));
   for (size_t i = 0; i < out.size(); ++i) out[i] = t.at(static_cast<int64_t>(i));
@@ -103,54 +116,60 @@ std::vector<double> all_values(const HostTensor& t) {
 class EpilogueGolden : public ::testing::TestWithParam<std::string> {};
 
 // With the layer's inputs in float32 (exact copies of the stored values) and h, dh in float32,
-// the only roundings left are the stage tensors' and the outputs' float32 storage.
-TEST_P(EpilogueGolden, CpuRefMatchesTheOracle) {
+// the only roundings left are the stage tensors' and the outputs' float32 storage (cpu-ref), and
+// float32 arithmetic (cpu).
+TEST_P(EpilogueGolden, CpuBackendsMatchTheOracle) {
   GoldenCase c;
   const kda::Status read = read_golden(GetParam(), &c);
   ASSERT_TRUE(read.ok()) << read.message;
   const LayerOutputs stages = kda::layer::layer_reference(c.shape, c.in, c.options, c.chunk_size);
-  for (const bool state_v_first : {false, true}) {
-    SCOPED_TRACE(state_v_first ? "h, dh [.., V, K]" : "h, dh [.., K, V]");
-    HostProblem hp = epilogue_problem(c, stages, DType::f32, state_v_first);
-    const kda::Status s = run(hp, Backend::cpu_ref);
-    ASSERT_TRUE(s.ok()) << s.message;
-    const std::map<std::string, std::string> oracle = {{"out.dq", "out.dq"},
-                                                       {"out.dk", "out.dk"},
-                                                       {"out.dv", "out.dv"},
-                                                       {"out.dg", "out.dg"},
-                                                       {"out.dbeta", "out.dbeta"},
-                                                       {"out.dA_log", "out.dA_log"},
-                                                       {"out.ddt_bias", "out.ddt_bias"}};
-    for (const auto& [ours, theirs] : oracle) {
-      const std::vector<double> got = all_values(hp.get(ours));
-      if (!c.file.tensors.count(theirs)) {
-        // dA_log, ddt_bias where the gate is not in the kernel (or dt_bias absent): zero.
-        for (double x : got) EXPECT_EQ(x, 0.0) << ours << " should be 0: its input is absent";
-        continue;
+  for (const auto& [backend, bar] : {std::pair{Backend::cpu_ref, 1e-6}, {Backend::cpu, 1e-5}})
+    for (const bool state_v_first : {false, true}) {
+      SCOPED_TRACE(std::string(backend == Backend::cpu ? "cpu, " : "cpu-ref, ") +
+                   (state_v_first ? "h, dh [.., V, K]" : "h, dh [.., K, V]"));
+      HostProblem hp = epilogue_problem(c, stages, DType::f32, state_v_first);
+      const kda::Status s = run(hp, backend);
+      ASSERT_TRUE(s.ok()) << s.message;
+      const std::map<std::string, std::string> oracle = {{"out.dq", "out.dq"},
+                                                         {"out.dk", "out.dk"},
+                                                         {"out.dv", "out.dv"},
+                                                         {"out.dg", "out.dg"},
+                                                         {"out.dbeta", "out.dbeta"},
+                                                         {"out.dA_log", "out.dA_log"},
+                                                         {"out.ddt_bias", "out.ddt_bias"}};
+      for (const auto& [ours, theirs] : oracle) {
+        const std::vector<double> got = all_values(hp.get(ours));
+        if (!c.file.tensors.count(theirs)) {
+          // dA_log, ddt_bias where the gate is not in the kernel (or dt_bias absent): zero.
+          for (double x : got) EXPECT_EQ(x, 0.0) << ours << " should be 0: its input is absent";
+          continue;
+        }
+        const double ratio = err_ratio(got, c.file.tensors.at(theirs));
+        EXPECT_LE(ratio, is_reduction(ours) ? std::max(bar, kReductionBar) : bar) << ours;
+        std::printf("  %-14s err_ratio %.2e\n", ours.c_str(), ratio);
       }
-      const double ratio = err_ratio(got, c.file.tensors.at(theirs));
-      EXPECT_LE(ratio, 1e-6) << ours;
-      std::printf("  %-14s err_ratio %.2e\n", ours.c_str(), ratio);
     }
-  }
 }
 
 // The layer's inputs and the stage tensors in the file's own dtype (bf16, fp16, fp32): within the
-// layer's per-token bars.
-TEST_P(EpilogueGolden, CpuRefInTheFilesDtypeWithinTheBars) {
+// layer's per-token bars, on both CPU backends.
+TEST_P(EpilogueGolden, InTheFilesDtypeWithinTheBars) {
   GoldenCase c;
   const kda::Status read = read_golden(GetParam(), &c);
   ASSERT_TRUE(read.ok()) << read.message;
   const LayerOutputs stages = kda::layer::layer_reference(c.shape, c.in, c.options, c.chunk_size);
-  HostProblem hp = epilogue_problem(c, stages, std::nullopt, false);
-  const kda::Status s = run(hp, Backend::cpu_ref);
-  ASSERT_TRUE(s.ok()) << s.message;
-  const DType X = hp.get("q").dtype;
-  const double bar = X == DType::f32 ? 1e-5 : X == DType::f16 ? 2e-3 : 8e-3;
-  for (const char* name : {"out.dq", "out.dk", "out.dv", "out.dg", "out.dbeta"}) {
-    const double ratio = err_ratio(all_values(hp.get(name)), c.file.tensors.at(name));
-    EXPECT_LE(ratio, bar) << name;
-    std::printf("  %-10s err_ratio %.2e (bar %.0e)\n", name, ratio, bar);
+  for (const Backend backend : {Backend::cpu_ref, Backend::cpu}) {
+    SCOPED_TRACE(backend == Backend::cpu ? "cpu" : "cpu-ref");
+    HostProblem hp = epilogue_problem(c, stages, std::nullopt, false);
+    const kda::Status s = run(hp, backend);
+    ASSERT_TRUE(s.ok()) << s.message;
+    const DType X = hp.get("q").dtype;
+    const double bar = X == DType::f32 ? 1e-5 : X == DType::f16 ? 2e-3 : 8e-3;
+    for (const char* name : {"out.dq", "out.dk", "out.dv", "out.dg", "out.dbeta"}) {
+      const double ratio = err_ratio(all_values(hp.get(name)), c.file.tensors.at(name));
+      EXPECT_LE(ratio, bar) << name;
+      std::printf("  %-10s err_ratio %.2e (bar %.0e)\n", name, ratio, bar);
+    }
   }
 }
 
@@ -173,22 +192,97 @@ kda::io::EpilogueConfig small_config() {
   return c;
 }
 
-TEST(EpilogueCpuRef, SameBitsEveryRun) {
-  HostProblem a = kda::io::make_random_problem(small_config());
-  HostProblem b = a;
-  ASSERT_TRUE(run(a, Backend::cpu_ref).ok());
-  ASSERT_TRUE(run(b, Backend::cpu_ref).ok());
-  for (const std::string& name : a.output_names()) {
-    EXPECT_EQ(a.get(name).bytes, b.get(name).bytes) << name;
-    for (double x : all_values(a.get(name))) ASSERT_TRUE(std::isfinite(x)) << name;
+TEST(EpilogueCpu, SameBitsEveryRun) {
+  for (const Backend backend : {Backend::cpu_ref, Backend::cpu}) {
+    HostProblem a = kda::io::make_random_problem(small_config());
+    HostProblem b = a;
+    ASSERT_TRUE(run(a, backend).ok());
+    ASSERT_TRUE(run(b, backend).ok());
+    for (const std::string& name : a.output_names()) {
+      EXPECT_EQ(a.get(name).bytes, b.get(name).bytes) << name;
+      for (double x : all_values(a.get(name))) ASSERT_TRUE(std::isfinite(x)) << name;
+    }
   }
 }
 
-TEST(EpilogueBackends, TheUnwrittenOnesRefuseSayingSo) {
+uint64_t fresh_seed() {
+  static std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+// The float32 cpu backend against cpu-ref on fresh random problems of every option: each output
+// written (the outputs start poisoned), within X's bar, the inputs unchanged.
+TEST(EpilogueCpu, MatchesCpuRefOnRandomProblems) {
+  struct Variant {
+    const char* what;
+    void (*edit)(kda::io::EpilogueConfig&);
+  };
+  const Variant variants[] = {
+      {"softplus gate, beta sigmoid, GVA", [](kda::io::EpilogueConfig&) {}},
+      {"lower-bound gate, allow_neg_eigval, BT 32, K-first h in x",
+       [](kda::io::EpilogueConfig& c) {
+         c.gate = "lower_bound";
+         c.allow_neg_eigval = true;
+         c.BT = 32;
+         c.h_dtype = c.x_dtype;
+       }},
+      {"no gate, no l2norm, state_v_first, varlen",
+       [](kda::io::EpilogueConfig& c) {
+         c.gate = "none";
+         c.beta_sigmoid = false;
+         c.l2norm = false;
+         c.state_v_first = true;
+         c.B = 1;
+         c.seqlens = {1, 17, 33, 1, 20};
+         c.T = 72;
+       }},
+      {"bf16, BT 64, K 40 V 24",
+       [](kda::io::EpilogueConfig& c) {
+         c.x_dtype = DType::bf16;
+         c.BT = 64;
+         c.T = 130;
+         c.K = 40;
+         c.V = 24;
+       }},
+      {"fp16, beta in X",
+       [](kda::io::EpilogueConfig& c) {
+         c.x_dtype = DType::f16;
+         c.beta_dtype = DType::f16;
+       }},
+  };
+  for (const Variant& v : variants) {
+    kda::io::EpilogueConfig config = small_config();
+    config.seed = fresh_seed();
+    v.edit(config);
+    SCOPED_TRACE(std::string(v.what) + ", seed " + std::to_string(config.seed));
+    HostProblem ref = kda::io::make_random_problem(config);
+    HostProblem cpu = ref;
+    ASSERT_TRUE(run(ref, Backend::cpu_ref).ok());
+    const kda::Status s = run(cpu, Backend::cpu);
+    ASSERT_TRUE(s.ok()) << s.message;
+    const double bar = config.x_dtype == DType::f32   ? 1e-5
+                       : config.x_dtype == DType::f16 ? 2e-3
+                                                      : 8e-3;
+    for (const std::string& name : cpu.output_names()) {
+      const double ratio = kda::io::err_ratio(cpu.get(name), ref.get(name));
+      // NaN (an unwritten element) fails too.
+      EXPECT_LE(ratio, is_reduction(name) ? std::max(bar, kReductionBar) : bar) << name;
+    }
+    for (const auto& [name, t] : ref.tensors) {
+      if (name.rfind("out.", 0) != 0) {
+        EXPECT_EQ(t.bytes, cpu.get(name).bytes) << name;
+      }
+    }
+  }
+}
+
+TEST(EpilogueBackends, CudaRefusesUntilItsKernelIsWritten) {
   HostProblem hp = kda::io::make_random_problem(small_config());
-  const kda::Status cpu = run(hp, Backend::cpu);
-  EXPECT_EQ(cpu.code, kda::StatusCode::unsupported);
-  EXPECT_NE(cpu.message.find("no float32 cpu backend yet"), std::string::npos) << cpu.message;
+  const kda::Status s = run(hp, Backend::cuda);
+  // Without CUDA in the build, or without a GPU, the backend itself is unavailable.
+  EXPECT_TRUE(s.code == kda::StatusCode::unsupported ||
+              s.code == kda::StatusCode::backend_unavailable)
+      << s.message;
 }
 
 // Each rule of validate() beyond the shared ones, with the argument it names.
