@@ -5,6 +5,7 @@ against float64, beside fla's chunk_kda on the same inputs (ours at most 1.1x fl
 and within the per-dtype bars), run to run determinism, and fla's chunk_kda dispatched to ours
 by kda_kernels.fla."""
 
+import math
 import os
 from pathlib import Path
 
@@ -26,6 +27,15 @@ GRAD_NAMES = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "initial_state")
 PER_TOKEN = ("o", "dq", "dk", "dv", "dg", "dbeta")
 BAR = {torch.bfloat16: 8e-3, torch.float16: 2e-3}
 RELATIVE_TO_FLA = 1.1
+# dA_log, ddt_bias and d initial_state sum every token's contribution with heavy cancellation, on
+# a handful of numbers (HV of them for dA_log): whether one call's error lands above or below
+# fla's is close to a coin flip, even where every per-token gradient is closer to float64 than
+# fla's (the H100 run of 90b1a0d: dA_log from 0.3x to 1.5x fla's over eight calls, with our
+# intra operator alone moving it either way). One call is held to REDUCTION_GUARD x fla's (a
+# real regression shows); RELATIVE_TO_FLA is asserted over many calls
+# (test_reductions_beside_fla_over_seeds: the geometric mean of ours / fla's).
+REDUCTIONS = ("dA_log", "ddt_bias", "dinitial_state")
+REDUCTION_GUARD = 2.0
 
 needs_gpu = pytest.mark.skipif(
     not (torch.cuda.is_available() and library_loads() and kk.backend_available("cuda")),
@@ -199,15 +209,16 @@ def _fla_chunk_kda():
 
 def compare(ours, theirs, reference, dtype, label):
     """Every output of ours and fla's against the reference: at most RELATIVE_TO_FLA x fla's
-    err_ratio, per-token outputs within BAR; prints both."""
+    err_ratio (the reductions: REDUCTION_GUARD x), per-token outputs within BAR; prints both."""
     assert set(ours) == set(theirs) == set(reference), (sorted(ours), sorted(theirs))
     rows, failures = [], []
     for name in sorted(reference):
         ref = reference[name].numpy()
         e_ours, e_fla = err_ratio(ours[name].numpy(), ref), err_ratio(theirs[name].numpy(), ref)
         rows.append(f"{name}={e_ours:.1e}/{e_fla:.1e}")
-        if e_ours > RELATIVE_TO_FLA * e_fla and e_ours > 1e-7:
-            failures.append(f"{name}: ours {e_ours:.2e} > {RELATIVE_TO_FLA} x fla {e_fla:.2e}")
+        bound = REDUCTION_GUARD if name in REDUCTIONS else RELATIVE_TO_FLA
+        if e_ours > bound * e_fla and e_ours > 1e-7:
+            failures.append(f"{name}: ours {e_ours:.2e} > {bound} x fla {e_fla:.2e}")
         if name in PER_TOKEN and dtype in BAR and e_ours > BAR[dtype]:
             failures.append(f"{name}: ours {e_ours:.2e} > bar {BAR[dtype]:.0e}")
     print(f"\n[chunk_kda {label}] err_ratio ours/fla: " + " ".join(rows))
@@ -315,6 +326,32 @@ def test_random_shapes_beside_fla(case):
     reference = run_layer(chunk_kda_reference, inputs, options, "cuda", torch.float64)
     print_stage_ablation(fla_chunk_kda, inputs, options, reference, case)
     compare(ours, theirs, reference, inputs["q"].dtype, case)
+
+
+@needs_gpu
+@pytest.mark.parametrize("case", ["gva_softplus_bt32", "lower_bound_no_safe_gate",
+                                  "kimi_call_k128"])
+def test_reductions_beside_fla_over_seeds(case):
+    """dA_log, ddt_bias, d initial_state over eight calls of one shape: the geometric mean of
+    our err_ratio over fla's at most RELATIVE_TO_FLA."""
+    fla_chunk_kda = _fla_chunk_kda()
+    ratios = {}
+    for seed in range(8):
+        inputs, options = random_case(seed=100 + seed, **RANDOM_CASES[case])
+        ours = run_layer(kk.chunk_kda, inputs, options, "cuda")
+        theirs = run_layer(fla_chunk_kda, inputs, options, "cuda")
+        reference = run_layer(chunk_kda_reference, inputs, options, "cuda", torch.float64)
+        for name in REDUCTIONS:
+            if name in reference:
+                ref = reference[name].numpy()
+                e_fla = err_ratio(theirs[name].numpy(), ref)
+                ratios.setdefault(name, []).append(err_ratio(ours[name].numpy(), ref) / e_fla)
+    means = {name: math.exp(sum(map(math.log, r)) / len(r)) for name, r in ratios.items()}
+    print(f"\n[chunk_kda {case}] reductions, ours / fla over 8 calls: " + "; ".join(
+        f"{n}: geometric mean {means[n]:.2f} (" + " ".join(f"{x:.2f}" for x in r) + ")"
+        for n, r in ratios.items()))
+    for name, mean in means.items():
+        assert mean <= RELATIVE_TO_FLA, f"{name}: ours / fla {mean:.2f} over 8 calls"
 
 
 @needs_gpu

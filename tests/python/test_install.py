@@ -249,9 +249,11 @@ needs_cmake = pytest.mark.skipif(
 
 
 def _copy_checkout(dest):
-    """The checkout's tracked files (as committed or changed here, not its builds) in `dest`."""
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True,
-                           check=True).stdout.decode().split("\0")
+    """The checkout's files (tracked, and untracked ones git does not ignore: a copy of a
+    working tree beside an older .git, as on the GPU machines, holds files its index does not
+    know), as they are here, not its builds, in `dest`."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           cwd=REPO_ROOT, capture_output=True, check=True).stdout.decode().split("\0")
     for name in filter(None, files):
         source = REPO_ROOT / name
         if source.is_file():
