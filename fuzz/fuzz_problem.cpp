@@ -1,9 +1,10 @@
 // fuzz_problem: every operator's validation and CPU backends through both faces of the library.
 // The first input byte picks the operator (its value modulo the number of operators, in the order
-// of kOperators below: 0 chunk_bwd_wy_dqkg, 1 chunk_bwd_intra; an empty input is
-// chunk_bwd_wy_dqkg's); the rest decodes into that operator's problem descriptor (small B, T, H,
-// HV, K, BT, dtypes, strides, cu_seqlens, chunk_indices, and the operator's own sizes and options:
-// V, state_v_first, scale; safe_gate), sometimes broken on purpose (shapes, ranks, dtypes,
+// of kOperators below: 0 chunk_bwd_wy_dqkg, 1 chunk_bwd_intra, 2 chunk_bwd_epilogue; an empty
+// input is chunk_bwd_wy_dqkg's); the rest decodes into that operator's problem descriptor (small
+// B, T, H, HV, K, BT, dtypes, strides, cu_seqlens, chunk_indices, and the operator's own sizes and
+// options: V, state_v_first, scale; safe_gate; the layer's activation switches, A_log and
+// dt_bias), sometimes broken on purpose (shapes, ranks, dtypes,
 // strides, devices, missing or null or misaligned or aliased tensors), and checks what the library
 // promises:
 //   - validate() and the C face's kda_<op>_validate() never crash and agree; they reject every
@@ -54,11 +55,12 @@ struct Slot {
   const char* name;
   TensorView Problem::*member;
   bool is_output;
-  bool is_index;
+  bool is_index;     // cu_seqlens, chunk_indices
+  bool is_optional;  // may be omitted (index tensors, chunk_bwd_epilogue's A_log and dt_bias)
 };
-#define KDA_FUZZ_SLOT(member, name, role, type, rank, rule, doc) \
-  KDA_WHEN_TENSOR_##role(                                        \
-      {name, &Problem::member, role == KDA_ARG_OUTPUT, role == KDA_ARG_OPTIONAL}, )
+#define KDA_FUZZ_SLOT(member, name, role, type, rank, rule, doc)                                  \
+  KDA_WHEN_TENSOR_##role({name, &Problem::member, role == KDA_ARG_OUTPUT, type == KDA_TYPE_INDEX, \
+                          role == KDA_ARG_OPTIONAL}, )
 
 constexpr bool same_name(const char* a, const char* b) {
   return std::string_view(a) == std::string_view(b);
@@ -141,17 +143,20 @@ bool harness_contiguous(const TensorView& t) {
 
 // --- the problem the input describes ---------------------------------------------------------
 
-// What the input asks for, before any deliberate break: the sizes and options of either
-// operator (V, h_dtype, state_v_first and scale are chunk_bwd_wy_dqkg's, safe_gate
-// chunk_bwd_intra's; the other operator leaves them at their defaults).
+// What the input asks for, before any deliberate break: the sizes and options of any operator
+// (V, h_dtype, state_v_first and scale are chunk_bwd_wy_dqkg's and chunk_bwd_epilogue's,
+// safe_gate chunk_bwd_intra's, the layer's switches and g_dtype chunk_bwd_epilogue's; the others
+// leave them at their defaults).
 struct Plan {
   int64_t B = 0, T = 0, H = 1, HV = 1, K = 1, V = 1, BT = 16, NT = 0;
-  DType x = DType::f32, h_dtype = DType::f32, beta_dtype = DType::f32;
+  DType x = DType::f32, h_dtype = DType::f32, beta_dtype = DType::f32, g_dtype = DType::f32;
   DType cu_dtype = DType::i64, ci_dtype = DType::i64;
   bool varlen = false, pass_chunk_indices = false, state_v_first = false, safe_gate = false;
+  bool l2norm = false, gate_in_kernel = false, beta_sigmoid = false, allow_neg_eigval = false;
+  bool has_A_log = false, has_dt_bias = false;
   std::vector<int64_t> cu;             // intended cu_seqlens
   std::vector<int64_t> chunk_indices;  // intended, flattened (seq, chunk) pairs
-  std::optional<double> scale;
+  std::optional<double> scale, lower_bound;
 };
 
 constexpr int64_t kHeadDims[] = {1, 2, 3, 4, 5, 8, 16};
@@ -184,7 +189,8 @@ void decode_chunks(FuzzedDataProvider& fdp, Plan& p) {
   p.NT = static_cast<int64_t>(p.chunk_indices.size() / 2);
 }
 
-Plan decode_wy_plan(FuzzedDataProvider& fdp) {
+// The WY operator's sizes and options (chunk_bwd_epilogue's too), before the chunks.
+Plan decode_wy_plan_sizes(FuzzedDataProvider& fdp) {
   Plan p;
   p.H = fdp.ConsumeIntegralInRange<int64_t>(1, 2);
   p.HV = p.H * fdp.ConsumeIntegralInRange<int64_t>(1, 3);
@@ -209,6 +215,11 @@ Plan decode_wy_plan(FuzzedDataProvider& fdp) {
       p.scale = fdp.ConsumeFloatingPointInRange(-16.0, 16.0);
       break;
   }
+  return p;
+}
+
+Plan decode_wy_plan(FuzzedDataProvider& fdp) {
+  Plan p = decode_wy_plan_sizes(fdp);
   decode_chunks(fdp, p);
   return p;
 }
@@ -226,14 +237,32 @@ Plan decode_intra_plan(FuzzedDataProvider& fdp) {
   return p;
 }
 
+// chunk_bwd_epilogue: the WY operator's sizes and options plus the layer's switches; A_log and
+// dt_bias planned only with the gate in the kernel (A_log may be left out with a lower bound).
+Plan decode_epilogue_plan(FuzzedDataProvider& fdp) {
+  Plan p = decode_wy_plan_sizes(fdp);
+  p.g_dtype = fdp.ConsumeBool() ? p.x : DType::f32;
+  p.l2norm = fdp.ConsumeBool();
+  p.gate_in_kernel = fdp.ConsumeBool();
+  p.beta_sigmoid = fdp.ConsumeBool();
+  p.allow_neg_eigval = p.beta_sigmoid && fdp.ConsumeBool();
+  if (p.gate_in_kernel) {
+    if (fdp.ConsumeBool()) p.lower_bound = fdp.PickValueInArray({-5.0, -1.0, -0.25});
+    p.has_A_log = !p.lower_bound || fdp.ConsumeBool();
+    p.has_dt_bias = fdp.ConsumeBool();
+  }
+  decode_chunks(fdp, p);
+  return p;
+}
+
 struct Intended {
   std::vector<int64_t> shape;
   DType dtype;
 };
 
-// The shape and dtype of the argument called `name` of either operator (the two tables share
-// their names where the tensors agree).
-Intended intended(const Plan& p, const std::string& name) {
+// The shape and dtype of the argument called `name` of chunk_bwd_wy_dqkg or chunk_bwd_intra (the
+// two tables share their names where the tensors agree).
+Intended intended_shared(const Plan& p, const std::string& name) {
   const std::vector<int64_t> qk{p.B, p.T, p.H, p.K};
   const std::vector<int64_t> vv{p.B, p.T, p.HV, p.V};
   const std::vector<int64_t> gk{p.B, p.T, p.HV, p.K};
@@ -256,6 +285,18 @@ Intended intended(const Plan& p, const std::string& name) {
   return {gk, DType::f32};  // dq, dk, dg (and chunk_bwd_intra's incoming dq, dk, dg)
 }
 
+// chunk_bwd_epilogue's: the shared names where its tensors agree, its own otherwise.
+Intended intended_epilogue(const Plan& p, const std::string& name) {
+  if (name == "g") return {{p.B, p.T, p.HV, p.K}, p.g_dtype};
+  if (name == "out.dq" || name == "out.dk") return {{p.B, p.T, p.H, p.K}, p.x};
+  if (name == "out.dv") return {{p.B, p.T, p.HV, p.V}, p.x};
+  if (name == "out.dbeta") return {{p.B, p.T, p.HV}, DType::f32};
+  if (name == "A_log" || name == "out.dA_log") return {{p.HV}, DType::f32};
+  if (name == "dt_bias") return {{p.HV * p.K}, DType::f32};
+  if (name == "out.ddt_bias") return {{p.HV, p.K}, DType::f32};
+  return intended_shared(p, name);
+}
+
 // --- the operators ------------------------------------------------------------------------
 // What differs between the operators' harnesses; everything else goes by the argument tables.
 // A new operator: a struct like these, its plan decoder above, and an entry in kOperators.
@@ -271,6 +312,10 @@ struct WyDqkg {
   static constexpr const char* kCValidate = "kda_chunk_bwd_wy_dqkg_validate()";
 
   static Plan decode_plan(FuzzedDataProvider& fdp) { return decode_wy_plan(fdp); }
+  static Intended intended(const Plan& p, const std::string& name) {
+    return intended_shared(p, name);
+  }
+  static bool given_optional(const Plan& /*p*/, const std::string& /*name*/) { return false; }
   static void set_options(const Plan& p, Problem& problem) {
     problem.chunk_size = p.BT;
     problem.state_v_first = p.state_v_first;
@@ -338,6 +383,10 @@ struct Intra {
   static constexpr const char* kCValidate = "kda_chunk_bwd_intra_validate()";
 
   static Plan decode_plan(FuzzedDataProvider& fdp) { return decode_intra_plan(fdp); }
+  static Intended intended(const Plan& p, const std::string& name) {
+    return intended_shared(p, name);
+  }
+  static bool given_optional(const Plan& /*p*/, const std::string& /*name*/) { return false; }
   static void set_options(const Plan& p, Problem& problem) {
     problem.chunk_size = p.BT;
     problem.safe_gate = p.safe_gate;
@@ -369,6 +418,125 @@ struct Intra {
   static kda_status c_validate(const Problem& problem) {
     const kda_chunk_bwd_intra_problem c_problem = kda::testing::to_c(problem);
     return kda_chunk_bwd_intra_validate(&c_problem);
+  }
+};
+
+struct Epilogue {
+  using Problem = kda::ChunkBwdEpilogueProblem;
+  static constexpr Slot<Problem> kSlots[] = {KDA_CHUNK_BWD_EPILOGUE_ARGS(KDA_FUZZ_SLOT)};
+  static constexpr int kNumSlots = static_cast<int>(std::size(kSlots));
+  static constexpr int kQ = slot_named(kSlots, "q"), kG = slot_named(kSlots, "g");
+  static constexpr int kBeta = slot_named(kSlots, "beta"), kA = slot_named(kSlots, "A");
+  static constexpr int kALog = slot_named(kSlots, "A_log");
+  static constexpr int kDtBias = slot_named(kSlots, "dt_bias");
+  static constexpr int kCu = slot_named(kSlots, "cu_seqlens");
+  static constexpr int kCi = slot_named(kSlots, "chunk_indices");
+  static constexpr const char* kCValidate = "kda_chunk_bwd_epilogue_validate()";
+
+  static Plan decode_plan(FuzzedDataProvider& fdp) { return decode_epilogue_plan(fdp); }
+  static Intended intended(const Plan& p, const std::string& name) {
+    return intended_epilogue(p, name);
+  }
+  static bool given_optional(const Plan& p, const std::string& name) {
+    return (name == "A_log" && p.has_A_log) || (name == "dt_bias" && p.has_dt_bias);
+  }
+  static void set_options(const Plan& p, Problem& problem) {
+    problem.chunk_size = p.BT;
+    problem.state_v_first = p.state_v_first;
+    problem.scale = p.scale;
+    problem.use_qk_l2norm_in_kernel = p.l2norm;
+    problem.use_gate_in_kernel = p.gate_in_kernel;
+    problem.use_beta_sigmoid_in_kernel = p.beta_sigmoid;
+    problem.allow_neg_eigval = p.allow_neg_eigval;
+    problem.lower_bound = p.lower_bound;
+  }
+  // perturb()'s cases 10 and 11: a float option to an extreme, or a switch flipped.
+  static void perturb_option(FuzzedDataProvider& fdp, int which, Problem& problem) {
+    if (which == 10) {
+      std::optional<double>& option = fdp.ConsumeBool() ? problem.scale : problem.lower_bound;
+      option = fdp.PickValueInArray({std::numeric_limits<double>::quiet_NaN(),
+                                     -std::numeric_limits<double>::infinity(), 1e300, -3.5e38, 0.0,
+                                     2.0});
+      return;
+    }
+    switch (fdp.ConsumeIntegralInRange(0, 4)) {
+      case 0:
+        problem.use_gate_in_kernel = !problem.use_gate_in_kernel;
+        break;
+      case 1:
+        problem.use_beta_sigmoid_in_kernel = !problem.use_beta_sigmoid_in_kernel;
+        break;
+      case 2:
+        problem.allow_neg_eigval = !problem.allow_neg_eigval;
+        break;
+      case 3:
+        problem.use_qk_l2norm_in_kernel = !problem.use_qk_l2norm_in_kernel;
+        break;
+      default:
+        problem.state_v_first = !problem.state_v_first;
+        break;
+    }
+  }
+  // The rules of the options and of A_log / dt_bias, restated ("" if none breaks).
+  static std::string judge_options(const Plan& p, const Problem& problem) {
+    const auto f32_range = [](const std::optional<double>& x) {
+      return !x || std::fabs(*x) <= std::numeric_limits<float>::max();
+    };
+    std::string why;
+    if (!f32_range(problem.scale)) why += "scale not finite in float32; ";
+    if (problem.state_v_first != p.state_v_first && p.K != p.V) {
+      why += "state_v_first flipped with K != V; ";
+    }
+    const bool has_A_log = !problem.A_log.empty_arg(), has_bias = !problem.dt_bias.empty_arg();
+    if (!problem.use_gate_in_kernel) {
+      if (has_A_log || has_bias) why += "A_log or dt_bias without the gate in the kernel; ";
+      if (problem.lower_bound) why += "lower_bound without the gate in the kernel; ";
+    } else {
+      if (!has_A_log && !problem.lower_bound) why += "the gate without A_log or lower_bound; ";
+      if (problem.lower_bound && !(*problem.lower_bound < 0.0)) why += "lower_bound >= 0; ";
+      if (!f32_range(problem.lower_bound)) why += "lower_bound not finite in float32; ";
+    }
+    if (problem.allow_neg_eigval && !problem.use_beta_sigmoid_in_kernel) {
+      why += "allow_neg_eigval without the beta sigmoid; ";
+    }
+    return why;
+  }
+  static bool defines_nt(const std::string& name, int d) {
+    return (name == "h" || name == "dh") && d == 1;
+  }
+  static double draw(int s, uint64_t& rng, bool extreme_gates) {
+    if (s == kG) {
+      // The gate's raw input, or per-token natural-log decays (0 or -60 when extreme).
+      if (extreme_gates) return splitmix64(rng) % 2 ? 0.0 : -60.0;
+      return uniform(rng, -4.0, 0.5);
+    }
+    if (s == kBeta) return uniform(rng, -3.0, 3.0);
+    if (s == kA) return uniform(rng, -1.0, 1.0);
+    if (s == kALog) return uniform(rng, -1.0, 2.0);
+    if (s == kDtBias) return uniform(rng, -1.0, 1.0);
+    return uniform(rng, -2.0, 2.0);
+  }
+  static constexpr bool kCumulativeGates = false;
+  static std::string describe_options(const Problem& problem) {
+    return std::string("scale ") +
+           (problem.scale ? std::to_string(*problem.scale) : std::string("None")) +
+           ", state_v_first " + (problem.state_v_first ? "1" : "0") + ", l2norm " +
+           (problem.use_qk_l2norm_in_kernel ? "1" : "0") + ", gate " +
+           (problem.use_gate_in_kernel ? "1" : "0") + ", lower_bound " +
+           (problem.lower_bound ? std::to_string(*problem.lower_bound) : std::string("None")) +
+           ", beta_sigmoid " + (problem.use_beta_sigmoid_in_kernel ? "1" : "0") +
+           ", allow_neg_eigval " + (problem.allow_neg_eigval ? "1" : "0");
+  }
+  // Without the gate in the kernel g is taken as the per-token log decay: a positive one grows
+  // the state without bound, so only non-positive draws are moderate then; a bounded gate and
+  // a moderate scale keep every exponent finite.
+  static bool moderate_options(const Problem& problem) {
+    return problem.use_gate_in_kernel && (!problem.scale || std::fabs(*problem.scale) <= 16.0) &&
+           (!problem.lower_bound || std::fabs(*problem.lower_bound) <= 16.0);
+  }
+  static kda_status c_validate(const Problem& problem) {
+    const kda_chunk_bwd_epilogue_problem c_problem = kda::testing::to_c(problem);
+    return kda_chunk_bwd_epilogue_validate(&c_problem);
   }
 };
 
@@ -480,7 +648,7 @@ void perturb(FuzzedDataProvider& fdp, Case<Op>& c) {
                                                    int64_t{1} << 62, kI64Max});
       return;
     }
-    case 4:  // a required tensor omitted
+    case 4:  // a tensor other than an index tensor omitted (required, or A_log / dt_bias)
       if (!index) c.given[slot] = false;
       return;
     case 5:  // null data
@@ -581,8 +749,12 @@ Case<Op> decode_case(FuzzedDataProvider& fdp) {
   for (int s = 0; s < Op::kNumSlots; ++s) {
     if (s == Op::kCu && !p.varlen) continue;
     if (s == Op::kCi && !p.pass_chunk_indices) continue;
+    if (Op::kSlots[s].is_optional && !Op::kSlots[s].is_index &&
+        !Op::given_optional(p, Op::kSlots[s].name)) {
+      continue;
+    }
     c.given[s] = true;
-    const Intended want = intended(p, Op::kSlots[s].name);
+    const Intended want = Op::intended(p, Op::kSlots[s].name);
     TensorView& t = c.view(s);
     t.dtype = want.dtype;
     t.rank = static_cast<int32_t>(want.shape.size());
@@ -612,7 +784,7 @@ void judge(Case<Op>& c, const std::array<std::optional<int64_t>, Op::kNumSlots>&
     const TensorView& t = c.view(s);
     const std::string name = Op::kSlots[s].name;
     if (!c.given[s]) {
-      if (!Op::kSlots[s].is_index) c.reject_because(name + " omitted");
+      if (!Op::kSlots[s].is_optional) c.reject_because(name + " omitted");
       continue;
     }
     if (!known_dtype(t.dtype) || t.rank < 0 || t.rank > kda::kMaxRank ||
@@ -621,7 +793,7 @@ void judge(Case<Op>& c, const std::array<std::optional<int64_t>, Op::kNumSlots>&
       c.reject_because(name + " has an enum value outside its range");
       continue;
     }
-    const Intended want = intended(p, name);
+    const Intended want = Op::intended(p, name);
     if (t.rank != static_cast<int32_t>(want.shape.size())) {
       c.reject_because(name + " rank changed");
       continue;
@@ -1048,7 +1220,8 @@ void fuzz_one(const uint8_t* data, size_t size) {
 
 // The operators, in the order the first input byte picks them (its value modulo their count):
 // append new ones, so that the committed corpus (first bytes 0 and 1) keeps its meaning.
-constexpr void (*kOperators[])(const uint8_t*, size_t) = {fuzz_one<WyDqkg>, fuzz_one<Intra>};
+constexpr void (*kOperators[])(const uint8_t*, size_t) = {fuzz_one<WyDqkg>, fuzz_one<Intra>,
+                                                          fuzz_one<Epilogue>};
 
 }  // namespace
 

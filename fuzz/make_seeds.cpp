@@ -1,8 +1,8 @@
 // Writes seeds of the fuzzers, committed under fuzz/corpus/<target>/:
 //   - fuzz_safetensors: a few small valid files of every operator that reach every part of the
 //     reader and of problem_from_safetensors, and one that names a tensor twice;
-//   - fuzz_problem (with a second directory): chunk_bwd_intra's starting inputs, the byte 1 that
-//     picks the operator followed by fixed pseudo-random bytes (the harness decodes any bytes into
+//   - fuzz_problem (with a second directory): chunk_bwd_intra's and chunk_bwd_epilogue's starting
+//     inputs, the byte (1, 2) that picks the operator followed by fixed pseudo-random bytes (the harness decodes any bytes into
 //     a problem; the corpus then grows from them, KDA_FUZZ_UPDATE_CORPUS=1 fuzz/run.sh).
 // Rerun it only when the file layout or the harness's decoding changes:
 //   build-fuzz/fuzz/fuzz_make_seeds fuzz/corpus/fuzz_safetensors [fuzz/corpus/fuzz_problem]
@@ -197,9 +197,12 @@ int main(int argc, char** argv) {
   write("problem_intra_varlen_bf16.safetensors", solved(intra_varlen));
 
   if (argc == 3) {
-    // chunk_bwd_intra is operator 1 of fuzz_problem; 8 inputs of 96 bytes each.
+    // chunk_bwd_intra and chunk_bwd_epilogue are operators 1 and 2 of fuzz_problem; 8 inputs of
+    // 96 bytes each.
     for (uint64_t seed = 1; seed <= 8; ++seed) {
       write_bytes_in(argv[2], "intra_seed_" + std::to_string(seed), problem_input(1, seed, 96));
+      write_bytes_in(argv[2], "epilogue_seed_" + std::to_string(seed),
+                     problem_input(2, seed, 96));
     }
   }
   return ok ? 0 : 1;
