@@ -2,7 +2,12 @@
 
 #include "core/validate_args.hpp"
 
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <limits>
 #include <sstream>
+#include <string>
 
 #include "core/index_tensor.hpp"
 
@@ -138,6 +143,28 @@ std::string device_mismatch(Device got, Device anchor) {
   };
   return "is on " + name(got) + " but q is on " + name(anchor) +
          "; all tensors must share one device";
+}
+
+Status check_float32_option(const char* name, const std::optional<double>& value) {
+  if (value && !(std::fabs(*value) <= std::numeric_limits<float>::max())) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", *value);
+    return fail(name, std::string("expected a finite number with |") + name +
+                          "| <= 3.40282e+38 (float32's largest) or None, got " + got);
+  }
+  return Status::Ok();
+}
+
+Status check_states(const TensorView& h, const TensorView& dh, int64_t B, int64_t NT, int64_t HV,
+                    int64_t K, int64_t V, bool varlen, bool state_v_first) {
+  const int64_t hB = varlen ? 1 : B;
+  const std::array<int64_t, 5> shape = state_v_first ? std::array<int64_t, 5>{hB, NT, HV, V, K}
+                                                     : std::array<int64_t, 5>{hB, NT, HV, K, V};
+  const char* symbolic = state_v_first ? "[B, NT, HV, V, K] (state_v_first)" : "[B, NT, HV, K, V]";
+  for (auto [name, view] : {std::pair{"h", &h}, {"dh", &dh}}) {
+    if (Status s = check_shape(name, *view, shape, symbolic); !s.ok()) return s;
+  }
+  return Status::Ok();
 }
 
 Status check_chunk_size(int64_t chunk_size) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -72,6 +73,15 @@ Status check_chunks(const TensorView& cu_seqlens, const TensorView& chunk_indice
 
 // chunk_size in {16, 32, 64}.
 Status check_chunk_size(int64_t chunk_size);
+
+// A float option that the backends other than cpu-ref use in float32 (scale, lower_bound): none,
+// or finite with a magnitude float32 holds (past it, float32 makes it inf, and zero products NaN).
+Status check_float32_option(const char* name, const std::optional<double>& value);
+
+// The per-chunk states h and dh: [B (1 when varlen), NT, HV, K, V], or [.., V, K] when
+// state_v_first.
+Status check_states(const TensorView& h, const TensorView& dh, int64_t B, int64_t NT, int64_t HV,
+                    int64_t K, int64_t V, bool varlen, bool state_v_first);
 
 // One line per argument and option, for describe().
 template <typename P>

@@ -144,6 +144,30 @@ Status run_as(const std::map<std::string, TensorView>& views, const HostProblem&
   return run(problem_from_views<P>(views, options), backend, stream, kernel);
 }
 
+// The OpIo of operator P: its names, inputs, outputs, validation and run from its table, with its
+// own file rules and bars.
+template <typename P>
+constexpr OpIo make_op_io(Status (*check_output_sizes)(const HostProblem&),
+                          Status (*options_from_metadata)(const Metadata&, HostProblem*),
+                          void (*options_to_metadata)(const HostProblem&, Metadata*),
+                          double (*pass_bar)(DType), double (*golden_bar)(DType)) {
+  return {P::kName,
+          P::kFlaName,
+          OpTraits<P>::spec,
+          input_names<P>,
+          output_names<P>,
+          required_inputs<P>,
+          allocate_outputs_as<P>,
+          check_output_sizes,
+          options_from_metadata,
+          options_to_metadata,
+          validate_as<P>,
+          run_as<P>,
+          bytes_read_written,
+          pass_bar,
+          golden_bar};
+}
+
 // make_random_problem with a check of the allocated problem (inputs still zero) before the
 // values are drawn; allocate and fill are the operator's own.
 template <typename Config>

@@ -6,6 +6,7 @@
 // through the operator's io::OpIo.
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -38,6 +39,39 @@ struct ProblemSummary {
   std::string sizes;           // "B=1 T=100 H=3 HV=3 K=32 V=48 BT=16 NT=7"
   // Further lines as (label, text): ("dtypes", "X=bfloat16 ..."), ("scale", "0.125").
   std::vector<std::pair<std::string, std::string>> details;
+};
+
+// The options of the operators with per-chunk states (chunk_bwd_wy_dqkg, chunk_bwd_epilogue):
+// --h-dtype, --scale, --state-v-first, and their values in an io config.
+struct StateOptions {
+  std::string h_dtype = "fp32";
+  std::string scale;  // empty: None (K ** -0.5)
+  bool state_v_first = false;
+
+  template <typename Generated>
+  void add(CLI::App* command, const Generated& generated) {
+    generated(command->add_option("--h-dtype", h_dtype, "h, dh: fp32 or x (the dtype X)")
+                  ->capture_default_str());
+    generated(command->add_option("--scale", scale, "scale (default: K ** -0.5)"));
+    generated(command->add_flag("--state-v-first", state_v_first, "h, dh stored [.., V, K]"));
+  }
+
+  // Into config (x_dtype already set); an invalid argument names the option.
+  template <typename Config>
+  Status apply(Config* c) const {
+    if (Status s = parse_x_or_fp32("--h-dtype", h_dtype, c->x_dtype, &c->h_dtype); !s.ok()) {
+      return s;
+    }
+    c->state_v_first = state_v_first;
+    if (!scale.empty()) {
+      double value = 0.0;
+      if (!parse_whole(scale, &value) || !std::isfinite(value)) {
+        return invalid_argument("--scale: expected a finite number, got '" + scale + "'");
+      }
+      c->scale = value;
+    }
+    return Status::Ok();
+  }
 };
 
 // The generic options of a generated problem into an operator's io config (both operators'

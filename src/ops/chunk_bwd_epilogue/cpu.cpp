@@ -18,6 +18,7 @@
 #include "core/tile_io.hpp"
 #include "ops/chunk_bwd_epilogue/activations.hpp"
 #include "ops/chunk_bwd_epilogue/backends.hpp"
+#include "ops/chunk_bwd_epilogue/units.hpp"
 
 namespace kda::detail {
 
@@ -205,36 +206,10 @@ void run_unit(const P& p, const D& d, const ChunkTask& c, int64_t h, std::vector
 }  // namespace
 
 Status run_chunk_bwd_epilogue_cpu(const P& problem, const D& dims) {
-  try {
-    const std::vector<ChunkTask> chunks = plan_chunks(problem.cu_seqlens, dims);
-    const int64_t units = static_cast<int64_t>(chunks.size()) * dims.H;
-    const size_t HVK = static_cast<size_t>(dims.HV * dims.K);
-    std::vector<std::vector<double>> dA_log(static_cast<size_t>(units)),
-        ddt_bias(static_cast<size_t>(units));
-    cpu::parallel_for_units<cpu::NoScratch>(units, [&](int64_t u, cpu::NoScratch&) {
-      dA_log[u].assign(static_cast<size_t>(dims.HV), 0.0);
-      ddt_bias[u].assign(HVK, 0.0);
-      run_unit(problem, dims, chunks[static_cast<size_t>(u / dims.H)], u % dims.H, dA_log[u],
-               ddt_bias[u]);
-    });
-    std::vector<double> total_A(static_cast<size_t>(dims.HV), 0.0), total_bias(HVK, 0.0);
-    for (int64_t u = 0; u < units; ++u) {
-      for (size_t n = 0; n < total_A.size(); ++n) total_A[n] += dA_log[u][n];
-      for (size_t n = 0; n < HVK; ++n) total_bias[n] += ddt_bias[u][n];
-    }
-    Mat A(1, dims.HV), bias(dims.HV, dims.K);
-    for (int64_t hv = 0; hv < dims.HV; ++hv) {
-      A(0, hv) = static_cast<float>(total_A[static_cast<size_t>(hv)]);
-      for (int64_t k = 0; k < dims.K; ++k) {
-        bias(hv, k) = static_cast<float>(total_bias[static_cast<size_t>(hv * dims.K + k)]);
-      }
-    }
-    scatter(problem.dA_log, {0, 1, 0, dims.HV, 1}, A);
-    scatter(problem.ddt_bias, {0, dims.HV, dims.K, dims.K, 1}, bias);
-  } catch (const std::exception& e) {  // std::bad_alloc: the library returns errors, never throws
-    return {StatusCode::internal, std::string("cpu: ") + e.what()};
-  }
-  return Status::Ok();
+  return epilogue::run_units(
+      problem, dims, "cpu",
+      [&](const ChunkTask& chunk, int64_t h, std::vector<double>& dA_log,
+          std::vector<double>& ddt_bias) { run_unit(problem, dims, chunk, h, dA_log, ddt_bias); });
 }
 
 }  // namespace kda::detail

@@ -129,22 +129,7 @@ double epilogue_bar(DType x_dtype) {
 
 }  // namespace
 
-extern const OpIo kChunkBwdEpilogueIo = {
-    P::kName,
-    P::kFlaName,
-    OpTraits<P>::spec,
-    input_names<P>,
-    output_names<P>,
-    required_inputs<P>,
-    allocate_outputs_as<P>,
-    check_output_sizes,
-    options_from_metadata,
-    options_to_metadata,
-    validate_as<P>,
-    run_as<P>,
-    bytes_read_written,
-    epilogue_bar,
-    epilogue_bar,
-};
+extern const OpIo kChunkBwdEpilogueIo = make_op_io<P>(
+    check_output_sizes, options_from_metadata, options_to_metadata, epilogue_bar, epilogue_bar);
 
 }  // namespace kda::io

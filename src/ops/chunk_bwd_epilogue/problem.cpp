@@ -24,17 +24,6 @@ std::string number(double x) {
   return text;
 }
 
-// scale and lower_bound are used in float32 by every backend but cpu-ref.
-Status check_float_option(const char* name, const std::optional<double>& value) {
-  if (value && !(std::fabs(*value) <= std::numeric_limits<float>::max())) {
-    return validation::fail(name,
-                            "expected a finite number with magnitude <= 3.40282e+38 "
-                            "(float32's largest) or None, got " +
-                                number(*value));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status ChunkBwdEpilogueProblem::validate(ChunkBwdEpilogueDims* out) const {
@@ -164,8 +153,8 @@ Status ChunkBwdEpilogueProblem::validate(ChunkBwdEpilogueDims* out) const {
   if (allow_neg_eigval && !use_beta_sigmoid_in_kernel) {
     return fail("allow_neg_eigval", "takes effect only with use_beta_sigmoid_in_kernel");
   }
-  if (Status s = check_float_option("scale", scale); !s.ok()) return s;
-  if (Status s = check_float_option("lower_bound", lower_bound); !s.ok()) return s;
+  if (Status s = check_float32_option("scale", scale); !s.ok()) return s;
+  if (Status s = check_float32_option("lower_bound", lower_bound); !s.ok()) return s;
   d.scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(d.K));
 
   // --- outputs: contiguous, disjoint from each other and from every input ---------------
@@ -180,13 +169,8 @@ Status ChunkBwdEpilogueProblem::validate(ChunkBwdEpilogueDims* out) const {
   }
   d.NT = chunks.NT;
   d.num_seqs = chunks.num_seqs;
-  const int64_t hB = d.varlen ? 1 : d.B;
-  const std::array<int64_t, 5> shape_h = state_v_first
-                                             ? std::array<int64_t, 5>{hB, d.NT, d.HV, d.V, d.K}
-                                             : std::array<int64_t, 5>{hB, d.NT, d.HV, d.K, d.V};
-  const char* sym_h = state_v_first ? "[B, NT, HV, V, K] (state_v_first)" : "[B, NT, HV, K, V]";
-  for (auto [name, view] : {std::pair{"h", &h}, {"dh", &dh}}) {
-    if (Status s = check_shape(name, *view, shape_h, sym_h); !s.ok()) return s;
+  if (Status s = check_states(h, dh, d.B, d.NT, d.HV, d.K, d.V, d.varlen, state_v_first); !s.ok()) {
+    return s;
   }
   if (out) *out = d;
   return Status::Ok();

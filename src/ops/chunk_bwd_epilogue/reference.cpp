@@ -17,6 +17,7 @@
 #include "ops/chunk_bwd_epilogue/activations.hpp"
 #include "ops/chunk_bwd_epilogue/backends.hpp"
 #include "ops/chunk_bwd_epilogue/chunk_math.hpp"
+#include "ops/chunk_bwd_epilogue/units.hpp"
 
 namespace kda::detail {
 
@@ -143,35 +144,10 @@ void run_unit(const P& p, const D& d, const ChunkTask& c, int64_t h, std::vector
 }  // namespace
 
 Status run_chunk_bwd_epilogue_cpu_ref(const P& problem, const D& dims) {
-  try {
-    const std::vector<ChunkTask> chunks = plan_chunks(problem.cu_seqlens, dims);
-    const int64_t units = static_cast<int64_t>(chunks.size()) * dims.H;
-    const size_t HVK = static_cast<size_t>(dims.HV * dims.K);
-    // Each unit's partials of the gate parameters' gradients, summed in unit order below.
-    std::vector<std::vector<double>> dA_log(static_cast<size_t>(units)),
-        ddt_bias(static_cast<size_t>(units));
-    cpu::parallel_for_units<cpu::NoScratch>(units, [&](int64_t u, cpu::NoScratch&) {
-      dA_log[u].assign(static_cast<size_t>(dims.HV), 0.0);
-      ddt_bias[u].assign(HVK, 0.0);
-      run_unit(problem, dims, chunks[static_cast<size_t>(u / dims.H)], u % dims.H, dA_log[u],
-               ddt_bias[u]);
-    });
-    std::vector<double> total_A(static_cast<size_t>(dims.HV), 0.0), total_bias(HVK, 0.0);
-    for (int64_t u = 0; u < units; ++u) {
-      for (size_t n = 0; n < total_A.size(); ++n) total_A[n] += dA_log[u][n];
-      for (size_t n = 0; n < HVK; ++n) total_bias[n] += ddt_bias[u][n];
-    }
-    for (int64_t hv = 0; hv < dims.HV; ++hv) {
-      store_float(problem.dA_log, hv, static_cast<float>(total_A[hv]));
-      for (int64_t k = 0; k < dims.K; ++k) {
-        store_float(problem.ddt_bias, hv * dims.K + k,
-                    static_cast<float>(total_bias[static_cast<size_t>(hv * dims.K + k)]));
-      }
-    }
-  } catch (const std::exception& e) {  // std::bad_alloc: the library returns errors, never throws
-    return {StatusCode::internal, std::string("cpu-ref: ") + e.what()};
-  }
-  return Status::Ok();
+  return epilogue::run_units(
+      problem, dims, "cpu-ref",
+      [&](const ChunkTask& chunk, int64_t h, std::vector<double>& dA_log,
+          std::vector<double>& ddt_bias) { run_unit(problem, dims, chunk, h, dA_log, ddt_bias); });
 }
 
 }  // namespace kda::detail

@@ -183,22 +183,8 @@ double intra_golden_bar(DType x_dtype) {
   return kGoldenBars.of(x_dtype);
 }
 
-extern const OpIo kChunkBwdIntraIo = {
-    P::kName,
-    P::kFlaName,
-    OpTraits<P>::spec,
-    input_names<P>,
-    output_names<P>,
-    required_inputs<P>,
-    allocate_outputs_as<P>,
-    check_output_sizes,
-    options_from_metadata,
-    options_to_metadata,
-    validate_as<P>,
-    run_as<P>,
-    bytes_read_written,
-    intra_pass_bar,
-    intra_golden_bar,
-};
+extern const OpIo kChunkBwdIntraIo =
+    make_op_io<P>(check_output_sizes, options_from_metadata, options_to_metadata, intra_pass_bar,
+                  intra_golden_bar);
 
 }  // namespace kda::io

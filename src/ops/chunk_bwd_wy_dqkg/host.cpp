@@ -144,22 +144,7 @@ double golden_bar(DType x_dtype) {
   return kGoldenBars.of(x_dtype);
 }
 
-extern const OpIo kChunkBwdWyDqkgIo = {
-    P::kName,
-    P::kFlaName,
-    OpTraits<P>::spec,
-    input_names<P>,
-    output_names<P>,
-    required_inputs<P>,
-    allocate_outputs_as<P>,
-    check_output_sizes,
-    options_from_metadata,
-    options_to_metadata,
-    validate_as<P>,
-    run_as<P>,
-    bytes_read_written,
-    pass_bar,
-    golden_bar,
-};
+extern const OpIo kChunkBwdWyDqkgIo = make_op_io<P>(check_output_sizes, options_from_metadata,
+                                                    options_to_metadata, pass_bar, golden_bar);
 
 }  // namespace kda::io

@@ -105,16 +105,7 @@ Status ChunkBwdWyDqkgProblem::validate(ChunkBwdWyDqkgDims* out) const {
       !s.ok()) {
     return s;
   }
-  // Every backend but cpu-ref computes with scale in float32: a finite double past float's range
-  // would become inf there and turn zero products into NaN.
-  if (scale && !(std::fabs(*scale) <= std::numeric_limits<float>::max())) {
-    char got[32];
-    std::snprintf(got, sizeof got, "%g", *scale);
-    return fail("scale",
-                std::string("expected a finite number with |scale| <= 3.40282e+38 (float32's "
-                            "largest) or None, got ") +
-                    got);
-  }
+  if (Status s = check_float32_option("scale", scale); !s.ok()) return s;
 
   // --- outputs: contiguous, disjoint from each other and from every input ---------------
   if (Status s = check_outputs(*this, args()); !s.ok()) return s;
@@ -128,13 +119,8 @@ Status ChunkBwdWyDqkgProblem::validate(ChunkBwdWyDqkgDims* out) const {
   }
   d.NT = chunks.NT;
   d.num_seqs = chunks.num_seqs;
-  const int64_t hB = d.varlen ? 1 : d.B;
-  const std::array<int64_t, 5> shape_h = state_v_first
-                                             ? std::array<int64_t, 5>{hB, d.NT, d.HV, d.V, d.K}
-                                             : std::array<int64_t, 5>{hB, d.NT, d.HV, d.K, d.V};
-  const char* sym_h = state_v_first ? "[B, NT, HV, V, K] (state_v_first)" : "[B, NT, HV, K, V]";
-  for (auto [name, view] : {std::pair{"h", &h}, {"dh", &dh}}) {
-    if (Status s = check_shape(name, *view, shape_h, sym_h); !s.ok()) return s;
+  if (Status s = check_states(h, dh, d.B, d.NT, d.HV, d.K, d.V, d.varlen, state_v_first); !s.ok()) {
+    return s;
   }
   if (out) *out = d;
   return Status::Ok();

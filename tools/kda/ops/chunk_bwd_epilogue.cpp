@@ -41,10 +41,7 @@ class EpilogueCli final : public OpCli {
 
   void add_options(CLI::App* command, const GeneratedOption& generated) override {
     generated(add_heads_v_option(command, &heads_v_));
-    generated(command->add_option("--h-dtype", h_dtype_, "h, dh: fp32 or x (the dtype X)")
-                  ->capture_default_str());
-    generated(command->add_option("--scale", scale_, "scale (default: K ** -0.5)"));
-    generated(command->add_flag("--state-v-first", state_v_first_, "h, dh stored [.., V, K]"));
+    states_.add(command, generated);
     generated(command->add_flag("--no-l2norm", no_l2norm_, "q, k not l2-normalised in the layer"));
     generated(command
                   ->add_option("--gate", gate_,
@@ -61,17 +58,7 @@ class EpilogueCli final : public OpCli {
     io::EpilogueConfig c;
     set_generated_basics(b, heads_v_, &c);
     c.V = b.dims[4];
-    if (Status s = parse_x_or_fp32("--h-dtype", h_dtype_, c.x_dtype, &c.h_dtype); !s.ok()) {
-      return s;
-    }
-    c.state_v_first = state_v_first_;
-    if (!scale_.empty()) {
-      double value = 0.0;
-      if (!parse_whole(scale_, &value) || !std::isfinite(value)) {
-        return invalid_argument("--scale: expected a finite number, got '" + scale_ + "'");
-      }
-      c.scale = value;
-    }
+    if (Status s = states_.apply(&c); !s.ok()) return s;
     if (gate_ != "none" && gate_ != "softplus" && gate_ != "lower_bound") {
       return invalid_argument("--gate: expected none, softplus or lower_bound, got '" + gate_ +
                               "'");
@@ -109,9 +96,7 @@ class EpilogueCli final : public OpCli {
 
  private:
   int64_t heads_v_ = 0;  // 0: HV = H
-  std::string h_dtype_ = "fp32";
-  std::string scale_;  // empty: None (K ** -0.5)
-  bool state_v_first_ = false;
+  StateOptions states_;
   bool no_l2norm_ = false;
   std::string gate_ = "none";
   bool beta_sigmoid_ = false;

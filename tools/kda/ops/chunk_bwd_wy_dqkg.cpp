@@ -47,10 +47,7 @@ class WyDqkgCli final : public OpCli {
 
   void add_options(CLI::App* command, const GeneratedOption& generated) override {
     generated(add_heads_v_option(command, &heads_v_));
-    generated(command->add_option("--h-dtype", h_dtype_, "h, dh: fp32 or x (the dtype X)")
-                  ->capture_default_str());
-    generated(command->add_option("--scale", scale_, "scale (default: K ** -0.5)"));
-    generated(command->add_flag("--state-v-first", state_v_first_, "h, dh stored [.., V, K]"));
+    states_.add(command, generated);
   }
 
   Status generate(const GeneratedBasics& b, const CheckBeforeFilling& check,
@@ -58,17 +55,7 @@ class WyDqkgCli final : public OpCli {
     io::WyDqkgConfig c;
     set_generated_basics(b, heads_v_, &c);
     c.V = b.dims[4];
-    if (Status s = parse_x_or_fp32("--h-dtype", h_dtype_, c.x_dtype, &c.h_dtype); !s.ok()) {
-      return s;
-    }
-    c.state_v_first = state_v_first_;
-    if (!scale_.empty()) {
-      double value = 0.0;
-      if (!parse_whole(scale_, &value) || !std::isfinite(value)) {
-        return invalid_argument("--scale: expected a finite number, got '" + scale_ + "'");
-      }
-      c.scale = value;
-    }
+    if (Status s = states_.apply(&c); !s.ok()) return s;
     if (Status s = check_host_memory(problem_bytes(c)); !s.ok()) return s;
     return io::make_random_problem(c, check, out);
   }
@@ -97,9 +84,7 @@ class WyDqkgCli final : public OpCli {
 
  private:
   int64_t heads_v_ = 0;  // 0: HV = H
-  std::string h_dtype_ = "fp32";
-  std::string scale_;  // empty: None (K ** -0.5)
-  bool state_v_first_ = false;
+  StateOptions states_;
 };
 
 }  // namespace
