@@ -101,12 +101,18 @@ from layer_chart import short_name  # noqa: E402
 
 WY = "chunk_kda_bwd_wy_dqkg_fused"
 INTRA = "chunk_kda_bwd_intra"
-MODES = ("fla", "wy", "both", "layer")
-MODE_OPS = {"fla": (), "wy": (WY,), "both": (WY, INTRA), "layer": (WY, INTRA, "chunk_kda")}
+MODES = ("fla", "wy", "both", "layer", "cudnn")
+MODE_OPS = {"fla": (), "wy": (WY,), "both": (WY, INTRA), "layer": (WY, INTRA, "chunk_kda"),
+            "cudnn": ()}
+# The modes each call runs by default: cuDNN-frontend's sm90 engine serves only --call cudnn (its
+# backward declines the gate, the beta sigmoid and l2norm in the kernel).
+DEFAULT_MODES = {"test": ("fla", "wy", "both", "layer"), "layer": ("fla", "wy", "both", "layer"),
+                 "cudnn": ("fla", "layer", "cudnn")}
+CUDNN_PLAN = "kda_hopper_cuda"
 # fla's Triton kernels behind the two operators our backend replaces.
 FLA_WY_KERNEL = "chunk_kda_bwd_kernel_wy_dqkg_fused"
 FLA_INTRA_KERNEL = "chunk_kda_bwd_kernel_intra"
-CALLS = ("test", "layer")
+CALLS = ("test", "layer", "cudnn")
 K = V = 128
 BT = 64  # chunk_kda's default chunk size
 X_DTYPE = "bfloat16"
@@ -170,14 +176,17 @@ def parse_args(argv=None):
                     "(bench/README.md, 'The layer benchmark').")
     p.add_argument("--shapes", default=DEFAULT_SHAPES,
                    help=f"comma-separated BxTxH (K = V = 128, bfloat16; default {DEFAULT_SHAPES})")
-    p.add_argument("--modes", default=",".join(MODES),
+    p.add_argument("--modes", default=None,
                    help="fla (fla's kernels), wy (our chunk_kda_bwd_wy_dqkg_fused), both (both "
-                        "of our operators in fla's backward), layer (kda_kernels.chunk_kda); "
-                        "default all four, fla first")
+                        "of our operators in fla's backward), layer (kda_kernels.chunk_kda), "
+                        "cudnn (cuDNN-frontend's sm90 engine, --call cudnn only); default "
+                        "fla,wy,both,layer (--call cudnn: fla,layer,cudnn), fla first")
     p.add_argument("--call", default="test", choices=CALLS,
                    help="test: inputs and options as fla's test_chunk (precomputed gate; the "
                         "default); layer: as fla's KimiDeltaAttention calls chunk_kda in "
-                        "training (gate and beta sigmoid in the kernel, state_v_first)")
+                        "training (gate and beta sigmoid in the kernel, state_v_first); cudnn: "
+                        "the call cuDNN-frontend's sm90 backward serves (log-space gate, "
+                        "post-sigmoid beta, q and k normalised beforehand, state_v_first)")
     p.add_argument("--fla-configs", default=str(DEFAULT_FLA_CONFIGS),
                    help="JSON file of fla's tuned configs (tests/python/fla_tuning.py's "
                         "format; default .carry/fla_best_configs_h200.json in the checkout): "
@@ -207,7 +216,10 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     try:
         args.shapes = parse_shapes(args.shapes)
-        args.modes = parse_modes(args.modes)
+        args.modes = parse_modes(",".join(DEFAULT_MODES[args.call]) if args.modes is None
+                                 else args.modes)
+        if "cudnn" in args.modes and args.call != "cudnn":
+            raise ValueError("--modes cudnn: cuDNN-frontend's backward serves --call cudnn only")
         args.intra_pin = parse_intra_pin(args.intra_pin)
     except ValueError as e:
         p.error(str(e))
@@ -448,6 +460,8 @@ def call_options(call):
     """chunk_kda's keyword options for `call` (see the module docstring)."""
     if call == "test":
         return dict(use_qk_l2norm_in_kernel=True, output_final_state=True)
+    if call == "cudnn":
+        return dict(use_qk_l2norm_in_kernel=False, state_v_first=True, output_final_state=True)
     return dict(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
                 use_beta_sigmoid_in_kernel=True, state_v_first=True, output_final_state=False)
 
@@ -476,6 +490,15 @@ def make_inputs(shape, call, seed, device):
         leaves["beta"] = normal(B, T, H, dtype=x).sigmoid()
         leaves["initial_state"] = normal(B, H, K, V)
         cotangents = [normal(B, T, H, V, dtype=x), normal(B, H, K, V)]
+    elif call == "cudnn":
+        # q, k with unit rows (normalised here, as cuDNN's backward needs them); log decays in
+        # (-5, 0); beta after its sigmoid; a V-first initial state and final-state gradient.
+        leaves["q"] = F.normalize(normal(B, T, H, K), dim=-1).to(x)
+        leaves["k"] = F.normalize(normal(B, T, H, K), dim=-1).to(x)
+        leaves["g"] = -5.0 * normal(B, T, H, K).sigmoid()
+        leaves["beta"] = normal(B, T, H, dtype=x).sigmoid()
+        leaves["initial_state"] = normal(B, H, V, K)
+        cotangents = [normal(B, T, H, V, dtype=x), normal(B, H, V, K)]
     else:
         leaves["g"] = normal(B, T, H, K, dtype=x)  # the raw gate input
         leaves["beta"] = normal(B, T, H, dtype=x)  # logits: the sigmoid runs in the kernel
@@ -487,6 +510,25 @@ def make_inputs(shape, call, seed, device):
     for t in leaves.values():
         t.requires_grad_(True)
     return leaves, cotangents
+
+
+def cudnn_chunk_kda(q, k, v, g, beta, initial_state=None, output_final_state=False,
+                    state_v_first=True, use_qk_l2norm_in_kernel=False):
+    """cuDNN-frontend's sm90 engine behind chunk_kda's call (--call cudnn): [B, T, ...] tensors as
+    its packed THD layout with cu_seqlens of B sequences of T tokens, its state [N, HV, V, K]
+    (fla's state_v_first), the plan pinned to its fused Hopper CUDA engine."""
+    import torch
+    from cudnn.linear_attention.ops.kda import kimi_delta_attention
+
+    if not state_v_first or use_qk_l2norm_in_kernel:
+        raise ValueError("cudnn_chunk_kda serves --call cudnn only (V-first state, no l2norm)")
+    B, T = q.shape[:2]
+    packed = [t.reshape(B * T, *t.shape[2:]) for t in (q, k, v, g, beta)]
+    cu_seqlens = torch.arange(0, (B + 1) * T, T, dtype=torch.int32, device=q.device)
+    o, final_state = kimi_delta_attention(*packed, cu_seqlens, initial_state=initial_state,
+                                          output_final_state=output_final_state,
+                                          plan_name=CUDNN_PLAN)
+    return o.reshape(B, T, *o.shape[1:]), (final_state if output_final_state else None)
 
 
 def grad_name(leaf):
@@ -827,6 +869,7 @@ def run_shape(shape, args, chunk_kda, kfla, tuning):
         log(f"{shape_label(shape)} {mode}: {'fla only' if mode == 'fla' else MODE_OPS[mode]}")
         try:
             set_mode(mode, kfla)
+            layer.chunk_kda = cudnn_chunk_kda if mode == "cudnn" else chunk_kda
             result, grads = run_mode(mode, layer, args, reference, tuning)
             result["ops"] = list(kfla.enabled_operators())
             if mode == "fla":

@@ -63,6 +63,7 @@ def test_parse_args_choices():
     assert args.intra_pin == {"num_warps": 4, "num_stages": 3}
     assert args.fla_configs is None and args.call == "layer" and args.full_autotune
     assert layer.parse_args(["--intra-pin", "none"]).intra_pin is None
+    assert layer.parse_args(["--call", "cudnn"]).modes == ["fla", "layer", "cudnn"]
     assert layer.parse_args([]).autotune == []
     assert layer.parse_args(["--autotune", "a_kernel, b_kernel"]).autotune == ["a_kernel",
                                                                                 "b_kernel"]
@@ -70,7 +71,7 @@ def test_parse_args_choices():
                 ["--modes", "fla,fast"], ["--modes", "wy,wy"], ["--modes", ""],
                 ["--intra-pin", "2"], ["--intra-pin", "2,x"], ["--reps", "9"],
                 ["--warmup", "0"], ["--call", "model"], ["--autotune", "a,a"],
-                ["--autotune", "a", "--full-autotune"]):
+                ["--autotune", "a", "--full-autotune"], ["--modes", "fla,cudnn"]):
         with pytest.raises(SystemExit) as e:
             layer.parse_args(bad)
         assert e.value.code == 2, bad
@@ -328,9 +329,20 @@ def test_make_inputs(call):
     bf16, f32 = torch.bfloat16, torch.float32
     assert [(leaves[n].shape, leaves[n].dtype) for n in ("q", "k", "v")] == \
         [((2, 64, 3, 128), bf16)] * 3
-    assert 0 <= _lo(leaves["q"]) and _hi(leaves["q"]) <= 1  # [0, 1) rounded to bfloat16
+    if call == "cudnn":  # unit rows, normalised before the call
+        norms = leaves["q"].float().norm(dim=-1)
+        assert torch.allclose(norms, torch.ones_like(norms), atol=1e-2)
+    else:
+        assert 0 <= _lo(leaves["q"]) and _hi(leaves["q"]) <= 1  # [0, 1) rounded to bfloat16
     assert cotangents[0].shape == (2, 64, 3, 128) and cotangents[0].dtype == bf16
-    if call == "test":
+    if call == "cudnn":
+        assert set(leaves) == {"q", "k", "v", "g", "beta", "initial_state"}
+        assert leaves["g"].dtype == f32 and -5 <= _lo(leaves["g"]) and _hi(leaves["g"]) < 0
+        assert leaves["beta"].dtype == bf16 and 0 < _lo(leaves["beta"]) <= _hi(leaves["beta"]) <= 1
+        assert leaves["initial_state"].shape == (2, 3, 128, 128) and len(cotangents) == 2
+        assert layer.call_options(call) == dict(use_qk_l2norm_in_kernel=False,
+                                                 state_v_first=True, output_final_state=True)
+    elif call == "test":
         assert set(leaves) == {"q", "k", "v", "g", "beta", "initial_state"}
         assert leaves["g"].dtype == f32 and _hi(leaves["g"]) < 0  # log of a decay
         assert leaves["beta"].dtype == bf16 and 0 < _lo(leaves["beta"])
@@ -546,3 +558,35 @@ def test_fla_tuning_pins_the_two_kernels_and_trims_the_others(fla_tuners):
     plan = layer.tuning_plan(None, 32, "test", dict(num_warps=2, num_stages=2), False)
     layer.FlaTuning(plan, full_autotune=False)
     assert wy.configs == wy.all_configs[:1]
+
+
+@needs_torch
+def test_cudnn_call_packs_the_thd_layout(monkeypatch):
+    """Mode cudnn hands cuDNN-frontend's kimi_delta_attention its packed [B*T, ...] tensors, the
+    cu_seqlens of B sequences of T tokens, the V-first state and the pinned plan, and returns o
+    as [B, T, HV, V] (a stand-in module records the call)."""
+    import sys
+    import types
+
+    seen = {}
+
+    def fake(q, k, v, g, beta, cu_seqlens, initial_state=None, output_final_state=False,
+             plan_name=None):
+        seen.update(shapes=[tuple(t.shape) for t in (q, k, v, g, beta)],
+                    cu=cu_seqlens.tolist(), dtype=cu_seqlens.dtype, plan=plan_name,
+                    state=tuple(initial_state.shape), final=output_final_state)
+        return v * 2, initial_state + 1
+
+    names = ("cudnn", "cudnn.linear_attention", "cudnn.linear_attention.ops",
+             "cudnn.linear_attention.ops.kda")
+    for name in names:
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    sys.modules[names[-1]].kimi_delta_attention = fake
+    leaves, _ = layer.make_inputs((2, 64, 3), "cudnn", seed=1, device="cpu")
+    o, ht = layer.cudnn_chunk_kda(**leaves, **layer.call_options("cudnn"))
+    assert seen["shapes"] == [(128, 3, 128)] * 4 + [(128, 3)]
+    assert seen["cu"] == [0, 64, 128] and seen["dtype"] == torch.int32
+    assert seen["plan"] == "kda_hopper_cuda" and seen["state"] == (2, 3, 128, 128)
+    assert seen["final"] is True
+    assert o.shape == (2, 64, 3, 128) and torch.equal(o, leaves["v"] * 2)
+    assert torch.equal(ht, leaves["initial_state"] + 1)

@@ -28,9 +28,11 @@
 #                     cases, fla's WY kernel pinned to its tuned winners (no autotuning);
 #                     KDA_BENCH_WY_CASES picks the cases, KDA_BENCH_WY_SECONDS its time (240)
 #   layer             bench/layer.py: fla's chunk_kda forward + backward at B=1 and B=4, T=8192,
-#                     H=32 with fla's kernels, with our WY, with both of ours: GPU time per
-#                     kernel, eager wall time, CUDA graph time, gradients against fla's; its
-#                     tables go into the summary
+#                     H=32 with fla's kernels, with our WY, with both of ours, through
+#                     kda_kernels.chunk_kda: GPU time per kernel, eager wall time, CUDA graph
+#                     time, gradients against fla's; its tables go into the summary.
+#                     KDA_LAYER_ARGS="--call cudnn" adds cuDNN-frontend's sm90 engine (staged
+#                     with dev/stage-carry.sh --cudnn --no-golden)
 #   fla               kda_kernels.fla against the mirror's fla source tree and every fla release
 #                     of .carry/fla-releases.tar.xz (PyPI): tests/python/test_fla.py and
 #                     test_fla_layer.py (fla's KimiDeltaAttention trained one step, kernel
@@ -472,8 +474,16 @@ if want layer; then
   # KDA_LAYER_ARGS adds bench/layer.py options (e.g. "--shapes 1x8192x32 --modes fla,both
   # --full-autotune": fla's other kernels autotuned, the yardstick issue 14's 2.0 ms was set
   # against; minutes of autotuning on a fresh machine, so raise KDA_LAYER_SECONDS with it).
+  # cuDNN-frontend for mode cudnn (--call cudnn), when staged (dev/stage-carry.sh --cudnn).
+  cudnn_site=""
+  if [ -d "$carry/cudnn-wheels" ]; then
+    cudnn_site=$carry/cudnn-site
+    python3 -m pip install -q --no-deps --no-index --target "$cudnn_site" "$carry"/cudnn-wheels/*.whl \
+      >"$logs/cudnn-install.log" 2>&1 || row "cuDNN-frontend install" "FAIL: see cudnn-install.log"
+  fi
   # shellcheck disable=SC2086  # the options are words
-  bounded "${KDA_LAYER_SECONDS:-240}" env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$carry:python" \
+  bounded "${KDA_LAYER_SECONDS:-240}" env KDA_LIBRARY="$build/src/libkda.so" \
+    PYTHONPATH="${cudnn_site:+$cudnn_site:}$carry:python" \
     python3 bench/layer.py --fla-configs "$carry/fla_best_configs_h200.json" --out "$logs/layer" \
     ${KDA_LAYER_ARGS:-} >"$logs/layer.log" 2>&1
   lrc=$?

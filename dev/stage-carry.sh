@@ -17,16 +17,25 @@
 #   .carry/fla-releases.tar.xz   every fla release of tests/python/fla_releases.txt from PyPI
 #                        (tools/install-fla-releases.sh), for the `fla` part: one folder each
 #   .carry/fla-peer/     fla's own tests/conftest.py and tests/ops/test_kda.py from the mirror
+#   .carry/cudnn-wheels/ (with --cudnn) cuDNN-frontend 1.32 and the CUDA Python bindings its sm90
+#                        KDA engine compiles with (NVRTC), for the GPU machine's Python 3.12 (no
+#                        internet there): bench/layer.py's mode cudnn; the `layer` part installs
+#                        them. About 20 MB: with --no-golden (the golden files stay behind) the
+#                        carry stays under the device's 64 MB
 # Then, with the device tool: run `dev/gpu-check.sh ...` with carry [".carry"].
-#   dev/stage-carry.sh [--old BUILD_DIR] [--no-fla]
+#   dev/stage-carry.sh [--old BUILD_DIR] [--no-fla] [--cudnn] [--no-golden]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 old=""
 with_fla=1
+with_cudnn=0
+with_golden=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --old) old=$2; shift 2 ;;
     --no-fla) with_fla=0; shift ;;
+    --cudnn) with_cudnn=1; shift ;;
+    --no-golden) with_golden=0; shift ;;
     *) echo "stage-carry: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -53,10 +62,16 @@ if [ -n "$old" ]; then
   tar -cf - -C "$old" $(cd "$old" && ls src/libkda.so* tools/kda) | xz -T2 -6 >.carry/old.tar.xz
 fi
 for d in ../shared/golden*/; do
+  [ "$with_golden" = 1 ] || break
   name=$(basename "$d")
   mkdir -p ".carry/golden/$name"
   cp "$d"/*.safetensors ".carry/golden/$name/"
 done
+if [ "$with_cudnn" = 1 ]; then
+  "${KDA_TORCH_PYTHON:-python3}" -m pip download -q --no-deps --only-binary=:all: \
+    --python-version 3.12 --platform manylinux_2_28_x86_64 -d .carry/cudnn-wheels \
+    nvidia-cudnn-frontend==1.32.0 cuda-bindings cuda-pathfinder
+fi
 cp ../shared/fla_best_configs_h200.json .carry/
 mirror=/work/.mirror/fla-org+flash-linear-attention/repo
 if [ "$with_fla" = 1 ]; then
