@@ -737,7 +737,7 @@ def _config_dict(config):
 
 
 def set_mode(mode, kfla):
-    if mode == "fla":
+    if not MODE_OPS[mode]:  # fla's own kernels, or cuDNN-frontend's engine
         kfla.disable()
     else:
         kfla.enable(ops=MODE_OPS[mode])
