@@ -338,7 +338,7 @@ def test_make_inputs(call):
     if call == "cudnn":
         assert set(leaves) == {"q", "k", "v", "g", "beta", "initial_state"}
         assert leaves["g"].dtype == f32 and -5 <= _lo(leaves["g"]) and _hi(leaves["g"]) < 0
-        assert leaves["beta"].dtype == bf16 and 0 < _lo(leaves["beta"]) <= _hi(leaves["beta"]) <= 1
+        assert leaves["beta"].dtype == f32 and 0 < _lo(leaves["beta"]) <= _hi(leaves["beta"]) <= 1
         assert leaves["initial_state"].shape == (2, 3, 128, 128) and len(cotangents) == 2
         assert layer.call_options(call) == dict(use_qk_l2norm_in_kernel=False,
                                                  state_v_first=True, output_final_state=True)
