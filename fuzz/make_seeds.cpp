@@ -2,8 +2,9 @@
 //   - fuzz_safetensors: a few small valid files of every operator that reach every part of the
 //     reader and of problem_from_safetensors, and one that names a tensor twice;
 //   - fuzz_problem (with a second directory): chunk_bwd_intra's and chunk_bwd_epilogue's starting
-//     inputs, the byte (1, 2) that picks the operator followed by fixed pseudo-random bytes (the harness decodes any bytes into
-//     a problem; the corpus then grows from them, KDA_FUZZ_UPDATE_CORPUS=1 fuzz/run.sh).
+//     inputs, the byte (1, 2) that picks the operator followed by fixed pseudo-random bytes (the
+//     harness decodes any bytes into a problem; the corpus then grows from them,
+//     KDA_FUZZ_UPDATE_CORPUS=1 fuzz/run.sh).
 // Rerun it only when the file layout or the harness's decoding changes:
 //   build-fuzz/fuzz/fuzz_make_seeds fuzz/corpus/fuzz_safetensors [fuzz/corpus/fuzz_problem]
 
@@ -201,8 +202,7 @@ int main(int argc, char** argv) {
     // 96 bytes each.
     for (uint64_t seed = 1; seed <= 8; ++seed) {
       write_bytes_in(argv[2], "intra_seed_" + std::to_string(seed), problem_input(1, seed, 96));
-      write_bytes_in(argv[2], "epilogue_seed_" + std::to_string(seed),
-                     problem_input(2, seed, 96));
+      write_bytes_in(argv[2], "epilogue_seed_" + std::to_string(seed), problem_input(2, seed, 96));
     }
   }
   return ok ? 0 : 1;

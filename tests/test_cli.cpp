@@ -653,7 +653,8 @@ TEST(Cli, BadInputGivesOneErrorLineAndANonZeroExit) {
        "--safe-gate: not an option of chunk_bwd_wy_dqkg (it is one of chunk_bwd_intra)"},
       {small + "--strong-every 2", 2, "--strong-every: not an option of chunk_bwd_wy_dqkg"},
       {small_intra + "--state-v-first", 2,
-       "--state-v-first: not an option of chunk_bwd_intra (it is one of chunk_bwd_wy_dqkg, chunk_bwd_epilogue)"},
+       "--state-v-first: not an option of chunk_bwd_intra (it is one of chunk_bwd_wy_dqkg, "
+       "chunk_bwd_epilogue)"},
       {small_intra + "--scale=0.5", 2, "--scale: not an option of chunk_bwd_intra"},
       {small_intra + "--h-dtype fp32", 2, "--h-dtype: not an option of chunk_bwd_intra"},
       // --kernel

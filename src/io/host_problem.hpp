@@ -222,9 +222,9 @@ struct EpilogueConfig {
   bool pass_chunk_indices = false;
   bool state_v_first = false;
   std::optional<double> scale;
-  bool l2norm = true;              // use_qk_l2norm_in_kernel
-  std::string gate = "none";       // "none" (g: log decays), "softplus" or "lower_bound" (-5)
-  bool beta_sigmoid = false;       // use_beta_sigmoid_in_kernel
+  bool l2norm = true;         // use_qk_l2norm_in_kernel
+  std::string gate = "none";  // "none" (g: log decays), "softplus" or "lower_bound" (-5)
+  bool beta_sigmoid = false;  // use_beta_sigmoid_in_kernel
   bool allow_neg_eigval = false;
   uint64_t seed = 0;
 };
