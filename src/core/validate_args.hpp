@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kda/args.hpp"
@@ -82,6 +83,72 @@ Status check_float32_option(const char* name, const std::optional<double>& value
 // state_v_first.
 Status check_states(const TensorView& h, const TensorView& dh, int64_t B, int64_t NT, int64_t HV,
                     int64_t K, int64_t V, bool varlen, bool state_v_first);
+
+// K and V: 1..256 (fla's front end caps both at 256).
+inline constexpr int64_t kMaxHeadDim = 256;
+
+// q [B, T, H, K] with K in 1..kMaxHeadDim and H >= 1, and k of q's shape: sets dims' B, T, H, K.
+template <typename Dims>
+Status check_queries_keys(const TensorView& q, const TensorView& k, Dims* dims) {
+  dims->B = q.shape[0];
+  dims->T = q.shape[1];
+  dims->H = q.shape[2];
+  dims->K = q.shape[3];
+  if (dims->K < 1 || dims->K > kMaxHeadDim) {
+    return fail("q", "expected head dim K (last extent) in 1..256, got " + std::to_string(dims->K));
+  }
+  if (dims->H < 1) return fail("q", "expected at least one head (H >= 1), got H = 0");
+  return check_shape("k", k, {dims->B, dims->T, dims->H, dims->K}, "[B, T, H, K] (from q)");
+}
+
+// v [B, T, HV, V] with V in 1..kMaxHeadDim and HV a positive multiple of H, the tensors `like_v`
+// of v's shape, g [B, T, HV, K] and beta [B, T, HV]: sets dims' HV and V (B, T, H, K set).
+template <typename Dims>
+Status check_values_and_gates(
+    const TensorView& v, std::initializer_list<std::pair<const char*, const TensorView*>> like_v,
+    const TensorView& g, const TensorView& beta, Dims* dims) {
+  const Dims& d = *dims;
+  dims->HV = v.shape[2];
+  dims->V = v.shape[3];
+  if (Status s = check_shape("v", v, {d.B, d.T}, "[B, T, ...] (B, T from q)"); !s.ok()) return s;
+  if (d.V < 1 || d.V > kMaxHeadDim) {
+    return fail("v", "expected head dim V (last extent) in 1..256, got " + std::to_string(d.V));
+  }
+  if (d.HV < 1 || d.HV % d.H != 0) {
+    return fail("v", "expected value heads HV (dim 2) to be a positive multiple of H = " +
+                         std::to_string(d.H) + ", got HV = " + std::to_string(d.HV));
+  }
+  for (auto [name, view] : like_v) {
+    if (Status s = check_shape(name, *view, {d.B, d.T, d.HV, d.V}, "[B, T, HV, V] (from q and v)");
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (Status s = check_shape("g", g, {d.B, d.T, d.HV, d.K}, "[B, T, HV, K] (from q and v)");
+      !s.ok()) {
+    return s;
+  }
+  return check_shape("beta", beta, {d.B, d.T, d.HV}, "[B, T, HV] (from q and v)");
+}
+
+// The chunks (fixed length or cu_seqlens; with device-resident cu_seqlens and no chunk_indices
+// the chunk count is h's), then h and dh against them: the rules of the operators with per-chunk
+// states. Sets dims->NT and dims->num_seqs (dims holds B, T, BT, HV, K, V and varlen).
+template <typename Dims>
+Status check_chunks_and_states(const TensorView& cu_seqlens, const TensorView& chunk_indices,
+                               const TensorView& h, const TensorView& dh, bool state_v_first,
+                               Dims* dims) {
+  ChunkCount chunks;
+  if (Status s =
+          check_chunks(cu_seqlens, chunk_indices, dims->B, dims->T, dims->BT, h.shape[1], &chunks);
+      !s.ok()) {
+    return s;
+  }
+  dims->NT = chunks.NT;
+  dims->num_seqs = chunks.num_seqs;
+  return check_states(h, dh, dims->B, dims->NT, dims->HV, dims->K, dims->V, dims->varlen,
+                      state_v_first);
+}
 
 // One line per argument and option, for describe().
 template <typename P>

@@ -74,6 +74,27 @@ struct StateOptions {
   }
 };
 
+// Bytes of h and dh of a generated problem of an operator with states (one state per chunk, at
+// most one short chunk per sequence), in double so absurd shapes cannot overflow.
+template <typename Config>
+double state_bytes(const Config& c) {
+  const double chunks =
+      static_cast<double>(c.B) * std::ceil(static_cast<double>(c.T) / static_cast<double>(c.BT)) +
+      static_cast<double>(c.seqlens.size());
+  const double HV = static_cast<double>(c.HV ? c.HV : c.H);
+  return chunks * 2 * HV * static_cast<double>(c.K) * static_cast<double>(c.V) *
+         static_cast<double>(dtype_size(c.h_dtype));
+}
+
+// The sizes line of a validated problem of an operator with states: "B=.. T=.. H=.. HV=.. K=..
+// V=.. BT=.. NT=..".
+template <typename Dims>
+std::string state_problem_sizes(const Dims& d) {
+  return "B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) + " H=" + std::to_string(d.H) +
+         " HV=" + std::to_string(d.HV) + " K=" + std::to_string(d.K) + " V=" + std::to_string(d.V) +
+         " BT=" + std::to_string(d.BT) + " NT=" + std::to_string(d.NT);
+}
+
 // The generic options of a generated problem into an operator's io config (both operators'
 // configs name these fields alike): B, T, H, K from --shape, HV (0: = H), the chunk size, dtypes,
 // varlen and seed.

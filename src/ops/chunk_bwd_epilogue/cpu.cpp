@@ -206,10 +206,7 @@ void run_unit(const P& p, const D& d, const ChunkTask& c, int64_t h, std::vector
 }  // namespace
 
 Status run_chunk_bwd_epilogue_cpu(const P& problem, const D& dims) {
-  return epilogue::run_units(
-      problem, dims, "cpu",
-      [&](const ChunkTask& chunk, int64_t h, std::vector<double>& dA_log,
-          std::vector<double>& ddt_bias) { run_unit(problem, dims, chunk, h, dA_log, ddt_bias); });
+  return epilogue::run_units(problem, dims, "cpu", run_unit);
 }
 
 }  // namespace kda::detail

@@ -144,10 +144,7 @@ void run_unit(const P& p, const D& d, const ChunkTask& c, int64_t h, std::vector
 }  // namespace
 
 Status run_chunk_bwd_epilogue_cpu_ref(const P& problem, const D& dims) {
-  return epilogue::run_units(
-      problem, dims, "cpu-ref",
-      [&](const ChunkTask& chunk, int64_t h, std::vector<double>& dA_log,
-          std::vector<double>& ddt_bias) { run_unit(problem, dims, chunk, h, dA_log, ddt_bias); });
+  return epilogue::run_units(problem, dims, "cpu-ref", run_unit);
 }
 
 }  // namespace kda::detail

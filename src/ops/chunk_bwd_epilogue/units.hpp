@@ -14,11 +14,14 @@
 
 namespace kda::detail::epilogue {
 
-// run_unit(chunk, h, dA_log partials, ddt_bias partials) for every unit; `who` names the
-// backend in an error.
-template <typename RunUnit>
-Status run_units(const ChunkBwdEpilogueProblem& problem, const ChunkBwdEpilogueDims& dims,
-                 const char* who, const RunUnit& run_unit) {
+// One unit: its rows of every per-token output, its partials of dA_log and ddt_bias.
+using RunUnit = void (*)(const ChunkBwdEpilogueProblem& problem, const ChunkBwdEpilogueDims& dims,
+                         const ChunkTask& chunk, int64_t h, std::vector<double>& dA_log,
+                         std::vector<double>& ddt_bias);
+
+// run_unit for every unit; `who` names the backend in an error.
+inline Status run_units(const ChunkBwdEpilogueProblem& problem, const ChunkBwdEpilogueDims& dims,
+                        const char* who, RunUnit run_unit) {
   try {
     const std::vector<ChunkTask> chunks = plan_chunks(problem.cu_seqlens, dims);
     const int64_t units = static_cast<int64_t>(chunks.size()) * dims.H;
@@ -28,7 +31,8 @@ Status run_units(const ChunkBwdEpilogueProblem& problem, const ChunkBwdEpilogueD
     cpu::parallel_for_units<cpu::NoScratch>(units, [&](int64_t u, cpu::NoScratch&) {
       dA_log[u].assign(HV, 0.0);
       ddt_bias[u].assign(HVK, 0.0);
-      run_unit(chunks[static_cast<size_t>(u / dims.H)], u % dims.H, dA_log[u], ddt_bias[u]);
+      run_unit(problem, dims, chunks[static_cast<size_t>(u / dims.H)], u % dims.H, dA_log[u],
+               ddt_bias[u]);
     });
     std::vector<double> total_A(HV, 0.0), total_bias(HVK, 0.0);
     for (int64_t u = 0; u < units; ++u) {

@@ -14,7 +14,6 @@ namespace kda {
 namespace {
 
 using P = ChunkBwdIntraProblem;
-constexpr int64_t kMaxHeadDim = 256;
 
 }  // namespace
 
@@ -47,18 +46,8 @@ Status ChunkBwdIntraProblem::validate(ChunkBwdIntraDims* out) const {
   }
 
   // --- sizes ----------------------------------------------------------------------------
-  d.B = q.shape[0];
-  d.T = q.shape[1];
-  d.H = q.shape[2];
-  d.K = q.shape[3];
+  if (Status s = check_queries_keys(q, k, &d); !s.ok()) return s;
   d.HV = g.shape[2];
-  if (d.K < 1 || d.K > kMaxHeadDim) {
-    return fail("q", "expected head dim K (last extent) in 1..256, got " + std::to_string(d.K));
-  }
-  if (d.H < 1) return fail("q", "expected at least one head (H >= 1), got H = 0");
-  if (Status s = check_shape("k", k, {d.B, d.T, d.H, d.K}, "[B, T, H, K] (from q)"); !s.ok()) {
-    return s;
-  }
   if (Status s = check_shape("g", g, {d.B, d.T}, "[B, T, HV, K] (B, T from q)"); !s.ok()) {
     return s;
   }

@@ -15,7 +15,6 @@ namespace kda {
 namespace {
 
 using P = ChunkBwdWyDqkgProblem;
-constexpr int64_t kMaxHeadDim = 256;
 
 }  // namespace
 
@@ -60,38 +59,9 @@ Status ChunkBwdWyDqkgProblem::validate(ChunkBwdWyDqkgDims* out) const {
   d.h_dtype = h.dtype;
 
   // --- sizes ----------------------------------------------------------------------------
-  d.B = q.shape[0];
-  d.T = q.shape[1];
-  d.H = q.shape[2];
-  d.K = q.shape[3];
-  d.HV = v.shape[2];
-  d.V = v.shape[3];
-  if (d.K < 1 || d.K > kMaxHeadDim) {
-    return fail("q", "expected head dim K (last extent) in 1..256, got " + std::to_string(d.K));
-  }
-  if (d.H < 1) return fail("q", "expected at least one head (H >= 1), got H = 0");
-  if (Status s = check_shape("k", k, {d.B, d.T, d.H, d.K}, "[B, T, H, K] (from q)"); !s.ok()) {
-    return s;
-  }
-  if (Status s = check_shape("v", v, {d.B, d.T}, "[B, T, ...] (B, T from q)"); !s.ok()) return s;
-  if (d.V < 1 || d.V > kMaxHeadDim) {
-    return fail("v", "expected head dim V (last extent) in 1..256, got " + std::to_string(d.V));
-  }
-  if (d.HV < 1 || d.HV % d.H != 0) {
-    return fail("v", "expected value heads HV (dim 2) to be a positive multiple of H = " +
-                         std::to_string(d.H) + ", got HV = " + std::to_string(d.HV));
-  }
-  const std::array<int64_t, 4> shape_v{d.B, d.T, d.HV, d.V};
-  for (auto [name, view] : {std::pair{"v_new", &v_new}, {"do", &do_}, {"dv", &dv}}) {
-    if (Status s = check_shape(name, *view, shape_v, "[B, T, HV, V] (from q and v)"); !s.ok()) {
-      return s;
-    }
-  }
-  if (Status s = check_shape("g", g, {d.B, d.T, d.HV, d.K}, "[B, T, HV, K] (from q and v)");
-      !s.ok()) {
-    return s;
-  }
-  if (Status s = check_shape("beta", beta, {d.B, d.T, d.HV}, "[B, T, HV] (from q and v)");
+  if (Status s = check_queries_keys(q, k, &d); !s.ok()) return s;
+  if (Status s =
+          check_values_and_gates(v, {{"v_new", &v_new}, {"do", &do_}, {"dv", &dv}}, g, beta, &d);
       !s.ok()) {
     return s;
   }
@@ -110,16 +80,9 @@ Status ChunkBwdWyDqkgProblem::validate(ChunkBwdWyDqkgDims* out) const {
   // --- outputs: contiguous, disjoint from each other and from every input ---------------
   if (Status s = check_outputs(*this, args()); !s.ok()) return s;
 
-  // --- chunks: fixed length or cu_seqlens; with device-resident cu_seqlens and no
-  //     chunk_indices the chunk count is h's ---------------------------------------------
-  ChunkCount chunks;
-  if (Status s = check_chunks(cu_seqlens, chunk_indices, d.B, d.T, d.BT, h.shape[1], &chunks);
+  // --- chunks, and h, dh against them -----------------------------------------------------
+  if (Status s = check_chunks_and_states(cu_seqlens, chunk_indices, h, dh, state_v_first, &d);
       !s.ok()) {
-    return s;
-  }
-  d.NT = chunks.NT;
-  d.num_seqs = chunks.num_seqs;
-  if (Status s = check_states(h, dh, d.B, d.NT, d.HV, d.K, d.V, d.varlen, state_v_first); !s.ok()) {
     return s;
   }
   if (out) *out = d;

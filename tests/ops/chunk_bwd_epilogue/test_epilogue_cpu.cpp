@@ -11,13 +11,13 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "io/host_problem.hpp"
 #include "io/op_io_support.hpp"
 #include "layer_golden.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -205,11 +205,6 @@ TEST(EpilogueCpu, SameBitsEveryRun) {
   }
 }
 
-uint64_t fresh_seed() {
-  static std::random_device device;
-  return (static_cast<uint64_t>(device()) << 32) ^ device();
-}
-
 // The float32 cpu backend against cpu-ref on fresh random problems of every option: each output
 // written (the outputs start poisoned), within X's bar, the inputs unchanged.
 TEST(EpilogueCpu, MatchesCpuRefOnRandomProblems) {
@@ -252,7 +247,7 @@ TEST(EpilogueCpu, MatchesCpuRefOnRandomProblems) {
   };
   for (const Variant& v : variants) {
     kda::io::EpilogueConfig config = small_config();
-    config.seed = fresh_seed();
+    config.seed = kda::testing::fresh_seed();
     v.edit(config);
     SCOPED_TRACE(std::string(v.what) + ", seed " + std::to_string(config.seed));
     HostProblem ref = kda::io::make_random_problem(config);

@@ -21,17 +21,14 @@ double problem_bytes(const io::EpilogueConfig& c) {
   const double rows = static_cast<double>(c.B) * static_cast<double>(c.T);  // tokens
   const double H = static_cast<double>(c.H), K = static_cast<double>(c.K);
   const double V = static_cast<double>(c.V);
-  const double chunks = static_cast<double>(c.B) * std::ceil(static_cast<double>(c.T) / BT) +
-                        static_cast<double>(c.seqlens.size());
   const auto x = static_cast<double>(dtype_size(c.x_dtype));
-  const auto hs = static_cast<double>(dtype_size(c.h_dtype));
   const auto bs = static_cast<double>(dtype_size(c.beta_dtype));
-  return rows * (4 * H * K * x            // q, k; dq, dk
-                 + 5 * HV * V * x         // v, v_new, dv, do, dv_out
-                 + 2 * HV * K * 4         // g, dg
-                 + HV * (bs + 4)          // beta, dbeta
-                 + HV * BT * x)           // A
-         + chunks * 2 * HV * K * V * hs;  // h, dh
+  return rows * (4 * H * K * x     // q, k; dq, dk
+                 + 5 * HV * V * x  // v, v_new, dv, do, dv_out
+                 + 2 * HV * K * 4  // g, dg
+                 + HV * (bs + 4)   // beta, dbeta
+                 + HV * BT * x)    // A
+         + state_bytes(c);         // h, dh
 }
 
 class EpilogueCli final : public OpCli {
@@ -76,10 +73,7 @@ class EpilogueCli final : public OpCli {
     ChunkBwdEpilogueDims d;
     if (Status s = p.validate(&d); !s.ok()) return s;
     *out = summary_of_dims(d);
-    out->sizes = "B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) +
-                 " H=" + std::to_string(d.H) + " HV=" + std::to_string(d.HV) +
-                 " K=" + std::to_string(d.K) + " V=" + std::to_string(d.V) +
-                 " BT=" + std::to_string(d.BT) + " NT=" + std::to_string(d.NT);
+    out->sizes = state_problem_sizes(d);
     out->details.emplace_back("dtypes", "X=" + std::string(dtype_name(d.x_dtype)) +
                                             " h=" + std::string(dtype_name(d.h_dtype)) +
                                             (p.state_v_first ? "  (h, dh stored [.., V, K])" : ""));

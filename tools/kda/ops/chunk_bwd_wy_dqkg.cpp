@@ -21,17 +21,14 @@ double problem_bytes(const io::WyDqkgConfig& c) {
   const double rows = static_cast<double>(c.B) * static_cast<double>(c.T);  // tokens
   const double H = static_cast<double>(c.H), K = static_cast<double>(c.K);
   const double V = static_cast<double>(c.V);
-  const double chunks = static_cast<double>(c.B) * std::ceil(static_cast<double>(c.T) / BT) +
-                        static_cast<double>(c.seqlens.size());
   const auto x = static_cast<double>(dtype_size(c.x_dtype));
-  const auto hs = static_cast<double>(dtype_size(c.h_dtype));
   const auto bs = static_cast<double>(dtype_size(c.beta_dtype));
-  return rows * (2 * H * K * x            // q, k
-                 + 5 * HV * V * x         // v, v_new, do, dv, dv_out
-                 + 4 * HV * K * 4         // g, dq, dk, dg
-                 + HV * (bs + 4)          // beta, db
-                 + HV * BT * (x + 4))     // A, dA
-         + chunks * 2 * HV * K * V * hs;  // h, dh
+  return rows * (2 * H * K * x         // q, k
+                 + 5 * HV * V * x      // v, v_new, do, dv, dv_out
+                 + 4 * HV * K * 4      // g, dq, dk, dg
+                 + HV * (bs + 4)       // beta, db
+                 + HV * BT * (x + 4))  // A, dA
+         + state_bytes(c);             // h, dh
 }
 
 std::string number_text(double value) {
@@ -65,10 +62,7 @@ class WyDqkgCli final : public OpCli {
     ChunkBwdWyDqkgDims d;
     if (Status s = p.validate(&d); !s.ok()) return s;
     *out = summary_of_dims(d);
-    out->sizes = "B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) +
-                 " H=" + std::to_string(d.H) + " HV=" + std::to_string(d.HV) +
-                 " K=" + std::to_string(d.K) + " V=" + std::to_string(d.V) +
-                 " BT=" + std::to_string(d.BT) + " NT=" + std::to_string(d.NT);
+    out->sizes = state_problem_sizes(d);
     out->details.emplace_back("dtypes", "X=" + std::string(dtype_name(d.x_dtype)) +
                                             " h=" + std::string(dtype_name(d.h_dtype)) +
                                             " beta=" + std::string(dtype_name(d.beta_dtype)) +
