@@ -21,6 +21,9 @@
 #   sanitizer-matrix  the four tools over the whole test_wy_cuda matrix, then over the whole
 #                     test_intra_cuda, as far as the deadline allows (KDA_SANITIZER_MATRIX=wy|intra:
 #                     one of them; KDA_SANITIZER_TOOLS: a comma list of the tools)
+#   epilogue          test_epilogue_cuda (chunk_bwd_epilogue: random problems against cpu-ref, the
+#                     golden-kda files, refusals), the four sanitizers on its Subset, and `kda run`
+#                     timings at the model shape (default call and the Kimi layer's call)
 #   bench             chunk_bwd_wy_dqkg timings per kernel (kda run, CUDA events)
 #   bench-py-intra    bench/run.py --op chunk_bwd_intra: ours and fla's Triton kernel (autotuned)
 #                     in one process, floor, err_ratio against float64
@@ -116,6 +119,7 @@ unset KDA_CUDA_KERNEL
 kda=$build/tools/kda
 test_wy=$build/tests/ops/chunk_bwd_wy_dqkg/test_wy_cuda
 test_intra=$build/tests/ops/chunk_bwd_intra/test_intra_cuda
+test_epilogue=$build/tests/ops/chunk_bwd_epilogue/test_epilogue_cuda
 reliability=$build/tests/test_cuda_reliability
 {
   date -u
@@ -282,6 +286,26 @@ if want reliability; then
   sanitize "memcheck, garbage device indices (wy_dqkg)" memcheck "$reliability" \
     '*DeviceIndexGarbage*'
   sanitize "memcheck, garbage device indices (intra)" memcheck "$test_intra" '*Garbage*'
+fi
+
+# --- epilogue ----------------------------------------------------------------------------------
+if want epilogue; then
+  run_shards 200 "$logs/test_epilogue_cuda.log" "$test_epilogue" --gtest_color=no
+  gtest_row "test_epilogue_cuda (chunk_bwd_epilogue)" "$logs/test_epilogue_cuda.log" $?
+  for tool in memcheck racecheck synccheck initcheck; do
+    sanitize "sanitizer $tool, epilogue subset" "$tool" "$test_epilogue" 'Subset/*'
+  done
+  : >"$logs/epilogue_bench.log"
+  for call in "--gate none" "--gate lower_bound --beta-sigmoid --state-v-first"; do
+    echo "== kda run chunk_bwd_epilogue --shape 1,8192,32,128,128 $call" >>"$logs/epilogue_bench.log"
+    # shellcheck disable=SC2086
+    bounded 60 "$kda" run chunk_bwd_epilogue --shape 1,8192,32,128,128 --backend cuda --repeat 20 \
+      $call >"$logs/.epi" 2>&1
+    erc=$?
+    cat "$logs/.epi" >>"$logs/epilogue_bench.log"
+    row "epilogue B=1 T=8192 H=32 bf16 $call" "rc $erc: $(grep -m1 -iE 'median|time' "$logs/.epi" | tr -s ' ')"
+  done
+  rm -f "$logs/.epi"
 fi
 
 # --- sanitizer over the whole matrix ---------------------------------------------------------

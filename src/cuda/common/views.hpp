@@ -59,6 +59,17 @@ struct IndexView {
   bool is_i64 = false;
 };
 
+// h or dh [B, NT, HV, K, V] viewed as S[k][v] whatever the storage order: for state_v_first the
+// host swaps the last two strides, so the kernel never branches on the layout.
+struct StateView {
+  const void* data = nullptr;
+  int64_t stride_batch = 0;
+  int64_t stride_chunk = 0;
+  int64_t stride_head = 0;
+  int64_t stride_k = 0;
+  int64_t stride_v = 0;
+};
+
 // How the work of a problem splits into chunks: fixed length (B rows of NT chunks) or varlen
 // (NT chunks in all, resolved through the device-resident cu_seqlens / chunk_indices).
 struct ChunkLayout {
@@ -91,6 +102,13 @@ inline int row_copy_bytes(const TensorView& t) {
 
 inline TokenCopyView token_copy_view(const TensorView& t) {
   return {t.data, t.strides[0], t.strides[1], t.strides[2], t.strides[3], row_copy_bytes(t)};
+}
+
+// h/dh as S[k][v]: for state_v_first the stored order is [.., V, K], so the strides swap.
+inline StateView state_view(const TensorView& t, bool state_v_first) {
+  const int64_t stride_k = state_v_first ? t.strides[4] : t.strides[3];
+  const int64_t stride_v = state_v_first ? t.strides[3] : t.strides[4];
+  return {t.data, t.strides[0], t.strides[1], t.strides[2], stride_k, stride_v};
 }
 
 inline ColumnView column_view(const TensorView& t) {

@@ -16,7 +16,7 @@ struct ChunkInputs {
   Matrix Vv, dO;  // L x V
   Matrix beta;    // L x 1 activated
   Matrix G;       // L x K cumulative natural-log gate within the chunk
-  Matrix Akk;     // L x L, the forward's (I + M)⁻¹ (read below the diagonal and on it)
+  Matrix Akk;     // L x L, the forward's (I + M)⁻¹, used as stored (SPEC.md)
   Matrix S;       // K x V the state at the chunk's start (fla's h)
   Matrix dS;      // K x V the gradient by the state at its end (fla's dh)
   Matrix Vn;      // L x V v_new

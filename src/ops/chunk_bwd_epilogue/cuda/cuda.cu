@@ -1,16 +1,137 @@
-// chunk_bwd_epilogue's CUDA backend: its kernel is not written yet (docs/design.md, "The fused
-// backward epilogue"). It refuses with KDA_STATUS_UNSUPPORTED, so that the fla backend's probe
-// and every caller see that the operator has no CUDA kernel in this library.
+// chunk_bwd_epilogue's CUDA backend: the fused kernel (kernel.cuh) for every (chunk, query/key
+// head), then gate_params_kernel (reduce.cuh) for dA_log and ddt_bias, both on the tensors' device
+// and the caller's stream. One kernel family: TF32 mma.sync products (3xTF32 for float32 X), so
+// Kernel::simt is refused; K up to 128 (the dq, dk accumulators of a chunk's rows live in shared
+// memory), any V, chunk sizes 16, 32 and 64.
 
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cuda/common/cuda_status.hpp"
+#include "cuda/common/devices.hpp"
+#include "cuda/common/dispatch.hpp"
+#include "cuda/common/dtype_tag.cuh"
+#include "cuda/common/kernel_attributes.hpp"
 #include "ops/chunk_bwd_epilogue/backends.hpp"
+#include "ops/chunk_bwd_epilogue/cuda/kernel.cuh"
+#include "ops/chunk_bwd_epilogue/cuda/reduce.cuh"
+
+namespace kda::cuda::epilogue {
+
+namespace {
+
+constexpr int64_t kMaxK = 32 * kMaxChannelBlocks;
+
+EpilogueParams make_params(const ChunkBwdEpilogueProblem& problem,
+                           const ChunkBwdEpilogueDims& dims) {
+  EpilogueParams p;
+  p.q = token_view(problem.q);
+  p.k = token_view(problem.k);
+  p.v = token_view(problem.v);
+  p.do_ = token_view(problem.do_);
+  p.v_new = token_view(problem.v_new);
+  p.dv = token_view(problem.dv);
+  p.g = token_view(problem.g);
+  p.g_is_f32 = problem.g.dtype == DType::f32;
+  p.A = token_view(problem.A);
+  p.beta = beta_view(problem.beta);
+  p.h = state_view(problem.h, problem.state_v_first);
+  p.dh = state_view(problem.dh, problem.state_v_first);
+  p.h_is_f32 = problem.h.dtype == DType::f32;
+  p.chunks =
+      chunk_layout(problem.cu_seqlens, problem.chunk_indices, dims.T, dims.NT, dims.num_seqs);
+  if (!problem.A_log.empty_arg()) {
+    p.A_log = static_cast<const float*>(problem.A_log.data);
+    p.A_log_stride = problem.A_log.strides[0];
+  }
+  if (!problem.dt_bias.empty_arg()) {
+    p.dt_bias = static_cast<const float*>(problem.dt_bias.data);
+    p.dt_bias_stride = problem.dt_bias.strides[0];
+  }
+  p.dq = problem.dq.data;
+  p.dk = problem.dk.data;
+  p.dv_out = problem.dv_out.data;
+  p.dg = static_cast<float*>(problem.dg.data);
+  p.dbeta = static_cast<float*>(problem.dbeta.data);
+  p.dA_log = static_cast<float*>(problem.dA_log.data);
+  p.ddt_bias = static_cast<float*>(problem.ddt_bias.data);
+  p.B = dims.B;
+  p.T = dims.T;
+  p.H = dims.H;
+  p.HV = dims.HV;
+  p.K = dims.K;
+  p.V = dims.V;
+  p.heads_per_group = dims.HV / dims.H;
+  p.num_chunks = dims.varlen ? dims.NT : dims.B * dims.NT;
+  p.chunk_size = static_cast<int>(dims.BT);
+  p.scale = static_cast<float>(dims.scale);
+  p.l2norm = problem.use_qk_l2norm_in_kernel;
+  p.gate_in_kernel = problem.use_gate_in_kernel;
+  p.beta_sigmoid = problem.use_beta_sigmoid_in_kernel;
+  p.neg_eigval = problem.allow_neg_eigval;
+  p.has_lower_bound = problem.lower_bound.has_value();
+  p.lower_bound = p.has_lower_bound ? static_cast<float>(*problem.lower_bound) : 0.0f;
+  return p;
+}
+
+template <typename X, int kL>
+Status launch(EpilogueParams p, int device, cudaStream_t stream) {
+  using Split = std::conditional_t<std::is_same_v<X, float>, mma::Tf32x3Split, mma::Tf32Split<1>>;
+  static const std::string name = std::string("chunk_bwd_epilogue_kernel<X=") + dtype_tag<X>() +
+                                  ", BT=" + std::to_string(kL) + ">";
+  if (p.num_chunks > 0 && p.H > 0) {
+    DeviceFacts facts;
+    if (Status s = device_facts(device, &facts); !s.ok()) return s;
+    p.smem = make_smem_plan(kL, p.K);
+    const int bytes = p.smem.total_bytes();
+    if (bytes > facts.max_smem) {
+      return {StatusCode::unsupported, name + ": needs " + std::to_string(bytes) +
+                                           " bytes of shared memory, the device allows " +
+                                           std::to_string(facts.max_smem)};
+    }
+    const void* kernel = reinterpret_cast<const void*>(&chunk_bwd_epilogue_kernel<X, kL, Split>);
+    if (Status s = ensure_max_dynamic_smem(kernel, device, bytes, name.c_str()); !s.ok()) return s;
+    const auto grid = static_cast<unsigned>(p.num_chunks * p.H);
+    chunk_bwd_epilogue_kernel<X, kL, Split><<<grid, kThreads, bytes, stream>>>(p);
+    if (Status s = launch_status(name); !s.ok()) return s;
+  }
+  static const std::string reduce_name =
+      std::string("gate_params_kernel<X=") + dtype_tag<X>() + ">";
+  gate_params_kernel<X><<<static_cast<unsigned>(p.HV), kReduceThreads, 0, stream>>>(p);
+  return launch_status(reduce_name);
+}
+
+}  // namespace
+
+}  // namespace kda::cuda::epilogue
 
 namespace kda::detail {
 
-Status run_chunk_bwd_epilogue_cuda(const ChunkBwdEpilogueProblem&, const ChunkBwdEpilogueDims&,
-                                   Kernel, void*) {
-  return {StatusCode::unsupported,
-          "backend: chunk_bwd_epilogue has no CUDA kernel yet; cpu-ref (float64) runs it on the "
-          "CPU"};
+Status run_chunk_bwd_epilogue_cuda(const ChunkBwdEpilogueProblem& problem,
+                                   const ChunkBwdEpilogueDims& dims, Kernel kernel, void* stream) {
+  using namespace kda::cuda;
+  if (kernel == Kernel::simt) {
+    return {StatusCode::unsupported,
+            "kernel: chunk_bwd_epilogue has one CUDA kernel, on the tensor cores (sm80_mma or "
+            "auto); there is no simt kernel"};
+  }
+  if (dims.K > epilogue::kMaxK) {
+    return {StatusCode::unsupported,
+            "K = " + std::to_string(dims.K) + ": chunk_bwd_epilogue's CUDA kernel takes K up to " +
+                std::to_string(epilogue::kMaxK) + "; cpu and cpu-ref take any K"};
+  }
+  const epilogue::EpilogueParams params = epilogue::make_params(problem, dims);
+  return run_on_device(problem.q.device.index, stream, [&] {
+    const auto cuda_stream = static_cast<cudaStream_t>(stream);
+    return dispatch_x_dtype(dims.x_dtype, [&](auto tag) {
+      using X = typename decltype(tag)::type;
+      return dispatch_int<16, 32, 64>("chunk_size", dims.BT, [&](auto bt) {
+        return epilogue::launch<X, decltype(bt)::value>(params, problem.q.device.index,
+                                                        cuda_stream);
+      });
+    });
+  });
 }
 
 }  // namespace kda::detail

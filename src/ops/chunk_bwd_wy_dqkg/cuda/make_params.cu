@@ -4,17 +4,6 @@
 
 namespace kda::cuda {
 
-namespace {
-
-// h/dh as S[k][v]: for state_v_first the stored order is [.., V, K], so the strides swap.
-StateView state_view(const TensorView& t, bool state_v_first) {
-  const int64_t stride_k = state_v_first ? t.strides[4] : t.strides[3];
-  const int64_t stride_v = state_v_first ? t.strides[3] : t.strides[4];
-  return {t.data, t.strides[0], t.strides[1], t.strides[2], stride_k, stride_v};
-}
-
-}  // namespace
-
 WyDqkgParams make_wy_dqkg_params(const ChunkBwdWyDqkgProblem& problem,
                                  const ChunkBwdWyDqkgDims& dims) {
   WyDqkgParams p;

@@ -9,17 +9,6 @@
 
 namespace kda::cuda {
 
-// h or dh [B, NT, HV, K, V] viewed as S[k][v] whatever the storage order: for state_v_first the
-// host swaps the last two strides, so the kernel never branches on the layout.
-struct StateView {
-  const void* data = nullptr;
-  int64_t stride_batch = 0;
-  int64_t stride_chunk = 0;
-  int64_t stride_head = 0;
-  int64_t stride_k = 0;
-  int64_t stride_v = 0;
-};
-
 struct WyDqkgParams {
   TokenView q, k;               // [B, T, H, K]  X
   TokenView v, v_new, do_, dv;  // [B, T, HV, V] X
