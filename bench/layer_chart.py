@@ -17,6 +17,7 @@ from pathlib import Path
 # name that belong to it, colour). Our two operators and fla's kernels for the same stages share
 # a stage (and a colour); the segment's text says whose kernel ran.
 STAGES = (
+    ("epilogue (chunk_kda_bwd_epilogue)", ("chunk_bwd_epilogue", "gate_params"), "#2ca02c"),
     ("intra (chunk_kda_bwd_intra)", ("intra",), "#d62728"),
     ("WY (chunk_kda_bwd_wy_dqkg_fused)", ("wy_dqkg",), "#1f77b4"),
     ("h recompute", ("fwd_kernel_h",), "#9467bd"),
@@ -25,10 +26,12 @@ STAGES = (
     ("other kernels", ("",), "#7f7f7f"),
 )
 # Kernel names of this project's operators (as short_name below gives them).
-OURS = ("wy_dqkg_mma_kernel", "wy_dqkg_simt_kernel", "wy_dqkg_kernel", "chunk_bwd_intra_kernel")
+OURS = ("wy_dqkg_mma_kernel", "wy_dqkg_simt_kernel", "wy_dqkg_kernel", "chunk_bwd_intra_kernel",
+        "chunk_bwd_epilogue_kernel", "gate_params_kernel")
 
 # What each bench/layer.py mode ran, as the bar's label.
-MODE_LABELS = {"fla": "fla's kernels", "wy": "kda: WY op", "both": "kda: WY + intra"}
+MODE_LABELS = {"fla": "fla's kernels", "wy": "kda: WY op", "both": "kda: WY + intra",
+               "layer": "kda: epilogue", "layer-split": "kda: WY + intra (ours)"}
 
 WIDTH = 900
 LEFT = 150  # room for the mode labels

@@ -24,6 +24,9 @@
 #   epilogue          test_epilogue_cuda (chunk_bwd_epilogue: random problems against cpu-ref, the
 #                     golden-kda files, refusals), the four sanitizers on its Subset, and `kda run`
 #                     timings at the model shape (default call and the Kimi layer's call)
+#   chunk-kda         tests/python/test_chunk_kda.py (kda_kernels.chunk_kda beside fla, the golden-kda
+#                     files, the reductions over seeds) against the first carried fla release that
+#                     KDA_FLA_RELEASES picks (default: every release; the first is used)
 #   bench             chunk_bwd_wy_dqkg timings per kernel (kda run, CUDA events)
 #   bench-py-intra    bench/run.py --op chunk_bwd_intra: ours and fla's Triton kernel (autotuned)
 #                     in one process, floor, err_ratio against float64
@@ -441,17 +444,40 @@ if want bench-py-wy; then
 fi
 
 # --- kda_kernels.fla against each fla: our tests, then fla's own KDA tests ------------------
-if want fla; then
-  releases=$carry/fla-releases
+releases=$carry/fla-releases
+unpack_fla_releases() {
   if [ -f "$carry/fla-releases.tar.xz" ] && [ ! -d "$releases" ]; then
     mkdir -p "$releases" && tar -xJf "$carry/fla-releases.tar.xz" -C "$releases"
   fi
+}
+picked_release() {  # picked_release VERSION_DIR: KDA_FLA_RELEASES (space-separated) takes it
+  [[ -z "${KDA_FLA_RELEASES:-}" || " $KDA_FLA_RELEASES " == *" $(basename "$1") "* ]]
+}
+if want chunk-kda; then
+  unpack_fla_releases
+  for tree in "$releases"/*/; do
+    picked_release "$tree" && [ -d "$tree/fla" ] || continue
+    label=$(PYTHONPATH=$tree python3 -c 'import fla; print(fla.__version__)' 2>/dev/null)
+    bounded 400 env KDA_LIBRARY="$build/src/libkda.so" \
+      PYTHONPATH="${tree%/}:$PWD/python:$PWD/tests/python" python3 -m pytest -q -rsP \
+      -p no:cacheprovider tests/python/test_chunk_kda.py >"$logs/chunk-kda-$label.log" 2>&1
+    crc=$?
+    row "test_chunk_kda.py against fla $label" \
+      "$([ $crc -eq 0 ] && echo PASS || echo "FAIL (rc $crc)"): $(grep -E 'passed|failed' "$logs/chunk-kda-$label.log" | tail -1)"
+    grep -E '^(FAILED|ERROR) ' "$logs/chunk-kda-$label.log" | head -5 | while read -r line; do
+      row "  $line" ""
+    done
+    break
+  done
+fi
+
+if want fla; then
+  unpack_fla_releases
   trees=()
   # the mirror's source tree ($carry/fla), unless KDA_FLA_SOURCE=0
   [ -d "$carry/fla" ] && [ "${KDA_FLA_SOURCE:-1}" != 0 ] && trees+=("$carry")
   for tree in "$releases"/*/; do
-    # KDA_FLA_RELEASES (versions, space-separated) picks some of the carried releases.
-    [[ -z "${KDA_FLA_RELEASES:-}" || " $KDA_FLA_RELEASES " == *" $(basename "$tree") "* ]] || continue
+    picked_release "$tree" || continue
     [ -d "$tree/fla" ] && trees+=("${tree%/}")
   done
   for tree in "${trees[@]}"; do

@@ -2,17 +2,21 @@
 call and semantics, returning ``(o, final_state)``.
 
 It is a torch.autograd.Function. The forward is fla's ``chunk_kda_fwd`` (this library has no
-forward yet), with fla's l2norm and beta sigmoid in front of it. The backward is this library's
-where it has kernels (chunk_kda_bwd_wy_dqkg_fused and chunk_kda_bwd_intra, called directly,
-whatever kda_kernels.fla's registration) and fla's for the other stages: the recompute of w/u
-and the forward state scan, dAv, the reverse state scan, the reverse cumsum of dg, the gate's,
-l2norm's and the beta sigmoid's backward (``STAGES`` says which ran where). The backward
-recomputes what fla's default call recomputes (fla's ``disable_recompute=False``).
+forward yet), with fla's l2norm and beta sigmoid in front of it. The backward runs fla's stages
+up to the reverse state scan (the recompute of w/u, the forward state scan, dAv's intra-chunk dv,
+the reverse scan), then this library's fused epilogue (chunk_kda_bwd_epilogue), which writes every
+gradient of the layer's raw inputs: the WY and intra-chunk terms, the reverse cumsum of dg, the
+gate's, l2norm's and the beta sigmoid's backward (``STAGES`` says which stage ran where).
+``BACKWARD = "split"`` (or ``KDA_LAYER_BACKWARD=split`` at import) runs the previous path instead:
+this library's WY and intra operators between fla's stages and fla's activation backwards
+(``SPLIT_STAGES``), for comparisons. The backward recomputes what fla's default call recomputes
+(fla's ``disable_recompute=False``).
 
 Needs fla (0.5.2 or 0.6.x) and CUDA tensors; the error says which is missing.
 """
 
 import dataclasses
+import os
 
 import torch
 
@@ -20,6 +24,18 @@ from . import _api, _fla_pieces
 
 # Where each stage of the layer's backward runs, in the order it runs (for the bench's tables).
 STAGES = (
+    ("gate + chunk cumsum (recompute)", "fla"),
+    ("l2norm of q, k (recompute)", "fla"),
+    ("recompute w, u, qg, kg", "fla"),
+    ("forward state scan (h, v_new)", "fla"),
+    ("dAv (intra-chunk dv)", "fla"),
+    ("reverse state scan (dh, dh0, dv)", "fla"),
+    ("epilogue: chunk_kda_bwd_epilogue (WY, intra, cumsum, gate, l2norm, beta backward)",
+     "kda_kernels"),
+)
+
+# The previous backward (BACKWARD = "split"): our two operators between fla's stages.
+SPLIT_STAGES = (
     ("gate + chunk cumsum (recompute)", "fla"),
     ("recompute w, u, qg, kg", "fla"),
     ("forward state scan (h, v_new)", "fla"),
@@ -34,6 +50,11 @@ STAGES = (
 )
 
 _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+_BACKWARDS = ("epilogue", "split")
+BACKWARD = os.environ.get("KDA_LAYER_BACKWARD", "epilogue")
+if BACKWARD not in _BACKWARDS:
+    raise ValueError(f"KDA_LAYER_BACKWARD: expected one of {_BACKWARDS}, got {BACKWARD!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +177,7 @@ class ChunkKDAFunction(torch.autograd.Function):
     def forward(ctx, q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, opt):
         f = _fla_pieces.load()
         q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
+        q_raw, k_raw = q, k
         q_rstd = k_rstd = None
         if opt.use_qk_l2norm_in_kernel:
             q, q_rstd = f.l2norm_fwd(q)
@@ -173,6 +195,9 @@ class ChunkKDAFunction(torch.autograd.Function):
             safe_gate=opt.safe_gate, lower_bound=opt.lower_bound,
             use_gate_in_kernel=opt.use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
             disable_recompute=False)
+        ctx.path = BACKWARD
+        if ctx.path == "epilogue":  # it takes the raw q, k (l2norm's backward is in it)
+            q, k, q_rstd, k_rstd = q_raw, k_raw, None, None
         ctx.save_for_backward(q, q_rstd, k, k_rstd, v, g_cumsum, g, beta_raw, beta, A_log,
                               dt_bias, Aqk, Akk, initial_state, cu_seqlens, chunk_indices)
         ctx.opt = opt
@@ -184,28 +209,22 @@ class ChunkKDAFunction(torch.autograd.Function):
         (q, q_rstd, k, k_rstd, v, g_cumsum, g_input, beta_raw, beta, A_log, dt_bias, Aqk, Akk,
          h0, cu_seqlens, chunk_indices) = ctx.saved_tensors
         opt = ctx.opt
-        grads = layer_backward(q, q_rstd, k, k_rstd, v, g_cumsum, g_input, beta_raw, beta, A_log,
-                               dt_bias, Aqk, Akk, h0, cu_seqlens, chunk_indices, do, dht, opt)
+        if ctx.path == "epilogue":
+            grads = layer_backward_epilogue(q, k, v, g_cumsum, g_input, beta_raw, beta, A_log,
+                                            dt_bias, Aqk, Akk, h0, cu_seqlens, chunk_indices, do,
+                                            dht, opt)
+        else:
+            grads = layer_backward(q, q_rstd, k, k_rstd, v, g_cumsum, g_input, beta_raw, beta,
+                                   A_log, dt_bias, Aqk, Akk, h0, cu_seqlens, chunk_indices, do,
+                                   dht, opt)
         dq, dk, dv, dg, db, dA, dbias, dh0 = grads
         return dq, dk, dv, dg, db, dA, dbias, dh0, None, None
 
 
-def layer_backward(q, q_rstd, k, k_rstd, v, g_cumsum, g_input, beta_raw, beta, A_log, dt_bias,
-                   Aqk, Akk, h0, cu_seqlens, chunk_indices, do, dht, opt):
-    """The gradients (dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0) of the raw inputs, from what
-    the forward saved (q and k normalised when l2norm is in the kernel, beta after its sigmoid),
-    stage by stage as STAGES lists them."""
-    from . import _torch_op
-
-    f = _fla_pieces.load()
+def _scans(f, q, k, v, g, beta, Akk, Aqk, h0, cu_seqlens, chunk_indices, do, dht, opt):
+    """fla's stages before the epilogue: the recompute of w, u, qg, kg, the forward state scan,
+    dAv and the reverse state scan. Returns h, v_new, dAqk, dh, dh0 and the reverse scan's dv."""
     BT, scale, svf = opt.chunk_size, opt.scale, opt.state_v_first
-    do = do.contiguous()
-    dht = None if dht is None else dht.contiguous()
-    g = g_cumsum
-    if opt.use_gate_in_kernel:
-        g = f.kda_gate_chunk_cumsum(g=g_input, A_log=A_log, dt_bias=dt_bias, scale=f.RCP_LN2,
-                                    chunk_size=BT, cu_seqlens=cu_seqlens,
-                                    chunk_indices=chunk_indices, lower_bound=opt.lower_bound)
     w, u, qg, kg = f.recompute_w_u_fwd(q=q, k=k, v=v, beta=beta, A=Akk, gk=g,
                                        cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
     h, v_new, _ = f.chunk_gated_delta_rule_fwd_h(
@@ -217,7 +236,66 @@ def layer_backward(q, q_rstd, k, k_rstd, v, g_cumsum, g_input, beta_raw, beta, A
     dh, dh0, dv = f.chunk_gated_delta_rule_bwd_dhu(
         q=qg, k=kg, w=w, gk=g, h0=h0, dht=dht, do=do, dv=dv, scale=scale, cu_seqlens=cu_seqlens,
         chunk_size=BT, chunk_indices=chunk_indices, state_v_first=svf)
-    del w, u, qg, kg
+    return h, v_new, dAqk, dh, dh0, dv
+
+
+def _gate_cumsum(f, g_cumsum, g_input, A_log, dt_bias, cu_seqlens, chunk_indices, opt):
+    """The chunk-local cumsum of the log2 decays that fla's stages read: recomputed from the raw
+    gate input when the gate is in the kernel (fla does the same)."""
+    if not opt.use_gate_in_kernel:
+        return g_cumsum
+    return f.kda_gate_chunk_cumsum(g=g_input, A_log=A_log, dt_bias=dt_bias, scale=f.RCP_LN2,
+                                   chunk_size=opt.chunk_size, cu_seqlens=cu_seqlens,
+                                   chunk_indices=chunk_indices, lower_bound=opt.lower_bound)
+
+
+def layer_backward_epilogue(q, k, v, g_cumsum, g_input, beta_raw, beta, A_log, dt_bias, Aqk,
+                            Akk, h0, cu_seqlens, chunk_indices, do, dht, opt):
+    """The gradients (dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0) of the raw inputs (q, k as
+    given, beta as given: logits with the sigmoid in the kernel), as STAGES lists them: fla's
+    scans, then one chunk_kda_bwd_epilogue."""
+    from . import _torch_op
+
+    f = _fla_pieces.load()
+    do = do.contiguous()
+    dht = None if dht is None else dht.contiguous()
+    qn, kn = q, k
+    if opt.use_qk_l2norm_in_kernel:
+        qn, _ = f.l2norm_fwd(q)
+        kn, _ = f.l2norm_fwd(k)
+    g = _gate_cumsum(f, g_cumsum, g_input, A_log, dt_bias, cu_seqlens, chunk_indices, opt)
+    h, v_new, _, dh, dh0, dv = _scans(f, qn, kn, v, g, beta, Akk, Aqk, h0, cu_seqlens,
+                                      chunk_indices, do, dht, opt)
+    del qn, kn, g
+    gate = opt.use_gate_in_kernel
+    # The operator reads the gate's parameters in float32 (fla does too, whatever their dtype).
+    A_log32 = A_log.float().contiguous() if gate and A_log is not None else None
+    bias32 = dt_bias.float().reshape(-1) if gate and dt_bias is not None else None
+    epilogue = _torch_op.OPS["chunk_kda_bwd_epilogue"].run
+    dq, dk, dv, dg, db, dA, dbias = epilogue(
+        q, k, v, g_input, beta_raw, Akk, h, dh, v_new, dv, do, A_log32, bias32, opt.scale,
+        cu_seqlens, opt.chunk_size, chunk_indices, opt.state_v_first, opt.use_qk_l2norm_in_kernel,
+        gate, opt.use_beta_sigmoid_in_kernel, opt.allow_neg_eigval,
+        opt.lower_bound if gate else None, "cuda", _api._kernel("auto"))
+    dA = dA.to(A_log.dtype) if A_log32 is not None else None
+    dbias = dbias.reshape(dt_bias.shape).to(dt_bias.dtype) if bias32 is not None else None
+    return dq, dk, dv, dg.to(g_input.dtype), db.to(beta_raw.dtype), dA, dbias, dh0
+
+
+def layer_backward(q, q_rstd, k, k_rstd, v, g_cumsum, g_input, beta_raw, beta, A_log, dt_bias,
+                   Aqk, Akk, h0, cu_seqlens, chunk_indices, do, dht, opt):
+    """BACKWARD = "split": the gradients (dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0) of the
+    raw inputs, from what the forward saved (q and k normalised when l2norm is in the kernel, beta
+    after its sigmoid), stage by stage as SPLIT_STAGES lists them."""
+    from . import _torch_op
+
+    f = _fla_pieces.load()
+    BT, scale, svf = opt.chunk_size, opt.scale, opt.state_v_first
+    do = do.contiguous()
+    dht = None if dht is None else dht.contiguous()
+    g = _gate_cumsum(f, g_cumsum, g_input, A_log, dt_bias, cu_seqlens, chunk_indices, opt)
+    h, v_new, dAqk, dh, dh0, dv = _scans(f, q, k, v, g, beta, Akk, Aqk, h0, cu_seqlens,
+                                         chunk_indices, do, dht, opt)
     kernel = _api._kernel("auto")
     wy = _torch_op.OPS["chunk_kda_bwd_wy_dqkg_fused"].run
     intra = _torch_op.OPS["chunk_kda_bwd_intra"].run

@@ -329,6 +329,22 @@ def test_random_shapes_beside_fla(case):
 
 
 @needs_gpu
+@pytest.mark.parametrize("case", ["kimi_call_k128", "varlen_tails"])
+def test_split_backward_beside_fla(case, monkeypatch):
+    """The previous backward (_layer.BACKWARD = "split": our WY and intra operators between fla's
+    stages), which the bench compares the epilogue with, still holds the same bars."""
+    from kda_kernels import _layer
+
+    fla_chunk_kda = _fla_chunk_kda()
+    monkeypatch.setattr(_layer, "BACKWARD", "split")
+    inputs, options = random_case(seed=len(case), **RANDOM_CASES[case])
+    ours = run_layer(kk.chunk_kda, inputs, options, "cuda")
+    theirs = run_layer(fla_chunk_kda, inputs, options, "cuda")
+    reference = run_layer(chunk_kda_reference, inputs, options, "cuda", torch.float64)
+    compare(ours, theirs, reference, inputs["q"].dtype, case + " (split backward)")
+
+
+@needs_gpu
 @pytest.mark.parametrize("case", ["gva_softplus_bt32", "lower_bound_no_safe_gate",
                                   "kimi_call_k128"])
 def test_reductions_beside_fla_over_seeds(case):
