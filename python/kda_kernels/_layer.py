@@ -269,7 +269,7 @@ def layer_backward_epilogue(q, k, v, g_cumsum, g_input, beta_raw, beta, A_log, d
     del qn, kn, g
     gate = opt.use_gate_in_kernel
     # The operator reads the gate's parameters in float32 (fla does too, whatever their dtype).
-    A_log32 = A_log.float().contiguous() if gate and A_log is not None else None
+    A_log32 = A_log.float().reshape(-1) if gate and A_log is not None else None
     bias32 = dt_bias.float().reshape(-1) if gate and dt_bias is not None else None
     epilogue = _torch_op.OPS["chunk_kda_bwd_epilogue"].run
     dq, dk, dv, dg, db, dA, dbias = epilogue(
@@ -277,7 +277,7 @@ def layer_backward_epilogue(q, k, v, g_cumsum, g_input, beta_raw, beta, A_log, d
         cu_seqlens, opt.chunk_size, chunk_indices, opt.state_v_first, opt.use_qk_l2norm_in_kernel,
         gate, opt.use_beta_sigmoid_in_kernel, opt.allow_neg_eigval,
         opt.lower_bound if gate else None, "cuda", _api._kernel("auto"))
-    dA = dA.to(A_log.dtype) if A_log32 is not None else None
+    dA = dA.reshape(A_log.shape).to(A_log.dtype) if A_log32 is not None else None
     dbias = dbias.reshape(dt_bias.shape).to(dt_bias.dtype) if bias32 is not None else None
     return dq, dk, dv, dg.to(g_input.dtype), db.to(beta_raw.dtype), dA, dbias, dh0
 

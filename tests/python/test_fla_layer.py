@@ -3,7 +3,8 @@ gate and beta sigmoid in the kernel, l2norm in the kernel, V-first state) throug
 chunk_kda, with fla's kernels and with kda_kernels' backend, on the installed fla (0.5.2 or
 0.6.x; tools/run-tests.sh runs it once per release). The profiler counts the kernels each
 backward launches: with our backend, fla's two Triton kernels we replace never run and ours run
-once per layer backward; every gradient (weights and input) stays within the bf16 bar of fla's.
+once per layer backward (the fused epilogue and its gate-parameter reduction; neither of our two
+stage operators); every gradient (weights and input) stays within the bf16 bar of fla's.
 Needs torch, fla (with transformers, which fla's layers import), a CUDA device and the cuda
 backend."""
 
@@ -22,14 +23,18 @@ pytestmark = pytest.mark.skipif(
 )
 
 # Kernel names as the profiler reports them: fla's Triton kernels for the two operators, and
-# ours (C++ names in namespace kda::cuda; chunk_bwd_intra's in kda::cuda::intra).
+# ours (C++ names in namespace kda::cuda; chunk_bwd_intra's in kda::cuda::intra,
+# chunk_bwd_epilogue's in kda::cuda::epilogue).
 FLA_KERNELS = {"wy": "chunk_kda_bwd_kernel_wy_dqkg_fused", "intra": "chunk_kda_bwd_kernel_intra"}
+OUR_OPS = ("wy", "intra", "epilogue")
 
 
 def _ours(name, op):
     if "kda::cuda::" not in name:
         return False
-    return ("kda::cuda::intra::" in name) == (op == "intra")
+    which = ("intra" if "kda::cuda::intra::" in name
+             else "epilogue" if "kda::cuda::epilogue::" in name else "wy")
+    return which == op
 
 
 def _layer(seed=0):
@@ -88,16 +93,17 @@ def test_kimi_layer_training_step_runs_our_kernels():
         our_grads, our_launches = _training_step(layer, x, do)
     finally:
         kfla.disable()
-    ours = {op: _count(our_launches, ours=op) for op in FLA_KERNELS}
+    ours = {op: _count(our_launches, ours=op) for op in OUR_OPS}
     theirs = {op: _count(our_launches, fla_kernel=name) for op, name in FLA_KERNELS.items()}
     without = {op: _count(fla_launches, fla_kernel=name) for op, name in FLA_KERNELS.items()}
     print(f"\n[KimiDeltaAttention] backward launches with kda_kernels: ours {ours}, "
           f"fla's replaced kernels {theirs}; without: fla's {without}")
     # Without our backend fla's kernels run and ours do not (the counts observe the real path).
     assert without == {"wy": 1, "intra": 1}, fla_launches
-    assert all(_count(fla_launches, ours=op) == 0 for op in FLA_KERNELS), fla_launches
-    # With it: one launch of each of ours per layer backward, none of the two fla kernels.
-    assert ours == {"wy": 1, "intra": 1}, our_launches
+    assert all(_count(fla_launches, ours=op) == 0 for op in OUR_OPS), fla_launches
+    # With it: the epilogue and its reduction once per layer backward, none of the two fla
+    # kernels (chunk_kda's backward calls neither of our stage operators).
+    assert ours == {"wy": 0, "intra": 0, "epilogue": 2}, our_launches
     assert theirs == {"wy": 0, "intra": 0}, our_launches
     ratios = {n: err_ratio(our_grads[n].double().cpu().numpy(),
                            fla_grads[n].double().cpu().numpy()) for n in fla_grads}
