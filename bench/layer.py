@@ -14,10 +14,10 @@ For each shape (B x T x H, K = V = 128, bfloat16) and each mode, on one set of i
 - ``both``: ``kda_kernels.fla.enable(ops=(WY, INTRA))``: chunk_kda_bwd_wy_dqkg_fused and
   chunk_kda_bwd_intra inside fla's own backward;
 - ``layer``: ``kda_kernels.fla.enable()``: fla's chunk_kda dispatched to kda_kernels.chunk_kda
-  (fla's forward; the backward's stages where ``kda_kernels._layer.STAGES`` says: fla's scans,
-  then our fused epilogue);
-- ``layer-split``: the same with ``kda_kernels._layer.BACKWARD = "split"`` (fla's scans, our WY
-  and intra operators, fla's activation backwards: ``_layer.SPLIT_STAGES``).
+  (fla's forward; the backward's stages where ``kda_kernels._layer.SPLIT_STAGES`` says: fla's
+  scans, our WY and intra operators, fla's activation backwards);
+- ``layer-epilogue``: the same with ``kda_kernels._layer.BACKWARD = "epilogue"`` (fla's scans,
+  then our fused epilogue: ``_layer.EPILOGUE_STAGES``).
 
 it measures
 
@@ -104,14 +104,14 @@ from layer_chart import short_name  # noqa: E402
 
 WY = "chunk_kda_bwd_wy_dqkg_fused"
 INTRA = "chunk_kda_bwd_intra"
-MODES = ("fla", "wy", "both", "layer", "layer-split", "cudnn")
+MODES = ("fla", "wy", "both", "layer", "layer-epilogue", "cudnn")
 MODE_OPS = {"fla": (), "wy": (WY,), "both": (WY, INTRA), "layer": (WY, INTRA, "chunk_kda"),
-            "layer-split": (WY, INTRA, "chunk_kda"), "cudnn": ()}
+            "layer-epilogue": (WY, INTRA, "chunk_kda"), "cudnn": ()}
 # The modes each call runs by default: cuDNN-frontend's sm90 engine serves only --call cudnn (its
 # backward declines the gate, the beta sigmoid and l2norm in the kernel).
 DEFAULT_MODES = {"test": ("fla", "wy", "both", "layer"),
-                 "layer": ("fla", "wy", "both", "layer", "layer-split"),
-                 "cudnn": ("fla", "layer", "layer-split", "cudnn")}
+                 "layer": ("fla", "wy", "both", "layer", "layer-epilogue"),
+                 "cudnn": ("fla", "layer", "layer-epilogue", "cudnn")}
 CUDNN_PLAN = "kda_hopper_cuda"
 # fla's Triton kernels behind the two operators our backend replaces.
 FLA_WY_KERNEL = "chunk_kda_bwd_kernel_wy_dqkg_fused"
@@ -748,7 +748,7 @@ def set_mode(mode, kfla):
     if "chunk_kda" in MODE_OPS[mode]:
         from kda_kernels import _layer
 
-        _layer.BACKWARD = "split" if mode == "layer-split" else "epilogue"
+        _layer.BACKWARD = "epilogue" if mode == "layer-epilogue" else "split"
 
 
 def run_mode(mode, layer, args, reference, tuning):

@@ -31,7 +31,7 @@ OURS = ("wy_dqkg_mma_kernel", "wy_dqkg_simt_kernel", "wy_dqkg_kernel", "chunk_bw
 
 # What each bench/layer.py mode ran, as the bar's label.
 MODE_LABELS = {"fla": "fla's kernels", "wy": "kda: WY op", "both": "kda: WY + intra",
-               "layer": "kda: epilogue", "layer-split": "kda: WY + intra (ours)"}
+               "layer": "kda: chunk_kda", "layer-epilogue": "kda: chunk_kda, epilogue"}
 
 WIDTH = 900
 LEFT = 150  # room for the mode labels

@@ -63,7 +63,7 @@ def test_parse_args_choices():
     assert args.intra_pin == {"num_warps": 4, "num_stages": 3}
     assert args.fla_configs is None and args.call == "layer" and args.full_autotune
     assert layer.parse_args(["--intra-pin", "none"]).intra_pin is None
-    assert layer.parse_args(["--call", "cudnn"]).modes == ["fla", "layer", "layer-split", "cudnn"]
+    assert layer.parse_args(["--call", "cudnn"]).modes == ["fla", "layer", "layer-epilogue", "cudnn"]
     assert layer.parse_args([]).autotune == []
     assert layer.parse_args(["--autotune", "a_kernel, b_kernel"]).autotune == ["a_kernel",
                                                                                 "b_kernel"]

@@ -490,7 +490,7 @@ if want fla; then
     frc=$?
     row "test_fla*.py against fla $label" \
       "$([ $frc -eq 0 ] && echo PASS || echo "FAIL (rc $frc)"): $(grep -E 'passed|failed' "$logs/fla-$label.log" | tail -1)"
-    grep -h '^\[KimiDeltaAttention\]' "$logs/fla-$label.log" >>"$summary"
+    grep -h '^\[KimiDeltaAttention' "$logs/fla-$label.log" >>"$summary"
     calls=$logs/fla-peer-calls-$label
     mkdir -p "$calls"
     # pytest's cache (kept in the logs) remembers the failures for the baseline run below.

@@ -3,14 +3,19 @@ call and semantics, returning ``(o, final_state)``.
 
 It is a torch.autograd.Function. The forward is fla's ``chunk_kda_fwd`` (this library has no
 forward yet), with fla's l2norm and beta sigmoid in front of it. The backward runs fla's stages
-up to the reverse state scan (the recompute of w/u, the forward state scan, dAv's intra-chunk dv,
-the reverse scan), then this library's fused epilogue (chunk_kda_bwd_epilogue), which writes every
-gradient of the layer's raw inputs: the WY and intra-chunk terms, the reverse cumsum of dg, the
-gate's, l2norm's and the beta sigmoid's backward (``STAGES`` says which stage ran where).
-``BACKWARD = "split"`` (or ``KDA_LAYER_BACKWARD=split`` at import) runs the previous path instead:
-this library's WY and intra operators between fla's stages and fla's activation backwards
-(``SPLIT_STAGES``), for comparisons. The backward recomputes what fla's default call recomputes
-(fla's ``disable_recompute=False``).
+up to the reverse state scan (the recompute of w/u, the forward state scan, dAv, the reverse
+scan), then one of two tails (``BACKWARD``, or ``KDA_LAYER_BACKWARD`` at import):
+
+- ``"split"`` (the default, the faster today): this library's WY and intra operators
+  (chunk_kda_bwd_wy_dqkg_fused, chunk_kda_bwd_intra, called directly), then fla's reverse cumsum
+  of dg and fla's gate, l2norm and beta sigmoid backwards (``SPLIT_STAGES``);
+- ``"epilogue"``: this library's fused epilogue (chunk_kda_bwd_epilogue), which writes every
+  gradient of the layer's raw inputs in one pass per chunk (``EPILOGUE_STAGES``). Its first
+  CUDA kernel is correct but about ten times slower than the split tail
+  (docs/performance.md), so it is not the default yet.
+
+``STAGES`` is the default tail's list. The backward recomputes what fla's default call
+recomputes (fla's ``disable_recompute=False``).
 
 Needs fla (0.5.2 or 0.6.x) and CUDA tensors; the error says which is missing.
 """
@@ -22,8 +27,9 @@ import torch
 
 from . import _api, _fla_pieces
 
-# Where each stage of the layer's backward runs, in the order it runs (for the bench's tables).
-STAGES = (
+# Where each stage of the layer's backward runs, in the order it runs (for the bench's tables):
+# with BACKWARD = "epilogue",
+EPILOGUE_STAGES = (
     ("gate + chunk cumsum (recompute)", "fla"),
     ("l2norm of q, k (recompute)", "fla"),
     ("recompute w, u, qg, kg", "fla"),
@@ -34,7 +40,7 @@ STAGES = (
      "kda_kernels"),
 )
 
-# The previous backward (BACKWARD = "split"): our two operators between fla's stages.
+# and with BACKWARD = "split": our two operators between fla's stages.
 SPLIT_STAGES = (
     ("gate + chunk cumsum (recompute)", "fla"),
     ("recompute w, u, qg, kg", "fla"),
@@ -51,10 +57,11 @@ SPLIT_STAGES = (
 
 _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
-_BACKWARDS = ("epilogue", "split")
-BACKWARD = os.environ.get("KDA_LAYER_BACKWARD", "epilogue")
+_BACKWARDS = ("split", "epilogue")
+BACKWARD = os.environ.get("KDA_LAYER_BACKWARD", "split")
 if BACKWARD not in _BACKWARDS:
     raise ValueError(f"KDA_LAYER_BACKWARD: expected one of {_BACKWARDS}, got {BACKWARD!r}")
+STAGES = SPLIT_STAGES if BACKWARD == "split" else EPILOGUE_STAGES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,9 +258,9 @@ def _gate_cumsum(f, g_cumsum, g_input, A_log, dt_bias, cu_seqlens, chunk_indices
 
 def layer_backward_epilogue(q, k, v, g_cumsum, g_input, beta_raw, beta, A_log, dt_bias, Aqk,
                             Akk, h0, cu_seqlens, chunk_indices, do, dht, opt):
-    """The gradients (dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0) of the raw inputs (q, k as
-    given, beta as given: logits with the sigmoid in the kernel), as STAGES lists them: fla's
-    scans, then one chunk_kda_bwd_epilogue."""
+    """BACKWARD = "epilogue": the gradients (dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0) of the
+    raw inputs (q, k as given, beta as given: logits with the sigmoid in the kernel), as
+    EPILOGUE_STAGES lists them: fla's scans, then one chunk_kda_bwd_epilogue."""
     from . import _torch_op
 
     f = _fla_pieces.load()

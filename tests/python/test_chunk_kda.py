@@ -243,17 +243,30 @@ def print_stage_ablation(fla_chunk_kda, inputs, options, reference, label):
     print(f"[chunk_kda {label}] one stage of ours in fla's backward: " + "; ".join(rows))
 
 
+# chunk_kda's two backward tails (kda_kernels._layer.BACKWARD): each is held to the same bars.
+TAILS = ("split", "epilogue")
+
+
+@pytest.fixture(params=TAILS)
+def tail(request, monkeypatch):
+    from kda_kernels import _layer
+
+    monkeypatch.setattr(_layer, "BACKWARD", request.param)
+    return request.param
+
+
 @needs_gpu
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem)
-def test_golden_files_beside_fla(path):
+def test_golden_files_beside_fla(path, tail):
     fla_chunk_kda = _fla_chunk_kda()
     inputs, options, expected = read_golden(path)
     ours = run_layer(kk.chunk_kda, inputs, options, "cuda")
     theirs = run_layer(fla_chunk_kda, inputs, options, "cuda")
     dtype = inputs["q"].dtype
     reference = {n: t.double() for n, t in expected.items()}
-    print_stage_ablation(fla_chunk_kda, inputs, options, reference, path.stem)
-    compare(ours, theirs, reference, dtype, path.stem)
+    if tail == "split":
+        print_stage_ablation(fla_chunk_kda, inputs, options, reference, path.stem)
+    compare(ours, theirs, reference, dtype, f"{path.stem}, {tail}")
     again = run_layer(kk.chunk_kda, inputs, options, "cuda")
     for name in ours:  # run to run: the same bits
         assert torch.equal(ours[name], again[name]), f"{name} differs between two runs"
@@ -318,36 +331,21 @@ RANDOM_CASES = {
 
 @needs_gpu
 @pytest.mark.parametrize("case", sorted(RANDOM_CASES))
-def test_random_shapes_beside_fla(case):
+def test_random_shapes_beside_fla(case, tail):
     fla_chunk_kda = _fla_chunk_kda()
     inputs, options = random_case(seed=len(case), **RANDOM_CASES[case])
     ours = run_layer(kk.chunk_kda, inputs, options, "cuda")
     theirs = run_layer(fla_chunk_kda, inputs, options, "cuda")
     reference = run_layer(chunk_kda_reference, inputs, options, "cuda", torch.float64)
-    print_stage_ablation(fla_chunk_kda, inputs, options, reference, case)
-    compare(ours, theirs, reference, inputs["q"].dtype, case)
-
-
-@needs_gpu
-@pytest.mark.parametrize("case", ["kimi_call_k128", "varlen_tails"])
-def test_split_backward_beside_fla(case, monkeypatch):
-    """The previous backward (_layer.BACKWARD = "split": our WY and intra operators between fla's
-    stages), which the bench compares the epilogue with, still holds the same bars."""
-    from kda_kernels import _layer
-
-    fla_chunk_kda = _fla_chunk_kda()
-    monkeypatch.setattr(_layer, "BACKWARD", "split")
-    inputs, options = random_case(seed=len(case), **RANDOM_CASES[case])
-    ours = run_layer(kk.chunk_kda, inputs, options, "cuda")
-    theirs = run_layer(fla_chunk_kda, inputs, options, "cuda")
-    reference = run_layer(chunk_kda_reference, inputs, options, "cuda", torch.float64)
-    compare(ours, theirs, reference, inputs["q"].dtype, case + " (split backward)")
+    if tail == "split":
+        print_stage_ablation(fla_chunk_kda, inputs, options, reference, case)
+    compare(ours, theirs, reference, inputs["q"].dtype, f"{case}, {tail}")
 
 
 @needs_gpu
 @pytest.mark.parametrize("case", ["gva_softplus_bt32", "lower_bound_no_safe_gate",
                                   "kimi_call_k128"])
-def test_reductions_beside_fla_over_seeds(case):
+def test_reductions_beside_fla_over_seeds(case, tail):
     """dA_log, ddt_bias, d initial_state over eight calls of one shape: the geometric mean of
     our err_ratio over fla's at most RELATIVE_TO_FLA."""
     fla_chunk_kda = _fla_chunk_kda()
@@ -363,7 +361,7 @@ def test_reductions_beside_fla_over_seeds(case):
                 e_fla = err_ratio(theirs[name].numpy(), ref)
                 ratios.setdefault(name, []).append(err_ratio(ours[name].numpy(), ref) / e_fla)
     means = {name: math.exp(sum(map(math.log, r)) / len(r)) for name, r in ratios.items()}
-    print(f"\n[chunk_kda {case}] reductions, ours / fla over 8 calls: " + "; ".join(
+    print(f"\n[chunk_kda {case}, {tail}] reductions, ours / fla over 8 calls: " + "; ".join(
         f"{n}: geometric mean {means[n]:.2f} (" + " ".join(f"{x:.2f}" for x in r) + ")"
         for n, r in ratios.items()))
     for name, mean in means.items():

@@ -3,8 +3,8 @@ gate and beta sigmoid in the kernel, l2norm in the kernel, V-first state) throug
 chunk_kda, with fla's kernels and with kda_kernels' backend, on the installed fla (0.5.2 or
 0.6.x; tools/run-tests.sh runs it once per release). The profiler counts the kernels each
 backward launches: with our backend, fla's two Triton kernels we replace never run and ours run
-once per layer backward (the fused epilogue and its gate-parameter reduction; neither of our two
-stage operators); every gradient (weights and input) stays within the bf16 bar of fla's.
+once per layer backward (with kda_kernels._layer.BACKWARD = "epilogue": the fused epilogue
+and its gate-parameter reduction instead); every gradient (weights and input) stays within the bf16 bar of fla's.
 Needs torch, fla (with transformers, which fla's layers import), a CUDA device and the cuda
 backend."""
 
@@ -78,8 +78,17 @@ def _count(launches, fla_kernel=None, ours=None):
     return sum(n for name, n in launches.items() if _ours(name, ours))
 
 
-def test_kimi_layer_training_step_runs_our_kernels():
+# Our launches per layer backward, by chunk_kda's backward tail.
+EXPECTED_OURS = {"split": {"wy": 1, "intra": 1, "epilogue": 0},
+                 "epilogue": {"wy": 0, "intra": 0, "epilogue": 2}}
+
+
+@pytest.mark.parametrize("tail", sorted(EXPECTED_OURS))
+def test_kimi_layer_training_step_runs_our_kernels(tail, monkeypatch):
     pytest.importorskip("transformers", reason="fla's layers import transformers")
+    from kda_kernels import _layer
+
+    monkeypatch.setattr(_layer, "BACKWARD", tail)
     layer = _layer()
     gen = torch.Generator(device="cuda").manual_seed(1)
     x = torch.randn(2, 1024, layer.hidden_size, device="cuda", generator=gen,
@@ -96,18 +105,17 @@ def test_kimi_layer_training_step_runs_our_kernels():
     ours = {op: _count(our_launches, ours=op) for op in OUR_OPS}
     theirs = {op: _count(our_launches, fla_kernel=name) for op, name in FLA_KERNELS.items()}
     without = {op: _count(fla_launches, fla_kernel=name) for op, name in FLA_KERNELS.items()}
-    print(f"\n[KimiDeltaAttention] backward launches with kda_kernels: ours {ours}, "
+    print(f"\n[KimiDeltaAttention, {tail}] backward launches with kda_kernels: ours {ours}, "
           f"fla's replaced kernels {theirs}; without: fla's {without}")
     # Without our backend fla's kernels run and ours do not (the counts observe the real path).
     assert without == {"wy": 1, "intra": 1}, fla_launches
     assert all(_count(fla_launches, ours=op) == 0 for op in OUR_OPS), fla_launches
-    # With it: the epilogue and its reduction once per layer backward, none of the two fla
-    # kernels (chunk_kda's backward calls neither of our stage operators).
-    assert ours == {"wy": 0, "intra": 0, "epilogue": 2}, our_launches
+    # With it: ours once per layer backward, none of the two fla kernels.
+    assert ours == EXPECTED_OURS[tail], our_launches
     assert theirs == {"wy": 0, "intra": 0}, our_launches
     ratios = {n: err_ratio(our_grads[n].double().cpu().numpy(),
                            fla_grads[n].double().cpu().numpy()) for n in fla_grads}
-    print("[KimiDeltaAttention] gradient err_ratio, ours vs fla: "
+    print(f"[KimiDeltaAttention, {tail}] gradient err_ratio, ours vs fla: "
           + " ".join(f"d{n}={r:.1e}" for n, r in sorted(ratios.items())))
     assert set(our_grads) == set(fla_grads)
     for name, ratio in ratios.items():

@@ -58,10 +58,11 @@ __device__ __forceinline__ void phase_a(float* smem, const SmemPlan& s, const Ep
 
   for (int64_t vb = 0; vb < v_blocks; ++vb) {
     const int64_t v0 = 32 * vb, v_cols = p.V - v0;
-    load_block<X, kL>(smem + s.a_do, p.do_, span.batch, span.t0, hv, v0, len, v_cols);
-    load_block<X, kL>(smem + s.a_vn, p.v_new, span.batch, span.t0, hv, v0, len, v_cols);
-    load_block<X, kL>(smem + s.a_dv, p.dv, span.batch, span.t0, hv, v0, len, v_cols);
-    load_block<X, kL>(smem + s.a_u, p.v, span.batch, span.t0, hv, v0, len, v_cols);
+    {
+      float* const dst[4] = {smem + s.a_do, smem + s.a_vn, smem + s.a_dv, smem + s.a_u};
+      const TokenView* const src[4] = {&p.do_, &p.v_new, &p.dv, &p.v};
+      load_blocks<X, kL, 4>(dst, src, span.batch, span.t0, hv, v0, len, v_cols);
+    }
     __syncthreads();
     block_gemm<ALayout::kMK, BLayout::kNK, kL, kL, 32, Split>(Pq, s.ld_l, smem + s.a_do, kPitch,
                                                               smem + s.a_vn, kPitch, 1.0f, vb > 0);
@@ -83,8 +84,10 @@ __device__ __forceinline__ void phase_a(float* smem, const SmemPlan& s, const Ep
     __syncthreads();
     // U = v − KG S over the K blocks.
     for (int64_t kb = 0; kb < k_blocks; ++kb) {
-      load_state_block<X>(smem + s.a_s, p.h, p.h_is_f32, span.batch, span.chunk_in_row, hv, 32 * kb,
-                          v0, p.K, p.V);
+      float* const dst[1] = {smem + s.a_s};
+      const StateView* const src[1] = {&p.h};
+      load_state_blocks<X, 1>(dst, src, p.h_is_f32, span.batch, span.chunk_in_row, hv, 32 * kb, v0,
+                              p.K, p.V);
       __syncthreads();
       block_gemm<ALayout::kMK, BLayout::kKN, kL, 32, 32, Split>(
           smem + s.a_u, kPitch, KG + 32 * kb, s.ld_k, smem + s.a_s, kPitch, -1.0f, true);
@@ -151,13 +154,15 @@ __device__ __forceinline__ void phase_b(float* smem, const SmemPlan& s, const Ep
 
   for (int64_t vb = 0; vb < v_blocks; ++vb) {
     const int64_t v0 = 32 * vb, v_cols = p.V - v0;
-    load_block<X, kL>(smem + s.b_do, p.do_, span.batch, span.t0, hv, v0, len, v_cols);
-    load_block<X, kL>(smem + s.b_vn, p.v_new, span.batch, span.t0, hv, v0, len, v_cols);
-    load_block<X, kL>(smem + s.b_dv, p.dv, span.batch, span.t0, hv, v0, len, v_cols);
-    load_state_block<X>(smem + s.b_s, p.h, p.h_is_f32, span.batch, span.chunk_in_row, hv, k0, v0,
-                        p.K, p.V);
-    load_state_block<X>(smem + s.b_ds, p.dh, p.h_is_f32, span.batch, span.chunk_in_row, hv, k0, v0,
-                        p.K, p.V);
+    {
+      float* const dst[3] = {smem + s.b_do, smem + s.b_vn, smem + s.b_dv};
+      const TokenView* const src[3] = {&p.do_, &p.v_new, &p.dv};
+      load_blocks<X, kL, 3>(dst, src, span.batch, span.t0, hv, v0, len, v_cols);
+      float* const states[2] = {smem + s.b_s, smem + s.b_ds};
+      const StateView* const state_src[2] = {&p.h, &p.dh};
+      load_state_blocks<X, 2>(states, state_src, p.h_is_f32, span.batch, span.chunk_in_row, hv, k0,
+                              v0, p.K, p.V);
+    }
     __syncthreads();
     block_gemm<ALayout::kMK, BLayout::kNK, kL, 32, 32, Split>(dQ, kPitch, smem + s.b_do, kPitch,
                                                               smem + s.b_s, kPitch, 1.0f, vb > 0);

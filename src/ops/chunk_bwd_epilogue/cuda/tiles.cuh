@@ -21,43 +21,88 @@ __device__ __forceinline__ float load_x_or_f32(const void* data, int64_t offset,
   return is_f32 ? load_float<float>(data, offset) : load_float<X>(data, offset);
 }
 
-// dst[i][c] = t(b, t0 + i, head, col0 + c) · (row_scale ? row_scale[i] : 1) for i < rows,
-// c < cols; 0 elsewhere in the kL x 32 block.
+// dst[n][i][c] = src[n](b, t0 + i, head, col0 + c) · (row_scale ? row_scale[i] : 1) for
+// i < rows, c < cols; 0 elsewhere in each kL x 32 block. Every load of the kN blocks is issued
+// before the first store (registers in between), so that one call costs one memory latency,
+// not one per element row.
+template <typename T, int kL, int kN>
+__device__ __forceinline__ void load_blocks(float* const (&dst)[kN],
+                                            const TokenView* const (&src)[kN], int64_t b,
+                                            int64_t t0, int64_t head, int64_t col0, int rows,
+                                            int64_t cols, const float* row_scale = nullptr) {
+  constexpr int kPerThread = kL * 32 / kThreads;
+  static_assert(kPerThread * kThreads == kL * 32, "whole blocks per thread");
+  float x[kN][kPerThread];
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+    const TokenView& t = *src[n];
+    const int64_t origin =
+        b * t.stride_batch + t0 * t.stride_token + head * t.stride_head + col0 * t.stride_col;
+#pragma unroll
+    for (int m = 0; m < kPerThread; ++m) {
+      const int e = static_cast<int>(threadIdx.x) + m * kThreads;
+      const int i = e / 32, c = e % 32;
+      x[n][m] = i < rows && c < cols
+                    ? load_float<T>(t.data, origin + i * t.stride_token + c * t.stride_col)
+                    : 0.0f;
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+#pragma unroll
+    for (int m = 0; m < kPerThread; ++m) {
+      const int e = static_cast<int>(threadIdx.x) + m * kThreads;
+      const int i = e / 32, c = e % 32;
+      dst[n][i * kPitch + c] = row_scale != nullptr ? x[n][m] * row_scale[i] : x[n][m];
+    }
+  }
+}
+
 template <typename T, int kL>
 __device__ __forceinline__ void load_block(float* dst, const TokenView& t, int64_t b, int64_t t0,
                                            int64_t head, int64_t col0, int rows, int64_t cols,
                                            const float* row_scale = nullptr) {
-  const int64_t origin =
-      b * t.stride_batch + t0 * t.stride_token + head * t.stride_head + col0 * t.stride_col;
-  for (int e = static_cast<int>(threadIdx.x); e < kL * 32; e += kThreads) {
-    const int i = e / 32;
-    const int c = e % 32;
-    float x = 0.0f;
-    if (i < rows && c < cols) {
-      x = load_float<T>(t.data, origin + i * t.stride_token + c * t.stride_col);
-      if (row_scale != nullptr) x *= row_scale[i];
-    }
-    dst[i * kPitch + c] = x;
-  }
+  float* const dsts[1] = {dst};
+  const TokenView* const srcs[1] = {&t};
+  load_blocks<T, kL, 1>(dsts, srcs, b, t0, head, col0, rows, cols, row_scale);
 }
 
-// dst[kk][vv] = S[k0 + kk][v0 + vv] of the state at (batch, chunk, head), a 32 x 32 block; the
-// lanes walk whichever of k and v is contiguous in memory.
-template <typename X>
-__device__ __forceinline__ void load_state_block(float* dst, const StateView& s, bool is_f32,
-                                                 int64_t batch, int64_t chunk, int64_t head,
-                                                 int64_t k0, int64_t v0, int64_t K, int64_t V) {
-  const int64_t origin = batch * s.stride_batch + chunk * s.stride_chunk + head * s.stride_head +
-                         k0 * s.stride_k + v0 * s.stride_v;
-  const bool lanes_along_k = s.stride_k == 1 && s.stride_v != 1;
-  for (int e = static_cast<int>(threadIdx.x); e < 32 * 32; e += kThreads) {
-    const int kk = lanes_along_k ? e % 32 : e / 32;
-    const int vv = lanes_along_k ? e / 32 : e % 32;
-    float x = 0.0f;
-    if (k0 + kk < K && v0 + vv < V) {
-      x = load_x_or_f32<X>(s.data, origin + kk * s.stride_k + vv * s.stride_v, is_f32);
+// dst[n][kk][vv] = S_n[k0 + kk][v0 + vv] of states n (h, dh: the same strides) at (batch,
+// chunk, head), 32 x 32 blocks; the lanes walk whichever of k and v is contiguous in memory.
+// All loads are issued before the first store, as in load_blocks.
+template <typename X, int kN>
+__device__ __forceinline__ void load_state_blocks(float* const (&dst)[kN],
+                                                  const StateView* const (&src)[kN], bool is_f32,
+                                                  int64_t batch, int64_t chunk, int64_t head,
+                                                  int64_t k0, int64_t v0, int64_t K, int64_t V) {
+  constexpr int kPerThread = 32 * 32 / kThreads;
+  const StateView& s0 = *src[0];
+  const bool lanes_along_k = s0.stride_k == 1 && s0.stride_v != 1;
+  float x[kN][kPerThread];
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+    const StateView& s = *src[n];
+    const int64_t origin = batch * s.stride_batch + chunk * s.stride_chunk + head * s.stride_head +
+                           k0 * s.stride_k + v0 * s.stride_v;
+#pragma unroll
+    for (int m = 0; m < kPerThread; ++m) {
+      const int e = static_cast<int>(threadIdx.x) + m * kThreads;
+      const int kk = lanes_along_k ? e % 32 : e / 32;
+      const int vv = lanes_along_k ? e / 32 : e % 32;
+      x[n][m] = k0 + kk < K && v0 + vv < V
+                    ? load_x_or_f32<X>(s.data, origin + kk * s.stride_k + vv * s.stride_v, is_f32)
+                    : 0.0f;
     }
-    dst[kk * kPitch + vv] = x;
+  }
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+#pragma unroll
+    for (int m = 0; m < kPerThread; ++m) {
+      const int e = static_cast<int>(threadIdx.x) + m * kThreads;
+      const int kk = lanes_along_k ? e % 32 : e / 32;
+      const int vv = lanes_along_k ? e / 32 : e % 32;
+      dst[n][kk * kPitch + vv] = x[n][m];
+    }
   }
 }
 
@@ -104,15 +149,20 @@ template <typename X, int kL>
 __device__ __forceinline__ void gate_block(float* dst, const EpilogueParams& p, int64_t b,
                                            int64_t t0, int64_t hv, int64_t col0, int rows,
                                            float A_log) {
-  for (int e = static_cast<int>(threadIdx.x); e < kL * 32; e += kThreads) {
-    const int i = e / 32;
-    const int c = e % 32;
-    float value = 0.0f;
-    if (i < rows && col0 + c < p.K) {
-      const float x = gate_input<X>(p, b, t0 + i, hv, col0 + c);
-      value = p.gate_in_kernel ? gate_value(p, x, A_log).value : x;
-    }
-    dst[i * kPitch + c] = value;
+  constexpr int kPerThread = kL * 32 / kThreads;
+  float x[kPerThread];
+#pragma unroll
+  for (int m = 0; m < kPerThread; ++m) {  // the loads first, as in load_blocks
+    const int e = static_cast<int>(threadIdx.x) + m * kThreads;
+    const int i = e / 32, c = e % 32;
+    x[m] = i < rows && col0 + c < p.K ? gate_input<X>(p, b, t0 + i, hv, col0 + c) : 0.0f;
+  }
+#pragma unroll
+  for (int m = 0; m < kPerThread; ++m) {
+    const int e = static_cast<int>(threadIdx.x) + m * kThreads;
+    const int i = e / 32, c = e % 32;
+    const bool inside = i < rows && col0 + c < p.K;
+    dst[i * kPitch + c] = inside && p.gate_in_kernel ? gate_value(p, x[m], A_log).value : x[m];
   }
   __syncthreads();
   if (threadIdx.x < 32) {
