@@ -50,6 +50,8 @@
 #   bench-intra       bench_intra_cuda (chunk_bwd_intra, its variants, both safe_gate values)
 #   ncu-intra         ncu (--set full, SASS-level stall samples) on one chunk_bwd_intra launch at
 #                     the model shape (T=8192 bf16); report, details and the SASS table in logs
+#   ncu-epilogue      the same on one chunk_bwd_epilogue launch at B=1 T=2048 H=32 K=V=128 bf16, the
+#                     Kimi layer's call (gate, beta sigmoid, l2norm, V-first h)
 #   ncu-wy            the same on one chunk_bwd_wy_dqkg launch at its model shape (B=1 T=2048
 #                     H=32 K=V=128 bf16, h float32): the data for issue 12's v3 design
 #   ncu-wy-fp32       the same in float32 (the 3xTF32 kernel)
@@ -570,6 +572,11 @@ if want ncu-intra; then
   ncu_profile ncu-intra chunk_bwd_intra "ncu chunk_bwd_intra T=8192 bf16" \
     "$build/tests/ops/chunk_bwd_intra/bench_intra_cuda" --T 8192 --dtypes bf16 --runs 50 \
     --variants "${KDA_NCU_INTRA_VARIANT:-split=1}"
+fi
+if want ncu-epilogue; then
+  ncu_profile ncu-epilogue chunk_bwd_epilogue_kernel "ncu chunk_bwd_epilogue T=2048 bf16 Kimi call" \
+    "$kda" run chunk_bwd_epilogue --shape 1,2048,32,128,128 --backend cuda --repeat 5 \
+    --gate lower_bound --beta-sigmoid --state-v-first
 fi
 # chunk_bwd_wy_dqkg's default kernel at the model shape (bf16, h float32).
 if want ncu-wy; then
