@@ -22,7 +22,8 @@ INTRA = "chunk_bwd_intra"
 # tunes.
 FLA_KERNELS = {WY: "chunk_kda_bwd_kernel_wy_dqkg_fused", INTRA: "chunk_kda_bwd_kernel_intra"}
 # The operators (the library's names, as bench/run.py --op takes them), from the tables: those
-# this file has cases for (chunk_bwd_epilogue has none until its CUDA kernel exists).
+# this file has cases for: those with an fla kernel to bench against (chunk_bwd_epilogue has
+# none; `kda run chunk_bwd_epilogue` and bench/layer.py --modes layer-epilogue time it).
 OPS = tuple(sig.op_name for sig in _signatures.SIGNATURES if sig.op_name in FLA_KERNELS)
 FLA_NAMES = {sig.op_name: sig.fla_name for sig in _signatures.SIGNATURES}
 OP_INPUTS = {sig.op_name: tuple(a.name for a in sig.inputs) for sig in _signatures.SIGNATURES}

@@ -217,8 +217,9 @@ state scans produce (h, dh, v_new, dv), in one pass: the WY and intra-chunk term
 scale · do · v_newᵀ, the chunk-local reverse cumsum of dg, the gate's, the beta sigmoid's and
 l2norm's backward, and GVA's sum (docs/design.md, "The fused backward epilogue"). Its float64
 judge is the layer's chunked reference (checked against ../shared/golden-kda). X below is one
-of float16, bfloat16, float32. The CPU backends compute it ('cpu-ref' in float64, 'cpu' in
-float32); 'cuda' raises NotImplementedError until its kernel is written.
+of float16, bfloat16, float32. 'cpu-ref' computes it in float64, 'cpu' in float32, 'cuda' on
+TF32 tensor cores (3xTF32 for float32 X) with K up to 128 (larger K raises NotImplementedError;
+the CPU backends take any K).
 
 Parameters
 ----------
