@@ -513,13 +513,13 @@ TEST(Cli, IntraLargeProblemIsCheckedOnSampledChunks) {
 // chunk_bwd_epilogue's per-head parameters go whole into the sampled problem, and its sums over
 // every chunk (dA_log, ddt_bias) are said not compared rather than compared against a sample.
 TEST(Cli, EpilogueLargeProblemIsCheckedOnSampledChunks) {
-  const CliResult r =
-      run_kda("run chunk_bwd_epilogue --shape 1,4096,4,16,16 --chunk-size 16 --dtype fp16 "
-              "--gate softplus --beta-sigmoid --backend cpu --repeat 1 --check");
+  const CliResult r = run_kda(
+      "run chunk_bwd_epilogue --shape 1,4096,4,16,16 --chunk-size 16 --dtype fp16 "
+      "--gate softplus --beta-sigmoid --backend cpu --repeat 1 --check");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  for (const char* part : {"8 sampled chunks of 256 (first, last, 6 at random; all 4 heads)",
-                           "not compared: out.dA_log, out.ddt_bias (sums over every chunk)",
-                           "PASS: all 5 outputs"}) {
+  for (const char* part :
+       {"8 sampled chunks of 256 (first, last, 6 at random; all 4 heads)",
+        "not compared: out.dA_log, out.ddt_bias (sums over every chunk)", "PASS: all 5 outputs"}) {
     EXPECT_TRUE(contains(r.out, part)) << "missing '" << part << "' in:\n" << r.out;
   }
 }
