@@ -1,3 +1,9 @@
+#!/usr/bin/env bash
+# On the GPU machine (carry [".carry"] from dev/stage-carry.sh): chunk_bwd_epilogue's GPU tests,
+# its timings at B=1 T=8192 H=32 K=V=128 bf16 (default call and the Kimi layer's) with the TF32
+# and the 3xTF32 products (KDA_EPILOGUE_PRODUCTS), tests/python/test_chunk_kda.py's golden files
+# with each (fla 0.6.0 from the carried releases), and fla's KimiDeltaAttention step. Prints the
+# lines it measured.
 set -u
 dev/gpu-check.sh --parts epilogue --deadline 100 --out $OUT/a >/dev/null 2>&1; cat $OUT/a/summary.txt
 B=.carry/build; R=.carry/fla-releases; mkdir -p $R; [ -d $R/0.6.0 ] || tar -xJf .carry/fla-releases.tar.xz -C $R
