@@ -11,7 +11,7 @@ scan), then one of two tails (``BACKWARD``, or ``KDA_LAYER_BACKWARD`` at import)
   of dg and fla's gate, l2norm and beta sigmoid backwards (``SPLIT_STAGES``);
 - ``"epilogue"``: this library's fused epilogue (chunk_kda_bwd_epilogue), which writes every
   gradient of the layer's raw inputs in one pass per chunk (``EPILOGUE_STAGES``). Its first
-  CUDA kernel is correct but about ten times slower than the split tail
+  CUDA kernel is correct but about seven times slower than the split tail
   (docs/performance.md), so it is not the default yet.
 
 ``STAGES`` is the default tail's list. The backward recomputes what fla's default call
