@@ -3,7 +3,8 @@
 // the list of operators (kda/ops.h) and defined in the operator's folder:
 //   detail::run_<op>_cpu_ref  float64, plain loops that read like the SPEC: the judge of the others
 //   detail::run_<op>_cpu      float32, threaded over units of work
-//   detail::run_<op>_cuda     one launch on `stream` (a cudaStream_t); no allocation, no
+//   detail::run_<op>_cuda     its launches on `stream` (a cudaStream_t; one, or two for
+//                             chunk_bwd_epilogue's reduction); no allocation, no
 //                             synchronization; `kernel` is the caller's choice
 // Each receives a problem that validate() accepted and the dims it derived: inputs are read
 // through their strides, outputs are contiguous row-major and overlap nothing.
