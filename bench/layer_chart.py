@@ -14,15 +14,16 @@ from html import escape
 from pathlib import Path
 
 # The stages of a KDA layer's backward, in bar order: (label, substrings of a kernel's short
-# name that belong to it, colour). Our two operators and fla's kernels for the same stages share
-# a stage (and a colour); the segment's text says whose kernel ran.
+# name that belong to it, colour). Our stage operators and fla's kernels for the same stages
+# share a stage (and a colour); the segment's text says whose kernel ran. The fused epilogue
+# (and its reduction) replaces several stages, so it has its own.
 STAGES = (
-    ("epilogue (chunk_kda_bwd_epilogue)", ("chunk_bwd_epilogue", "gate_params"), "#2ca02c"),
     ("intra (chunk_kda_bwd_intra)", ("intra",), "#d62728"),
     ("WY (chunk_kda_bwd_wy_dqkg_fused)", ("wy_dqkg",), "#1f77b4"),
     ("h recompute", ("fwd_kernel_h",), "#9467bd"),
     ("dh", ("bwd_kernel_dhu",), "#8c564b"),
     ("w, u recompute", ("recompute_w_u",), "#e377c2"),
+    ("epilogue (chunk_kda_bwd_epilogue)", ("chunk_bwd_epilogue", "gate_params"), "#2ca02c"),
     ("other kernels", ("",), "#7f7f7f"),
 )
 # Kernel names of this project's operators (as short_name below gives them).

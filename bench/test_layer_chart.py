@@ -48,7 +48,9 @@ def test_stages():
     assert layer_chart.stage_of("chunk_gated_delta_rule_fwd_kernel_h_blockdim64") == 2
     assert layer_chart.stage_of("chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64") == 3
     assert layer_chart.stage_of("recompute_w_u_fwd_kda_kernel") == 4
-    assert layer_chart.stage_of("void at::native::reduce_kernel<128, 4>(x)") == 5
+    assert layer_chart.stage_of("void kda::cuda::epilogue::chunk_bwd_epilogue_kernel<T>(P)") == 5
+    assert layer_chart.stage_of("void kda::cuda::epilogue::gate_params_kernel<T>(P)") == 5
+    assert layer_chart.stage_of("void at::native::reduce_kernel<128, 4>(x)") == 6
 
 
 def test_bars_are_to_scale_and_say_whose_kernels_ran():
