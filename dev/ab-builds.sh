@@ -43,6 +43,7 @@ ab_builds() {
   fi
   # The golden files travel in the carry (../shared does not): the test binaries read them here.
   export KDA_GOLDEN_DIR=$carry/golden/golden KDA_INTRA_GOLDEN_DIR=$carry/golden/golden-intra
+  export KDA_LAYER_GOLDEN_DIR=$carry/golden/golden-kda
   out=${OUT:-$out_name-out}/$out_name
   mkdir -p "$out"
   out=$(cd "$out" && pwd)
