@@ -3,6 +3,7 @@
 // raw inputs from the file, the stage tensors (Akk, h, dh, v_new, the reverse scan's dv) from the
 // layer's chunked float64 reference; and how its outputs are compared.
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -99,6 +100,13 @@ constexpr double kReductionBar = 2e-4;
 
 inline bool is_reduction(const std::string& name) {
   return name == "out.dA_log" || name == "out.ddt_bias";
+}
+
+// An output's bar against the float64 reference: the operator's own per-token pass bar (its
+// OpIo, SPEC-chunk-kda.md's per dtype), and for the reductions at least kReductionBar.
+inline double bar_of(DType x, const std::string& name) {
+  const double bar = io::find_op(ChunkBwdEpilogueProblem::kName)->pass_bar(x);
+  return is_reduction(name) ? std::max(bar, kReductionBar) : bar;
 }
 
 inline std::vector<double> all_values(const HostTensor& t) {

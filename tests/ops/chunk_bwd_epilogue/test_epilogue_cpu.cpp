@@ -81,8 +81,8 @@ TEST_P(EpilogueGolden, InTheFilesDtypeWithinTheBars) {
     const kda::Status s = run(hp, backend);
     ASSERT_TRUE(s.ok()) << s.message;
     const DType X = hp.get("q").dtype;
-    const double bar = X == DType::f32 ? 1e-5 : X == DType::f16 ? 2e-3 : 8e-3;
     for (const char* name : {"out.dq", "out.dk", "out.dv", "out.dg", "out.dbeta"}) {
+      const double bar = bar_of(X, name);
       const double ratio = err_ratio(all_values(hp.get(name)), c.file.tensors.at(name));
       EXPECT_LE(ratio, bar) << name;
       std::printf("  %-10s err_ratio %.2e (bar %.0e)\n", name, ratio, bar);
@@ -172,13 +172,10 @@ TEST(EpilogueCpu, MatchesCpuRefOnRandomProblems) {
     ASSERT_TRUE(run(ref, Backend::cpu_ref).ok());
     const kda::Status s = run(cpu, Backend::cpu);
     ASSERT_TRUE(s.ok()) << s.message;
-    const double bar = config.x_dtype == DType::f32   ? 1e-5
-                       : config.x_dtype == DType::f16 ? 2e-3
-                                                      : 8e-3;
     for (const std::string& name : cpu.output_names()) {
       const double ratio = kda::io::err_ratio(cpu.get(name), ref.get(name));
       // NaN (an unwritten element) fails too.
-      EXPECT_LE(ratio, is_reduction(name) ? std::max(bar, kReductionBar) : bar) << name;
+      EXPECT_LE(ratio, bar_of(config.x_dtype, name)) << name;
     }
     for (const auto& [name, t] : ref.tensors) {
       if (name.rfind("out.", 0) != 0) {

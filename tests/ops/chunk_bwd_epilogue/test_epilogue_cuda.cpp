@@ -146,11 +146,6 @@ std::vector<Case> subset_cases() {
   return cases;
 }
 
-double bar_of(DType x, const std::string& name) {
-  const double bar = x == DType::f32 ? 1e-5 : x == DType::f16 ? 2e-3 : 8e-3;
-  return is_reduction(name) ? std::max(bar, kReductionBar) : bar;
-}
-
 class EpilogueCuda : public ::testing::TestWithParam<Case> {};
 
 // Poisoned outputs, one run, every output within X's bar of cpu-ref, the inputs unchanged; a
