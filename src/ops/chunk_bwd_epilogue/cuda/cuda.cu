@@ -6,7 +6,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "cuda/common/cuda_status.hpp"
@@ -76,11 +75,11 @@ EpilogueParams make_params(const ChunkBwdEpilogueProblem& problem,
   return p;
 }
 
-template <typename X, int kL, typename Split>
+template <typename X, int kL>
 Status launch(EpilogueParams p, int device, cudaStream_t stream) {
+  using Split = std::conditional_t<std::is_same_v<X, float>, mma::Tf32x3Split, mma::Tf32Split<1>>;
   static const std::string name = std::string("chunk_bwd_epilogue_kernel<X=") + dtype_tag<X>() +
-                                  ", BT=" + std::to_string(kL) +
-                                  (std::is_same_v<Split, mma::Tf32x3Split> ? ", 3xTF32>" : ">");
+                                  ", BT=" + std::to_string(kL) + ">";
   if (p.num_chunks > 0 && p.H > 0) {
     DeviceFacts facts;
     if (Status s = device_facts(device, &facts); !s.ok()) return s;
@@ -101,26 +100,6 @@ Status launch(EpilogueParams p, int device, cudaStream_t stream) {
       std::string("gate_params_kernel<X=") + dtype_tag<X>() + ">";
   gate_params_kernel<X><<<static_cast<unsigned>(p.HV), kReduceThreads, 0, stream>>>(p);
   return launch_status(reduce_name);
-}
-
-// The products' precision: 3xTF32 for float32 X; for 16-bit X, TF32, or 3xTF32 when
-// KDA_EPILOGUE_PRODUCTS=3xtf32 (read once).
-bool products_3xtf32() {
-  static const bool on = [] {
-    const char* v = std::getenv("KDA_EPILOGUE_PRODUCTS");
-    return v != nullptr && std::string(v) == "3xtf32";
-  }();
-  return on;
-}
-
-template <typename X, int kL>
-Status launch_with_products(const EpilogueParams& p, int device, cudaStream_t stream) {
-  if constexpr (std::is_same_v<X, float>) {
-    return launch<X, kL, mma::Tf32x3Split>(p, device, stream);
-  } else {
-    return products_3xtf32() ? launch<X, kL, mma::Tf32x3Split>(p, device, stream)
-                             : launch<X, kL, mma::Tf32Split<1>>(p, device, stream);
-  }
 }
 
 }  // namespace
@@ -148,8 +127,8 @@ Status run_chunk_bwd_epilogue_cuda(const ChunkBwdEpilogueProblem& problem,
     return dispatch_x_dtype(dims.x_dtype, [&](auto tag) {
       using X = typename decltype(tag)::type;
       return dispatch_int<16, 32, 64>("chunk_size", dims.BT, [&](auto bt) {
-        return epilogue::launch_with_products<X, decltype(bt)::value>(
-            params, problem.q.device.index, cuda_stream);
+        return epilogue::launch<X, decltype(bt)::value>(params, problem.q.device.index,
+                                                        cuda_stream);
       });
     });
   });
