@@ -301,7 +301,9 @@ if want epilogue; then
     sanitize "sanitizer $tool, epilogue subset" "$tool" "$test_epilogue" 'Subset/*'
   done
   : >"$logs/epilogue_bench.log"
-  for call in "--gate none" "--gate lower_bound --beta-sigmoid --state-v-first"; do
+  # h, dh in bf16 (as the layer passes them) run the bf16 kernel; in float32 the general one.
+  for call in "--gate none --h-dtype x" "--gate lower_bound --beta-sigmoid --state-v-first --h-dtype x" \
+    "--gate none" "--gate lower_bound --beta-sigmoid --state-v-first"; do
     echo "== kda run chunk_bwd_epilogue --shape 1,8192,32,128,128 $call" >>"$logs/epilogue_bench.log"
     # shellcheck disable=SC2086
     bounded 60 "$kda" run chunk_bwd_epilogue --shape 1,8192,32,128,128 --backend cuda --repeat 20 \
@@ -574,9 +576,9 @@ if want ncu-intra; then
     --variants "${KDA_NCU_INTRA_VARIANT:-split=1}"
 fi
 if want ncu-epilogue; then
-  ncu_profile ncu-epilogue chunk_bwd_epilogue_kernel "ncu chunk_bwd_epilogue T=2048 bf16 Kimi call" \
+  ncu_profile ncu-epilogue chunk_bwd_epilogue_bf16 "ncu chunk_bwd_epilogue T=2048 bf16 Kimi call" \
     "$kda" run chunk_bwd_epilogue --shape 1,2048,32,128,128 --backend cuda --repeat 5 \
-    --gate lower_bound --beta-sigmoid --state-v-first
+    --gate lower_bound --beta-sigmoid --state-v-first --h-dtype x
 fi
 # chunk_bwd_wy_dqkg's default kernel at the model shape (bf16, h float32).
 if want ncu-wy; then

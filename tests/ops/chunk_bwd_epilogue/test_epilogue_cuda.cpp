@@ -56,6 +56,15 @@ EpilogueConfig base(DType x, int64_t K, int64_t V, int64_t BT) {
   return c;
 }
 
+EpilogueConfig bf16_kernel_base() {
+  EpilogueConfig c = base(DType::bf16, 128, 128, 64);
+  c.B = 1;
+  c.T = 300;
+  c.h_dtype = DType::bf16;
+  c.beta_dtype = DType::bf16;
+  return c;
+}
+
 std::vector<Case> full_cases() {
   std::vector<Case> cases;
   {
@@ -123,6 +132,31 @@ std::vector<Case> full_cases() {
     c.config.T = 5;
     cases.push_back(c);
   }
+  // The bf16 kernel's shape (bf16, BT = 64, K = V = 128, HV = H, h in bf16): every option.
+  {
+    Case c{"bf16_kernel_kimi_vfirst", bf16_kernel_base()};
+    c.config.state_v_first = true;
+    cases.push_back(c);
+  }
+  {
+    Case c{"bf16_kernel_no_gate_no_l2norm_scale", bf16_kernel_base()};
+    c.config.B = 2;
+    c.config.T = 256;
+    c.config.gate = "none";
+    c.config.l2norm = false;
+    c.config.beta_sigmoid = false;
+    c.config.scale = 0.3;
+    c.config.beta_dtype = DType::f32;
+    cases.push_back(c);
+  }
+  {
+    Case c{"bf16_kernel_varlen_softplus_negeig", bf16_kernel_base()};
+    c.config.seqlens = {1, 70, 64, 17, 130, 2};
+    c.config.T = 284;
+    c.config.gate = "softplus";
+    c.config.allow_neg_eigval = true;
+    cases.push_back(c);
+  }
   return cases;
 }
 
@@ -141,6 +175,12 @@ std::vector<Case> subset_cases() {
     c.config.T = 44;
     c.config.state_v_first = true;
     c.config.gate = "softplus";
+    cases.push_back(c);
+  }
+  {
+    Case c{"bf16_kernel_varlen", bf16_kernel_base()};
+    c.config.seqlens = {1, 90, 5};
+    c.config.T = 96;
     cases.push_back(c);
   }
   return cases;

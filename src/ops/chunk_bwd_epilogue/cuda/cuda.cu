@@ -1,8 +1,10 @@
-// chunk_bwd_epilogue's CUDA backend: the fused kernel (kernel.cuh) for every (chunk, query/key
-// head), then gate_params_kernel (reduce.cuh) for dA_log and ddt_bias, both on the tensors' device
-// and the caller's stream. One kernel family: TF32 mma.sync products (3xTF32 for float32 X), so
-// Kernel::simt is refused; K up to 128 (the dq, dk accumulators of a chunk's rows live in shared
-// memory), any V, chunk sizes 16, 32 and 64.
+// chunk_bwd_epilogue's CUDA backend: a fused kernel for every (chunk, query/key head), then
+// gate_params_kernel (reduce.cuh) for dA_log and ddt_bias, both on the tensors' device and the
+// caller's stream. The model's shape (bf16, chunks of 64, K = V = 128, HV = H, h and dh in bf16,
+// rows copyable in 16-byte pieces) runs the bf16 kernel (bf16/kernel.cuh: bf16 mma.sync, split
+// operands where the kernel derives them); every other problem the general kernel (kernel.cuh:
+// TF32 products, 3xTF32 for float32 X; K up to 128, any V, chunk sizes 16, 32 and 64). Both are
+// tensor-core kernels, so Kernel::simt is refused.
 
 #include <cuda_runtime.h>
 
@@ -14,6 +16,7 @@
 #include "cuda/common/dtype_tag.cuh"
 #include "cuda/common/kernel_attributes.hpp"
 #include "ops/chunk_bwd_epilogue/backends.hpp"
+#include "ops/chunk_bwd_epilogue/cuda/bf16/kernel.cuh"
 #include "ops/chunk_bwd_epilogue/cuda/kernel.cuh"
 #include "ops/chunk_bwd_epilogue/cuda/reduce.cuh"
 
@@ -75,6 +78,13 @@ EpilogueParams make_params(const ChunkBwdEpilogueProblem& problem,
   return p;
 }
 
+template <typename X>
+Status launch_gate_params(const EpilogueParams& p, cudaStream_t stream) {
+  static const std::string name = std::string("gate_params_kernel<X=") + dtype_tag<X>() + ">";
+  gate_params_kernel<X><<<static_cast<unsigned>(p.HV), kReduceThreads, 0, stream>>>(p);
+  return launch_status(name);
+}
+
 template <typename X, int kL>
 Status launch(EpilogueParams p, int device, cudaStream_t stream) {
   using Split = std::conditional_t<std::is_same_v<X, float>, mma::Tf32x3Split, mma::Tf32Split<1>>;
@@ -96,10 +106,42 @@ Status launch(EpilogueParams p, int device, cudaStream_t stream) {
     chunk_bwd_epilogue_kernel<X, kL, Split><<<grid, kThreads, bytes, stream>>>(p);
     if (Status s = launch_status(name); !s.ok()) return s;
   }
-  static const std::string reduce_name =
-      std::string("gate_params_kernel<X=") + dtype_tag<X>() + ">";
-  gate_params_kernel<X><<<static_cast<unsigned>(p.HV), kReduceThreads, 0, stream>>>(p);
-  return launch_status(reduce_name);
+  return launch_gate_params<X>(p, stream);
+}
+
+// Whether the bf16 kernel takes the problem (bf16/plan.cuh): its shapes, and every tile it
+// copies and every output it stores in whole 16-byte (or 8-byte) pieces.
+bool bf16_kernel_takes(const ChunkBwdEpilogueProblem& problem, const ChunkBwdEpilogueDims& dims) {
+  if (dims.x_dtype != DType::bf16 || dims.BT != bf16::kL || dims.K != bf16::kD ||
+      dims.V != bf16::kD || dims.HV != dims.H || problem.h.dtype != DType::bf16 ||
+      problem.dh.dtype != DType::bf16) {
+    return false;
+  }
+  for (const TensorView* t : {&problem.q, &problem.k, &problem.v, &problem.do_, &problem.v_new,
+                              &problem.dv, &problem.A, &problem.h, &problem.dh}) {
+    if (row_copy_bytes(*t) != 16) return false;
+  }
+  for (const TensorView* t : {&problem.dq, &problem.dk, &problem.dv_out}) {
+    if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
+  }
+  return true;
+}
+
+template <bool kVFirst>
+Status launch_bf16(const EpilogueParams& p, int device, cudaStream_t stream) {
+  static const std::string name =
+      std::string("chunk_bwd_epilogue_bf16_kernel<VFirst=") + (kVFirst ? "1" : "0") + ">";
+  if (p.num_chunks > 0 && p.H > 0) {
+    const void* kernel =
+        reinterpret_cast<const void*>(&bf16::chunk_bwd_epilogue_bf16_kernel<kVFirst>);
+    if (Status s = ensure_max_dynamic_smem(kernel, device, bf16::kSmemBytes, name.c_str()); !s.ok())
+      return s;
+    const auto grid = static_cast<unsigned>(p.num_chunks * p.H);
+    bf16::chunk_bwd_epilogue_bf16_kernel<kVFirst>
+        <<<grid, bf16::kThreads, bf16::kSmemBytes, stream>>>(p);
+    if (Status s = launch_status(name); !s.ok()) return s;
+  }
+  return launch_gate_params<__nv_bfloat16>(p, stream);
 }
 
 }  // namespace
@@ -124,6 +166,11 @@ Status run_chunk_bwd_epilogue_cuda(const ChunkBwdEpilogueProblem& problem,
   const epilogue::EpilogueParams params = epilogue::make_params(problem, dims);
   return run_on_device(problem.q.device.index, stream, [&] {
     const auto cuda_stream = static_cast<cudaStream_t>(stream);
+    if (epilogue::bf16_kernel_takes(problem, dims)) {
+      const int device = problem.q.device.index;
+      return problem.state_v_first ? epilogue::launch_bf16<true>(params, device, cuda_stream)
+                                   : epilogue::launch_bf16<false>(params, device, cuda_stream);
+    }
     return dispatch_x_dtype(dims.x_dtype, [&](auto tag) {
       using X = typename decltype(tag)::type;
       return dispatch_int<16, 32, 64>("chunk_size", dims.BT, [&](auto bt) {
