@@ -51,7 +51,8 @@
 #   ncu-intra         ncu (--set full, SASS-level stall samples) on one chunk_bwd_intra launch at
 #                     the model shape (T=8192 bf16); report, details and the SASS table in logs
 #   ncu-epilogue      the same on one chunk_bwd_epilogue launch at B=1 T=2048 H=32 K=V=128 bf16, the
-#                     Kimi layer's call (gate, beta sigmoid, l2norm, V-first h)
+#                     Kimi layer's call (gate, beta sigmoid, l2norm, V-first h in bf16: the bf16
+#                     kernel), on the default call's, and on its dA_log / ddt_bias kernel
 #   ncu-wy            the same on one chunk_bwd_wy_dqkg launch at its model shape (B=1 T=2048
 #                     H=32 K=V=128 bf16, h float32): the data for issue 12's v3 design
 #   ncu-wy-fp32       the same in float32 (the 3xTF32 kernel)
@@ -577,6 +578,12 @@ if want ncu-intra; then
 fi
 if want ncu-epilogue; then
   ncu_profile ncu-epilogue chunk_bwd_epilogue_bf16 "ncu chunk_bwd_epilogue T=2048 bf16 Kimi call" \
+    "$kda" run chunk_bwd_epilogue --shape 1,2048,32,128,128 --backend cuda --repeat 5 \
+    --gate lower_bound --beta-sigmoid --state-v-first --h-dtype x
+  ncu_profile ncu-epilogue-default chunk_bwd_epilogue_bf16 "ncu chunk_bwd_epilogue T=2048 bf16 default call" \
+    "$kda" run chunk_bwd_epilogue --shape 1,2048,32,128,128 --backend cuda --repeat 5 --gate none \
+    --h-dtype x
+  ncu_profile ncu-epilogue-reduce gate_params "ncu chunk_bwd_epilogue's dA_log/ddt_bias T=2048" \
     "$kda" run chunk_bwd_epilogue --shape 1,2048,32,128,128 --backend cuda --repeat 5 \
     --gate lower_bound --beta-sigmoid --state-v-first --h-dtype x
 fi

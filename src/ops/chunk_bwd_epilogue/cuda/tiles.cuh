@@ -113,16 +113,21 @@ struct GateValue {
   float d_x;
 };
 
+// The activations in fast float32 math (__expf, __fdividef: a few ulp): exact division and expf
+// took most of the bf16 kernel's gate steps (branchy slow paths), and a few ulp of the gate's
+// value is far below every output's bar.
 __device__ __forceinline__ float sigmoidf(float x) {
-  return 1.0f / (1.0f + expf(-x));
+  return __fdividef(1.0f, 1.0f + __expf(-x));
 }
 
 __device__ __forceinline__ float softplusf(float x) {
-  return x > 20.0f ? x : log1pf(expf(x));
+  if (x > 20.0f) return x;
+  const float e = __expf(x);
+  return x < -15.0f ? e : log1pf(e);
 }
 
 __device__ __forceinline__ GateValue gate_value(const EpilogueParams& p, float x, float A_log) {
-  const float s = p.A_log != nullptr ? expf(A_log) : 1.0f;
+  const float s = p.A_log != nullptr ? __expf(A_log) : 1.0f;
   if (p.has_lower_bound) {
     const float sg = sigmoidf(s * x);
     return {p.lower_bound * sg, p.lower_bound * sg * (1.0f - sg) * s};

@@ -3,15 +3,20 @@
 // warp's 16 x 32 tile: rows i of sub-chunk rs (16 rows), channels c of column quarter cq.
 //   dqa[i] = Σ_{j<=i} Pq[i,j] k̂[j] d(i,j),  r[i] = Σ_{j<i} Pk[i,j] k̂[j] d(i,j),
 //   dkc[j] = Σ_{i>=j} (Pq[i,j] q̂[i] + Pk[i,j] β_i k̂[i]) d(i,j),  d(i,j) = 2^(G2[i] − G2[j]).
-// Pairs in different sub-chunks run on the tensor cores through an anchor row (the first row f
-// of the target sub-chunk for dqa and r, the last row l of the source sub-chunk for dkc):
-// d(i,j) = 2^(G2[i] − G2[f]) · 2^(G2[f] − G2[j]), both exponents <= 0 for a non-increasing G, the
-// operands built in registers and split into bf16 hi + lo (three products). Pairs inside the
-// diagonal 16 x 16 block take their exact decay on the CUDA cores.
+// They run on the tensor cores through an anchor row a: d(i,j) = 2^(G2[i] − G2[a]) ·
+// 2^(G2[a] − G2[j]), the operands built in registers and split into bf16 hi + lo (three
+// products). Pairs in different sub-chunks take a = the first row of the target sub-chunk (dqa,
+// r) or the last row of the source sub-chunk (dkc), so every exponent is <= 0 for a
+// non-increasing G. The diagonal 16 x 16 block joins them with a = its row 8 when every channel
+// of the warp decays by at most kDiagonalSpan (log2) between row 8 and either end of the block,
+// so that the factors stay far inside float32's range (always so with lower_bound >= -5: 8 rows
+// of at most 7.2); otherwise its pairs take their exact decay on the CUDA cores.
 
 #include "ops/chunk_bwd_epilogue/cuda/bf16/warp_ops.cuh"
 
 namespace kda::cuda::epilogue::bf16 {
+
+constexpr float kDiagonalSpan = 100.0f;
 
 struct IntraInputs {
   const Bf16 *pq_hi, *pq_lo, *pk_hi, *pk_lo;  // [64][kPitchL]: scale · dAqk and dAkk, masked
@@ -36,6 +41,15 @@ __device__ __forceinline__ float normed(const Bf16* x, const float* inv, int row
   return __bfloat162float(x[row * kPitchD + c]) * inv[row];
 }
 
+// Whether the diagonal block of sub-chunk rs runs on the tensor cores for the warp's channels.
+__device__ __forceinline__ bool diagonal_on_tensor_cores(const IntraInputs& in, int rs, int cq,
+                                                         const Lane& l) {
+  const int c = 32 * cq + l.lane;
+  const float before = in.G2[16 * rs * kPitchF + c] - in.G2[(16 * rs + 8) * kPitchF + c];
+  const float after = in.G2[(16 * rs + 8) * kPitchF + c] - in.G2[(16 * rs + 15) * kPitchF + c];
+  return __all_sync(0xffffffffu, fabsf(before) <= kDiagonalSpan && fabsf(after) <= kDiagonalSpan);
+}
+
 // B fragment (16 source rows from row0, 8 channels from c0 - g) of value(row, c) split in two.
 template <typename Value>
 __device__ __forceinline__ void build_b(uint32_t (&hi)[2], uint32_t (&lo)[2], int row0, int c,
@@ -45,79 +59,87 @@ __device__ __forceinline__ void build_b(uint32_t (&hi)[2], uint32_t (&lo)[2], in
   split2(value(r + 8, c), value(r + 9, c), hi[1], lo[1]);
 }
 
-// Off-diagonal rows: dqa (from Pq) and r (from Pk) of sub-chunk rs from the sub-chunks before it.
+// Rows: dqa (from Pq) and r (from Pk) of sub-chunk rs from the sub-chunks before it, and from
+// its own with `diagonal`. Both products share their B operand, k̂ ⊙ 2^(G2[f] − G2[j]).
 __device__ __forceinline__ void intra_rows(TileGradients& t, const IntraInputs& in, int rs, int cq,
-                                           const Lane& l) {
-  if (rs == 0) return;
-  const int f = 16 * rs;
-#pragma unroll
-  for (int pass = 0; pass < 2; ++pass) {
-    const Bf16* p_hi = pass == 0 ? in.pq_hi : in.pk_hi;
-    const Bf16* p_lo = pass == 0 ? in.pq_lo : in.pk_lo;
-    float acc[4][4];
-    zero_acc(acc);
-    for (int sp = 0; sp < rs; ++sp) {
-      uint32_t a_hi[4], a_lo[4];
-      mma::load_a<ALayout::kMK>(a_hi, p_hi + f * kPitchL + 16 * sp, kPitchL, l.lane);
-      mma::load_a<ALayout::kMK>(a_lo, p_lo + f * kPitchL + 16 * sp, kPitchL, l.lane);
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const int c = 32 * cq + 8 * nt + l.g;
-        const float g_anchor = in.G2[f * kPitchF + c];
-        uint32_t b_hi[2], b_lo[2];
-        build_b(b_hi, b_lo, 16 * sp, c, l, [&](int j, int cc) {
-          return normed(in.k, in.inv_k, j, cc) * ex2(g_anchor - in.G2[j * kPitchF + cc]);
-        });
-        mma3(acc[nt], a_hi, a_lo, b_hi, b_lo);
-      }
-    }
+                                           const Lane& l, bool diagonal) {
+  const int blocks = diagonal ? rs + 1 : rs;
+  if (blocks == 0) return;
+  const int f = diagonal ? 16 * rs + 8 : 16 * rs;  // the anchor row
+  float acc_q[4][4], acc_k[4][4];
+  zero_acc(acc_q);
+  zero_acc(acc_k);
+  for (int sp = 0; sp < blocks; ++sp) {
+    const int at = 16 * rs * kPitchL + 16 * sp;
+    uint32_t q_hi[4], q_lo[4], k_hi[4], k_lo[4];
+    mma::load_a<ALayout::kMK>(q_hi, in.pq_hi + at, kPitchL, l.lane);
+    mma::load_a<ALayout::kMK>(q_lo, in.pq_lo + at, kPitchL, l.lane);
+    mma::load_a<ALayout::kMK>(k_hi, in.pk_hi + at, kPitchL, l.lane);
+    mma::load_a<ALayout::kMK>(k_lo, in.pk_lo + at, kPitchL, l.lane);
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
+      const int c = 32 * cq + 8 * nt + l.g;
+      const float g_anchor = in.G2[f * kPitchF + c];
+      uint32_t b_hi[2], b_lo[2];
+      build_b(b_hi, b_lo, 16 * sp, c, l, [&](int j, int cc) {
+        return normed(in.k, in.inv_k, j, cc) * ex2(g_anchor - in.G2[j * kPitchF + cc]);
+      });
+      mma3(acc_q[nt], q_hi, q_lo, b_hi, b_lo);
+      mma3(acc_k[nt], k_hi, k_lo, b_hi, b_lo);
+    }
+  }
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = f + l.g + 8 * (e / 2), c = 32 * cq + 8 * nt + 2 * l.tq + (e & 1);
-        const float x = acc[nt][e] * ex2(in.G2[i * kPitchF + c] - in.G2[f * kPitchF + c]);
-        if (pass == 0) {
-          t.dq[nt][e] += x;
-          t.dG[nt][e] += normed(in.q, in.inv_q, i, c) * x;
-        } else {
-          const float kn = normed(in.k, in.inv_k, i, c), b = in.beta[i];
-          t.dk[nt][e] += b * x;
-          t.dG[nt][e] += kn * b * x;
-          t.db[e / 2] += x * kn;
-        }
-      }
+  for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = 16 * rs + l.g + 8 * (e / 2), c = 32 * cq + 8 * nt + 2 * l.tq + (e & 1);
+      const float scale = ex2(in.G2[i * kPitchF + c] - in.G2[f * kPitchF + c]);
+      const float dqa = acc_q[nt][e] * scale, r = acc_k[nt][e] * scale;
+      const float qn = normed(in.q, in.inv_q, i, c), kn = normed(in.k, in.inv_k, i, c);
+      const float b = in.beta[i];
+      t.dq[nt][e] += dqa;
+      t.dk[nt][e] += b * r;
+      t.dG[nt][e] += qn * dqa + kn * b * r;
+      t.db[e / 2] += r * kn;
     }
   }
 }
 
-// Off-diagonal columns: dkc of sub-chunk rs's rows (as j) from the sub-chunks after it.
+// Columns: dkc of sub-chunk rs's rows (as j) from the sub-chunks after it, and from its own with
+// `diagonal`: Pqᵀ (q̂ ⊙ 2^(G2[i] − G2[l])) + Pkᵀ (β k̂ ⊙ the same).
 __device__ __forceinline__ void intra_columns(TileGradients& t, const IntraInputs& in, int rs,
-                                              int cq, const Lane& l) {
-  if (rs == 3) return;
-  const int anchor = 16 * rs + 15;
+                                              int cq, const Lane& l, bool diagonal) {
+  const int first = diagonal ? rs : rs + 1;
+  if (first == 4) return;
+  const int anchor = diagonal ? 16 * rs + 8 : 16 * rs + 15;
   float acc[4][4];
   zero_acc(acc);
-  for (int s = rs + 1; s < 4; ++s) {
+  for (int s = first; s < 4; ++s) {
+    const int at = 16 * s * kPitchL + 16 * rs;  // A(j, i) = P[i][j]
+    uint32_t q_hi[4], q_lo[4], k_hi[4], k_lo[4];
+    mma::load_a<ALayout::kKM>(q_hi, in.pq_hi + at, kPitchL, l.lane);
+    mma::load_a<ALayout::kKM>(q_lo, in.pq_lo + at, kPitchL, l.lane);
+    mma::load_a<ALayout::kKM>(k_hi, in.pk_hi + at, kPitchL, l.lane);
+    mma::load_a<ALayout::kKM>(k_lo, in.pk_lo + at, kPitchL, l.lane);
 #pragma unroll
-    for (int pass = 0; pass < 2; ++pass) {
-      const Bf16* p_hi = pass == 0 ? in.pq_hi : in.pk_hi;
-      const Bf16* p_lo = pass == 0 ? in.pq_lo : in.pk_lo;
-      uint32_t a_hi[4], a_lo[4];  // A(j, i) = P[i][j]
-      mma::load_a<ALayout::kKM>(a_hi, p_hi + 16 * s * kPitchL + 16 * rs, kPitchL, l.lane);
-      mma::load_a<ALayout::kKM>(a_lo, p_lo + 16 * s * kPitchL + 16 * rs, kPitchL, l.lane);
+    for (int nt = 0; nt < 4; ++nt) {
+      const int c = 32 * cq + 8 * nt + l.g;
+      const float g_anchor = in.G2[anchor * kPitchF + c];
+      float xq[4], xk[4];  // rows 16 s + 2 tq + {0, 1, 8, 9}
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const int c = 32 * cq + 8 * nt + l.g;
-        const float g_anchor = in.G2[anchor * kPitchF + c];
-        uint32_t b_hi[2], b_lo[2];
-        build_b(b_hi, b_lo, 16 * s, c, l, [&](int i, int cc) {
-          const float x = pass == 0 ? normed(in.q, in.inv_q, i, cc)
-                                    : in.beta[i] * normed(in.k, in.inv_k, i, cc);
-          return x * ex2(in.G2[i * kPitchF + cc] - g_anchor);
-        });
-        mma3(acc[nt], a_hi, a_lo, b_hi, b_lo);
+      for (int m = 0; m < 4; ++m) {
+        const int i = 16 * s + 2 * l.tq + (m & 1) + 8 * (m / 2);
+        const float d = ex2(in.G2[i * kPitchF + c] - g_anchor);
+        xq[m] = normed(in.q, in.inv_q, i, c) * d;
+        xk[m] = in.beta[i] * normed(in.k, in.inv_k, i, c) * d;
       }
+      uint32_t bq_hi[2], bq_lo[2], bk_hi[2], bk_lo[2];
+      split2(xq[0], xq[1], bq_hi[0], bq_lo[0]);
+      split2(xq[2], xq[3], bq_hi[1], bq_lo[1]);
+      split2(xk[0], xk[1], bk_hi[0], bk_lo[0]);
+      split2(xk[2], xk[3], bk_hi[1], bk_lo[1]);
+      mma3(acc[nt], q_hi, q_lo, bq_hi, bq_lo);
+      mma3(acc[nt], k_hi, k_lo, bk_hi, bk_lo);
     }
   }
 #pragma unroll

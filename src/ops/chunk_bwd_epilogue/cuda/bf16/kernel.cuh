@@ -39,23 +39,43 @@ __device__ __forceinline__ const Bf16* state_rows(const StateView& v, const Chun
          s.chunk_in_row * v.stride_chunk + head * v.stride_head;
 }
 
+// Raw gate inputs (g + dt_bias with the gate in the kernel, else g) of rows 16 seg .. 16 seg + 15
+// of channel c; rows past the chunk read its last row, so that every load is issued up front.
+__device__ __forceinline__ void load_gate_inputs(float (&x)[16], const EpilogueParams& p,
+                                                 const ChunkSpan& s, int64_t hv, int c, int seg) {
+  const TokenView& g = p.g;
+  const int64_t origin =
+      s.batch * g.stride_batch + s.t0 * g.stride_token + hv * g.stride_head + c * g.stride_col;
+  if (p.g_is_f32) {
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      x[r] = load_float<float>(g.data, origin + min(16 * seg + r, s.len - 1) * g.stride_token);
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      x[r] = load_float<Bf16>(g.data, origin + min(16 * seg + r, s.len - 1) * g.stride_token);
+    }
+  }
+  if (p.gate_in_kernel && p.dt_bias != nullptr) {
+    const float bias = p.dt_bias[(hv * p.K + c) * p.dt_bias_stride];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) x[r] += bias;
+  }
+}
+
 // G2 = log2e · the cumulative decay over the chunk's rows (rows past the chunk repeat the last):
 // thread (c, segment) takes 16 rows of channel c, then adds the segments before it.
-__device__ __forceinline__ void build_gate(float* G2, float* totals, const EpilogueParams& p,
-                                           const ChunkSpan& s, int64_t hv, float A_log) {
+// x: load_gate_inputs of the thread's rows.
+__device__ __forceinline__ void build_gate(float* G2, float* totals, float (&x)[16],
+                                           const EpilogueParams& p, const ChunkSpan& s,
+                                           float A_log) {
   const int c = static_cast<int>(threadIdx.x) % kD, seg = static_cast<int>(threadIdx.x) / kD;
-  float x[16];
-#pragma unroll
-  for (int r = 0; r < 16; ++r) {
-    const int i = 16 * seg + r;
-    x[r] = i < s.len ? gate_input<Bf16>(p, s.batch, s.t0 + i, hv, c) : 0.0f;
-  }
   float run = 0.0f;
 #pragma unroll
   for (int r = 0; r < 16; ++r) {
-    const int i = 16 * seg + r;
-    if (i < s.len && p.gate_in_kernel) x[r] = gate_value(p, x[r], A_log).value;
-    run += x[r];
+    const float value = p.gate_in_kernel ? gate_value(p, x[r], A_log).value : x[r];
+    run += 16 * seg + r < s.len ? value : 0.0f;
     x[r] = run;
   }
   totals[seg * kD + c] = run;
@@ -125,7 +145,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   Bf16* const sH = sm.bf(kH);
   float* const G2 = sm.f32(kG);
 
-  // Copies in the order of use: (Akk, dv, k, v), h, (do, v_new).
+  // The gate's inputs first (the first values the unit needs), then the copies in the order of
+  // use: (Akk, dv, k, v), h, (do, v_new).
+  float gate_x[16];
+  load_gate_inputs(gate_x, p, span, hv, tid % kD, tid / kD);
   copy_tile<kL, kL, kPitchL>(sA, token_rows(p.A, span, hv), p.A.stride_token, len);
   copy_tile<kL, kD, kPitchD>(sDv, token_rows(p.dv, span, hv), p.dv.stride_token, len);
   copy_tile<kL, kD, kPitchD>(sm.bf(kKV), token_rows(p.k, span, h), p.k.stride_token, len);
@@ -155,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     small[kBetaRawGrad + tid] = d_raw;
   }
   for (int e = tid; e < 4 * kL; e += kThreads) small[kDbPart + e] = 0.0f;
-  build_gate(G2, small + kSegment, p, span, hv, A_log);
+  build_gate(G2, small + kSegment, gate_x, p, span, A_log);
   mma::cp_async_wait<2>();
   __syncthreads();
   if (len < kL) {  // Akk's columns past a short chunk are not read
@@ -338,26 +361,31 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Bf16* sDh = sm.bf(kKGU);
   mma::warp_mma<Bf16, ALayout::kMK, kS_VK, 8, 4>(dK0, sVn + 16 * rs * kPitchD, kPitchD,
                                                  sDh + s_vk_cols, kPitchD, l.lane);
-  {
+  if constexpr (kVFirst) {  // tile rows are v: thread (k, quarter) walks 32 rows of column k
+    const int k = tid % kD, quarter = tid / kD;
+    float sum = 0.0f;
+#pragma unroll 8
+    for (int vv = 32 * quarter; vv < 32 * quarter + 32; ++vv) {
+      sum = fmaf(__bfloat162float(sH[vv * kPitchD + k]), __bfloat162float(sDh[vv * kPitchD + k]),
+                 sum);
+    }
+    small[kSegment + quarter * kD + k] = sum;
+  } else {  // tile rows are k: four threads share row k
     const int k = tid / 4, part = tid % 4;
     float sum = 0.0f;
     for (int vv = 32 * part; vv < 32 * part + 32; vv += 2) {
-      if constexpr (kVFirst) {
-#pragma unroll
-        for (int o = 0; o < 2; ++o) {
-          sum = fmaf(__bfloat162float(sH[(vv + o) * kPitchD + k]),
-                     __bfloat162float(sDh[(vv + o) * kPitchD + k]), sum);
-        }
-      } else {
-        const float2 a = load_pair(sH + k * kPitchD + vv), b = load_pair(sDh + k * kPitchD + vv);
-        sum = fmaf(a.x, b.x, fmaf(a.y, b.y, sum));
-      }
+      const float2 a = load_pair(sH + k * kPitchD + vv), b = load_pair(sDh + k * kPitchD + vv);
+      sum = fmaf(a.x, b.x, fmaf(a.y, b.y, sum));
     }
     sum = quad_sum(sum);
     if (part == 0) small[kSDot + k] = sum;
   }
   row_inv_norms(small + kInvQ, sm.bf(kKV), len, p.l2norm, warp, l.lane);
   __syncthreads();
+  if (kVFirst && tid < kD) {
+    small[kSDot + tid] = small[kSegment + tid] + small[kSegment + kD + tid] +
+                         small[kSegment + 2 * kD + tid] + small[kSegment + 3 * kD + tid];
+  }
 
   // SPEC.md steps 1, 2, 5-9 per element.
   const Bf16* q_raw = sm.bf(kKV);
@@ -393,9 +421,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   const IntraInputs in{s_hi, s_lo, x_hi, x_lo, q_raw, k_raw, G2, inv_q, inv_k, beta};
-  intra_rows(tg, in, rs, cq, l);
-  intra_columns(tg, in, rs, cq, l);
-  intra_diagonal(tg, in, rs, cq, l);
+  const bool diagonal = diagonal_on_tensor_cores(in, rs, cq, l);
+  intra_rows(tg, in, rs, cq, l, diagonal);
+  intra_columns(tg, in, rs, cq, l, diagonal);
+  if (!diagonal) intra_diagonal(tg, in, rs, cq, l);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const float sum = quad_sum(tg.db[half]);
@@ -426,32 +455,29 @@ __global__ void __launch_bounds__(kThreads, 1)
     dG[last * kPitchF + tid] += fmaf(ex2(G2[last * kPitchF + tid]), small[kSDot + tid], keys);
   }
   __syncthreads();
-  // The reverse cumsum over rows: dg by the cumulative gate becomes dg by each token's decay.
+  // The reverse cumsum over rows (dg by the cumulative gate becomes dg by each token's decay),
+  // then through the gate: thread (c, segment) takes 16 rows of channel c.
   {
     const int c = tid % kD, seg = tid / kD;
+    float x[16], suffix[16];
+    load_gate_inputs(x, p, span, hv, c, seg);
     float run = 0.0f;
 #pragma unroll
     for (int r = 15; r >= 0; --r) {
-      float& x = dG[(16 * seg + r) * kPitchF + c];
-      run += x;
-      x = run;
+      run += dG[(16 * seg + r) * kPitchF + c];
+      suffix[r] = run;
     }
     small[kSegment + seg * kD + c] = run;
     __syncthreads();
     float after = 0.0f;
     for (int b = seg + 1; b < 4; ++b) after += small[kSegment + b * kD + c];
+    float* dg_out = p.dg + ((span.batch * p.T + span.t0 + 16 * seg) * p.HV + hv) * p.K + c;
 #pragma unroll
-    for (int r = 0; r < 16; ++r) dG[(16 * seg + r) * kPitchF + c] += after;
-  }
-  __syncthreads();
-  for (int e = tid; e < kL * kD; e += kThreads) {
-    const int i = e / kD, c = e % kD;
-    if (i >= len) break;
-    float dg = dG[i * kPitchF + c];
-    if (p.gate_in_kernel) {
-      dg *= gate_value(p, gate_input<Bf16>(p, span.batch, span.t0 + i, hv, c), A_log).d_x;
+    for (int r = 0; r < 16; ++r) {
+      if (16 * seg + r >= len) break;
+      const float d_x = p.gate_in_kernel ? gate_value(p, x[r], A_log).d_x : 1.0f;
+      dg_out[r * p.HV * p.K] = (suffix[r] + after) * d_x;
     }
-    p.dg[((span.batch * p.T + span.t0 + i) * p.HV + hv) * p.K + c] = dg;
   }
   // l2norm's backward, dx = (dx̂ − x̂ (x̂ · dx̂)) / ||x||, and the stores of dq and dk.
   for (int i = warp; i < len; i += kWarps) {

@@ -23,7 +23,8 @@ __device__ __forceinline__ void copy_tile(Bf16* dst, const Bf16* src, int64_t ro
   constexpr int kPieces = kCols / 8;  // 16-byte pieces per row
   static_assert(kRows * kPieces % kThreads == 0, "whole pieces per thread");
 #pragma unroll
-  for (int e = static_cast<int>(threadIdx.x); e < kRows * kPieces; e += kThreads) {
+  for (int m = 0; m < kRows * kPieces / kThreads; ++m) {
+    const int e = static_cast<int>(threadIdx.x) + m * kThreads;
     const int r = e / kPieces, c = (e % kPieces) * 8;
     const bool inside = r < valid_rows;
     mma::cp_async_16(dst + r * kPitch + c, inside ? src + r * row_stride + c : src,
