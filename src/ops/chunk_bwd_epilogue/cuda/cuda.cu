@@ -82,7 +82,7 @@ template <typename X>
 Status launch_gate_params(const EpilogueParams& p, cudaStream_t stream) {
   static const std::string name = std::string("gate_params_kernel<X=") + dtype_tag<X>() + ">";
   gate_params_kernel<X>
-      <<<static_cast<unsigned>(p.HV * kMaxChannelBlocks), kReduceThreads, 0, stream>>>(p);
+      <<<static_cast<unsigned>(p.HV * kReduceCluster), kReduceThreads, 0, stream>>>(p);
   return launch_status(name);
 }
 
