@@ -226,6 +226,8 @@ struct EpilogueConfig {
   std::string gate = "none";  // "none" (g: log decays), "softplus" or "lower_bound" (-5)
   bool beta_sigmoid = false;  // use_beta_sigmoid_in_kernel
   bool allow_neg_eigval = false;
+  std::vector<double> A_log;  // with the gate in the kernel: A_log of value head i is
+                              // A_log[i % size]; empty: drawn U(0, 2)
   uint64_t seed = 0;
 };
 

@@ -98,7 +98,10 @@ void fill_random(const EpilogueConfig& c, HostProblem* hp) {
   }
   if (hp->has("A_log")) {
     HostTensor& A_log = hp->get("A_log");
-    for (int64_t i = 0, n = A_log.numel(); i < n; ++i) A_log.set(i, 2.0 * uniform(rng));
+    for (int64_t i = 0, n = A_log.numel(); i < n; ++i) {
+      const double drawn = 2.0 * uniform(rng);  // drawn either way: the other inputs stay the same
+      A_log.set(i, c.A_log.empty() ? drawn : c.A_log[static_cast<size_t>(i) % c.A_log.size()]);
+    }
     HostTensor& dt_bias = hp->get("dt_bias");
     for (int64_t i = 0, n = dt_bias.numel(); i < n; ++i) dt_bias.set(i, 0.5 * normal(rng));
   }

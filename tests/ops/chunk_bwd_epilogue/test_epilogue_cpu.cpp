@@ -161,6 +161,8 @@ TEST(EpilogueCpu, MatchesCpuRefOnRandomProblems) {
          c.x_dtype = DType::f16;
          c.beta_dtype = DType::f16;
        }},
+      {"a gentle and a very strong decay (A_log 0 and ln 64: most decays underflow)",
+       [](kda::io::EpilogueConfig& c) { c.A_log = {0.0, 4.1588830833596715}; }},
   };
   for (const Variant& v : variants) {
     kda::io::EpilogueConfig config = small_config();
