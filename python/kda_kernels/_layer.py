@@ -6,13 +6,14 @@ forward yet), with fla's l2norm and beta sigmoid in front of it. The backward ru
 up to the reverse state scan (the recompute of w/u, the forward state scan, dAv, the reverse
 scan), then one of two tails (``BACKWARD``, or ``KDA_LAYER_BACKWARD`` at import):
 
-- ``"split"`` (the default, the faster today): this library's WY and intra operators
-  (chunk_kda_bwd_wy_dqkg_fused, chunk_kda_bwd_intra, called directly), then fla's reverse cumsum
-  of dg and fla's gate, l2norm and beta sigmoid backwards (``SPLIT_STAGES``);
+- ``"split"`` (the default, the faster today with the gate in the kernel): this library's WY
+  and intra operators (chunk_kda_bwd_wy_dqkg_fused, chunk_kda_bwd_intra, called directly), then
+  fla's reverse cumsum of dg and fla's gate, l2norm and beta sigmoid backwards
+  (``SPLIT_STAGES``);
 - ``"epilogue"``: this library's fused epilogue (chunk_kda_bwd_epilogue), which writes every
-  gradient of the layer's raw inputs in one pass per chunk (``EPILOGUE_STAGES``). Its first
-  CUDA kernel is correct but about seven times slower than the split tail
-  (docs/performance.md), so it is not the default yet.
+  gradient of the layer's raw inputs in one pass per chunk (``EPILOGUE_STAGES``). On an H100
+  it beats the split tail without the gate in the kernel and trails it with the gate, by its
+  dA_log / ddt_bias reduction (docs/performance.md), so it is not the default yet.
 
 ``STAGES`` is the default tail's list. The backward recomputes what fla's default call
 recomputes (fla's ``disable_recompute=False``).
