@@ -358,22 +358,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_bwd_epilogue_kernel(const E
       smem[s.akk + i * s.ld_l + j] = a;
     }
     if (tid < kL) {
-      float value = 0.0f, d_raw = 0.0f;
-      if (tid < len) {
-        const BetaView& bv = p.beta;
-        const int64_t at =
-            span.batch * bv.stride_batch + (span.t0 + tid) * bv.stride_token + hv * bv.stride_head;
-        const float raw = load_x_or_f32<X>(bv.data, at, bv.is_f32);
-        value = raw;
-        d_raw = 1.0f;
-        if (p.beta_sigmoid) {
-          const float m = p.neg_eigval ? 2.0f : 1.0f, sg = sigmoidf(raw);
-          value = m * sg;
-          d_raw = m * sg * (1.0f - sg);
-        }
-      }
-      smem[s.beta + tid] = value;
-      smem[s.d_beta_raw + tid] = d_raw;
+      const BetaValue b =
+          tid < len ? beta_value<X>(p, span.batch, span.t0 + tid, hv) : BetaValue{0.0f, 0.0f};
+      smem[s.beta + tid] = b.value;
+      smem[s.d_beta_raw + tid] = b.d_raw;
       smem[s.db + tid] = 0.0f;
     }
     __syncthreads();

@@ -135,6 +135,24 @@ __device__ __forceinline__ GateValue gate_value(const EpilogueParams& p, float x
   return {-s * softplusf(x), -s * sigmoidf(x)};
 }
 
+// β of token t (activated: m · sigmoid(raw) with the sigmoid in the kernel, m = 2 with
+// allow_neg_eigval) and dβ / d(raw input).
+struct BetaValue {
+  float value;
+  float d_raw;
+};
+
+template <typename X>
+__device__ __forceinline__ BetaValue beta_value(const EpilogueParams& p, int64_t b, int64_t t,
+                                                int64_t hv) {
+  const BetaView& bv = p.beta;
+  const float raw = load_x_or_f32<X>(
+      bv.data, b * bv.stride_batch + t * bv.stride_token + hv * bv.stride_head, bv.is_f32);
+  if (!p.beta_sigmoid) return {raw, 1.0f};
+  const float m = p.neg_eigval ? 2.0f : 1.0f, sg = sigmoidf(raw);
+  return {m * sg, m * sg * (1.0f - sg)};
+}
+
 // The gate's raw input (g + dt_bias) or, without the gate in the kernel, the decay itself.
 template <typename X>
 __device__ __forceinline__ float gate_input(const EpilogueParams& p, int64_t b, int64_t t,

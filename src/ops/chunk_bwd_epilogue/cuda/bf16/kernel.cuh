@@ -161,21 +161,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   mma::cp_async_commit();
 
   if (tid < kL) {
-    float value = 0.0f, d_raw = 0.0f;
-    if (tid < len) {
-      const BetaView& bv = p.beta;
-      const int64_t at =
-          span.batch * bv.stride_batch + (span.t0 + tid) * bv.stride_token + hv * bv.stride_head;
-      value = load_x_or_f32<Bf16>(bv.data, at, bv.is_f32);
-      d_raw = 1.0f;
-      if (p.beta_sigmoid) {
-        const float m = p.neg_eigval ? 2.0f : 1.0f, sg = sigmoidf(value);
-        value = m * sg;
-        d_raw = m * sg * (1.0f - sg);
-      }
-    }
-    small[kBeta + tid] = value;
-    small[kBetaRawGrad + tid] = d_raw;
+    const BetaValue b =
+        tid < len ? beta_value<Bf16>(p, span.batch, span.t0 + tid, hv) : BetaValue{0.0f, 0.0f};
+    small[kBeta + tid] = b.value;
+    small[kBetaRawGrad + tid] = b.d_raw;
   }
   for (int e = tid; e < 4 * kL; e += kThreads) small[kDbPart + e] = 0.0f;
   build_gate(G2, small + kSegment, gate_x, p, span, A_log);
