@@ -161,8 +161,8 @@ TEST(EpilogueCpu, MatchesCpuRefOnRandomProblems) {
          c.x_dtype = DType::f16;
          c.beta_dtype = DType::f16;
        }},
-      // bf16 X, so bf16's bars: in float32 the float32 backend's dA_log is ~1e-3 from float64
-      // here (its reverse cumsum of dg cancels), above float32's 2e-4 (docs/reliability.md).
+      // bf16 X, so bf16's bars: in float32 the float32 backend's dA_log is up to ~1e-3 from
+      // float64 here (dg's terms cancel), above float32's 2e-4 (docs/reliability.md).
       {"bf16, a gentle and a very strong decay (A_log 0 and ln 64: most decays underflow)",
        [](kda::io::EpilogueConfig& c) {
          c.x_dtype = DType::bf16;
