@@ -530,9 +530,14 @@ struct Epilogue {
   // Without the gate in the kernel g is taken as the per-token log decay: a positive one grows
   // the state without bound, so only non-positive draws are moderate then; a bounded gate and
   // a moderate scale keep every exponent finite.
+  // Finite outputs are promised only where the exact gradients fit the outputs' dtype: not for
+  // float16 with l2norm, whose backward divides by ||x|| >= 1e-3 (the 1e-6 floor under the
+  // root), so that a near-zero row takes dq or dk past 65504 (found by fuzz_problem: K = 1,
+  // scale 16).
   static bool moderate_options(const Problem& problem) {
     return problem.use_gate_in_kernel && (!problem.scale || std::fabs(*problem.scale) <= 16.0) &&
-           (!problem.lower_bound || std::fabs(*problem.lower_bound) <= 16.0);
+           (!problem.lower_bound || std::fabs(*problem.lower_bound) <= 16.0) &&
+           !(problem.use_qk_l2norm_in_kernel && problem.q.dtype == kda::DType::f16);
   }
   static kda_status c_validate(const Problem& problem) {
     const kda_chunk_bwd_epilogue_problem c_problem = kda::testing::to_c(problem);
@@ -1123,8 +1128,10 @@ std::vector<std::vector<double>> run_and_check(const Case<Op>& c, Memory& mem,
       KDA_FUZZ_CHECK(!kda::fuzz::is_poison(element, t.dtype), "%s left an element of %s unwritten",
                      name, Op::kSlots[s].name);
       const double value = kda::load_double(t, offset);
-      KDA_FUZZ_CHECK(!finite || std::isfinite(value), "%s wrote a non-finite %s from finite inputs",
-                     name, Op::kSlots[s].name);
+      KDA_FUZZ_CHECK(!finite || std::isfinite(value),
+                     "%s wrote a non-finite %s (%g at element %lld) from finite inputs\n%s", name,
+                     Op::kSlots[s].name, value, static_cast<long long>(offset),
+                     c.problem.describe().c_str());
       values.push_back(value);
     });
     outputs.push_back(std::move(values));
