@@ -218,7 +218,7 @@ __device__ __forceinline__ void phase_b(float* smem, const SmemPlan& s, const Ep
     const float gi = G[i * kPitch + c];
     float dqa = 0.0f, r = 0.0f;
     for (int j = 0; j <= i; ++j) {
-      const float d = fast_exp2((gi - G[j * kPitch + c]) * kLog2e);
+      const float d = ex2((gi - G[j * kPitch + c]) * kLog2e);
       const float kd = Kn[j * kPitch + c] * d;
       dqa = fmaf(Pq[i * s.ld_l + j], kd, dqa);
       r = fmaf(Pk[i * s.ld_l + j], kd, r);
@@ -237,7 +237,7 @@ __device__ __forceinline__ void phase_b(float* smem, const SmemPlan& s, const Ep
     const float gj = G[j * kPitch + c];
     float dkc = 0.0f;
     for (int i = j; i < len; ++i) {
-      const float d = fast_exp2((G[i * kPitch + c] - gj) * kLog2e);
+      const float d = ex2((G[i * kPitch + c] - gj) * kLog2e);
       const float w = fmaf(Pq[i * s.ld_l + j], Qn[i * kPitch + c],
                            Pk[i * s.ld_l + j] * beta[i] * Kn[i * kPitch + c]);
       dkc = fmaf(w, d, dkc);

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cuda/common/device_access.cuh"
+#include "cuda/common/fast_math.cuh"
 #include "ops/chunk_bwd_epilogue/cuda/params.hpp"
 
 namespace kda::cuda::epilogue {
@@ -204,12 +205,6 @@ __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
 }
 
 }  // namespace kda::cuda::epilogue

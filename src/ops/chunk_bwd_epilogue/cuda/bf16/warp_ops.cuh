@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/fast_math.cuh"
 #include "cuda/common/mma_fragments.cuh"
 #include "ops/chunk_bwd_epilogue/cuda/bf16/plan.cuh"
 
@@ -106,12 +107,6 @@ __device__ __forceinline__ void mma3(float (&acc)[4], const uint32_t (&a_hi)[4],
   mma::mma_16816<Bf16>(acc, a_hi, b_hi);
   mma::mma_16816<Bf16>(acc, a_hi, b_lo);
   mma::mma_16816<Bf16>(acc, a_lo, b_hi);
-}
-
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
 }
 
 }  // namespace kda::cuda::epilogue::bf16

@@ -10,6 +10,7 @@
 
 #include "cuda/common/chunk_units.cuh"
 #include "cuda/common/device_access.cuh"
+#include "cuda/common/fast_math.cuh"
 #include "cuda/common/mma_fragments.cuh"
 #include "cuda/common/tf32_mma.cuh"
 #include "ops/chunk_bwd_intra/cuda/params.hpp"
@@ -18,13 +19,9 @@ namespace kda::cuda::intra {
 
 // --- arithmetic ----------------------------------------------------------------------------------
 
-// 2^x on the special-function unit (relative error about 2^-22; 0 for x below -126, no NaN for
-// finite x). Every argument the kernel forms is <= 0 for a valid gate, so it never overflows.
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+// 2^x on the special-function unit (cuda/common/fast_math.cuh). Every argument the kernel forms
+// is <= 0 for a valid gate, so it never overflows.
+using kda::cuda::ex2;
 
 // The TF32 and 3xTF32 tensor-core pieces (shared with chunk_bwd_wy_dqkg's float32 kernel).
 using mma::mma_split;
