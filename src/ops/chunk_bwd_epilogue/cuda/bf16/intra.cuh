@@ -54,9 +54,8 @@ __device__ __forceinline__ bool diagonal_on_tensor_cores(const IntraInputs& in, 
 template <typename Value>
 __device__ __forceinline__ void build_b(uint32_t (&hi)[2], uint32_t (&lo)[2], int row0, int c,
                                         const Lane& l, Value value) {
-  const int r = row0 + 2 * l.tq;
-  split2(value(r, c), value(r + 1, c), hi[0], lo[0]);
-  split2(value(r + 8, c), value(r + 9, c), hi[1], lo[1]);
+  split2(value(l.b_row(row0, 0), c), value(l.b_row(row0, 1), c), hi[0], lo[0]);
+  split2(value(l.b_row(row0, 2), c), value(l.b_row(row0, 3), c), hi[1], lo[1]);
 }
 
 // Rows: dqa (from Pq) and r (from Pk) of sub-chunk rs from the sub-chunks before it, and from
@@ -78,7 +77,7 @@ __device__ __forceinline__ void intra_rows(TileGradients& t, const IntraInputs& 
     mma::load_a<ALayout::kMK>(k_lo, in.pk_lo + at, kPitchL, l.lane);
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
-      const int c = 32 * cq + 8 * nt + l.g;
+      const int c = l.b_col(32 * cq, nt);
       const float g_anchor = in.G2[f * kPitchF + c];
       uint32_t b_hi[2], b_lo[2];
       build_b(b_hi, b_lo, 16 * sp, c, l, [&](int j, int cc) {
@@ -92,7 +91,7 @@ __device__ __forceinline__ void intra_rows(TileGradients& t, const IntraInputs& 
   for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int i = 16 * rs + l.g + 8 * (e / 2), c = 32 * cq + 8 * nt + 2 * l.tq + (e & 1);
+      const int i = l.row(16 * rs, e), c = l.col(32 * cq, nt, e);
       const float scale = ex2(in.G2[i * kPitchF + c] - in.G2[f * kPitchF + c]);
       const float dqa = acc_q[nt][e] * scale, r = acc_k[nt][e] * scale;
       const float qn = normed(in.q, in.inv_q, i, c), kn = normed(in.k, in.inv_k, i, c);
@@ -123,12 +122,12 @@ __device__ __forceinline__ void intra_columns(TileGradients& t, const IntraInput
     mma::load_a<ALayout::kKM>(k_lo, in.pk_lo + at, kPitchL, l.lane);
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
-      const int c = 32 * cq + 8 * nt + l.g;
+      const int c = l.b_col(32 * cq, nt);
       const float g_anchor = in.G2[anchor * kPitchF + c];
       float xq[4], xk[4];  // rows 16 s + 2 tq + {0, 1, 8, 9}
 #pragma unroll
       for (int m = 0; m < 4; ++m) {
-        const int i = 16 * s + 2 * l.tq + (m & 1) + 8 * (m / 2);
+        const int i = l.b_row(16 * s, m);
         const float d = ex2(in.G2[i * kPitchF + c] - g_anchor);
         xq[m] = normed(in.q, in.inv_q, i, c) * d;
         xk[m] = in.beta[i] * normed(in.k, in.inv_k, i, c) * d;
@@ -146,7 +145,7 @@ __device__ __forceinline__ void intra_columns(TileGradients& t, const IntraInput
   for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int j = 16 * rs + l.g + 8 * (e / 2), c = 32 * cq + 8 * nt + 2 * l.tq + (e & 1);
+      const int j = l.row(16 * rs, e), c = l.col(32 * cq, nt, e);
       const float x = acc[nt][e] * ex2(in.G2[anchor * kPitchF + c] - in.G2[j * kPitchF + c]);
       t.dk[nt][e] += x;
       t.dG[nt][e] -= normed(in.k, in.inv_k, j, c) * x;
@@ -158,10 +157,10 @@ __device__ __forceinline__ void intra_columns(TileGradients& t, const IntraInput
 __device__ __forceinline__ void intra_diagonal(TileGradients& t, const IntraInputs& in, int rs,
                                                int cq, const Lane& l) {
   const int f = 16 * rs;
-  const int own[2] = {f + l.g, f + l.g + 8};  // the lane's rows
+  const int own[2] = {l.row(f, 0), l.row(f, 2)};  // the lane's rows
 #pragma unroll
   for (int nt = 0; nt < 4; ++nt) {
-    const int c = 32 * cq + 8 * nt + 2 * l.tq;
+    const int c = l.col(32 * cq, nt, 0);
     float2 g_own[2];
     for (int h = 0; h < 2; ++h)
       g_own[h] = *reinterpret_cast<const float2*>(in.G2 + own[h] * kPitchF + c);

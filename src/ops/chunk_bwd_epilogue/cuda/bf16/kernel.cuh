@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int i = 16 * rs + l.g + 8 * half, c = 32 * cq + 8 * nt + 2 * l.tq;
+        const int i = l.row(16 * rs, 2 * half), c = l.col(32 * cq, nt, 0);
         const float2 v2 = load_pair(v + i * kPitchD + c);
         const float t0 = t[nt][2 * half], t1 = t[nt][2 * half + 1];
         db[half] = fmaf(t0, v2.x, fmaf(t1, v2.y, db[half]));
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float sum = quad_sum(db[half]);
-      if (l.tq == 0) db_part[16 * rs + l.g + 8 * half] += sum;
+      if (l.tq == 0) db_part[l.row(16 * rs, 2 * half)] += sum;
     }
   }
   // KG = k̂ ⊙ 2^G2, split.
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int i = 16 * rs + l.g + 8 * half, c = 32 * cq + 8 * nt + 2 * l.tq;
+        const int i = l.row(16 * rs, 2 * half), c = l.col(32 * cq, nt, 0);
         const float2 v2 = load_pair(v + i * kPitchD + c);
         u[nt][2 * half] = v2.x - u[nt][2 * half];
         u[nt][2 * half + 1] = v2.y - u[nt][2 * half + 1];
@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int i = 16 * rs + l.g + 8 * (e / 2), j = 16 * cq + 8 * nt + 2 * l.tq + (e & 1);
+      const int i = l.row(16 * rs, e), j = l.col(16 * cq, nt, e);
       D[nt][e] = lower_tile && j < i ? D[nt][e] * beta[j] : 0.0f;
       dAqk[nt][e] = lower_tile && j <= i ? dAqk[nt][e] * p.scale : 0.0f;
     }
@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int i = 16 * rs + l.g + 8 * (e / 2), j = 16 * cq + 8 * nt + 2 * l.tq + (e & 1);
+      const int i = l.row(16 * rs, e), j = l.col(16 * cq, nt, e);
       pk[nt][e] = j < i ? -pk[nt][e] : 0.0f;
     }
   }
@@ -388,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float keys[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int i = 16 * rs + l.g + 8 * (e / 2), c = 32 * cq + 8 * nt + 2 * l.tq + (e & 1);
+      const int i = l.row(16 * rs, e), c = l.col(32 * cq, nt, e);
       const float g2 = G2[i * kPitchF + c];
       const float E = ex2(g2), to_end = ex2(G2[last * kPitchF + c] - g2);
       const float qn = __bfloat162float(q_raw[i * kPitchD + c]) * inv_q[i];
@@ -406,7 +406,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int e2 = 0; e2 < 2; ++e2) {
       const float sum = column_sum(keys[e2]);
-      if (l.g == 0) small[kKeysPart + rs * kD + 32 * cq + 8 * nt + 2 * l.tq + e2] = sum;
+      if (l.g == 0) small[kKeysPart + rs * kD + l.col(32 * cq, nt, e2)] = sum;
     }
   }
   const IntraInputs in{s_hi, s_lo, x_hi, x_lo, q_raw, k_raw, G2, inv_q, inv_k, beta};
@@ -417,7 +417,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const float sum = quad_sum(tg.db[half]);
-    if (l.tq == 0) db_part[16 * rs + l.g + 8 * half] += sum;
+    if (l.tq == 0) db_part[l.row(16 * rs, 2 * half)] += sum;
   }
   __syncthreads();  // Pq, Pk, S and dS read
 
@@ -428,7 +428,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int at = (16 * rs + l.g + 8 * half) * kPitchF + 32 * cq + 8 * nt + 2 * l.tq;
+      const int at = l.row(16 * rs, 2 * half) * kPitchF + l.col(32 * cq, nt, 0);
       *reinterpret_cast<float2*>(dG + at) =
           make_float2(tg.dG[nt][2 * half], tg.dG[nt][2 * half + 1]);
       *reinterpret_cast<float2*>(dq_rows + at) =

@@ -49,11 +49,17 @@ __device__ __forceinline__ float2 load_pair(const Bf16* p) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
 }
 
-// Where lane's C-fragment elements of a warp tile sit: rows row0 + g (+ 8), columns col0 + 8 nt +
-// 2 tq (+ 1).
+// Where lane's C-fragment elements of a warp tile at (row0, col0) sit: element e of n-tile nt at
+// row row0 + g + 8 (e / 2), column col0 + 8 nt + 2 tq + (e % 2).
 struct Lane {
   int lane, g, tq;
   __device__ explicit Lane(int l) : lane(l), g(l / 4), tq(l % 4) {}
+  __device__ int row(int row0, int e) const { return row0 + g + 8 * (e / 2); }
+  __device__ int col(int col0, int nt, int e) const { return col0 + 8 * nt + 2 * tq + (e & 1); }
+  // The B fragment's (k x n) element m of n-tile nt: k row row0 + 2 tq + (m % 2) + 8 (m / 2),
+  // n column col0 + 8 nt + g.
+  __device__ int b_row(int row0, int m) const { return row0 + 2 * tq + (m & 1) + 8 * (m / 2); }
+  __device__ int b_col(int col0, int nt) const { return col0 + 8 * nt + g; }
 };
 
 // A 16 x (8 kNT) float32 accumulator tile stored as bf16 hi and lo tiles at (row0, col0).
@@ -65,7 +71,7 @@ __device__ __forceinline__ void store_split(Bf16* hi, Bf16* lo, int pitch,
   for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int at = (row0 + l.g + 8 * half) * pitch + col0 + 8 * nt + 2 * l.tq;
+      const int at = l.row(row0, 2 * half) * pitch + l.col(col0, nt, 0);
       uint32_t h, o;
       split2(acc[nt][2 * half], acc[nt][2 * half + 1], h, o);
       *reinterpret_cast<uint32_t*>(hi + at) = h;
