@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# Sourced by dev/ab-intra.sh and dev/ab-wy.sh (from the repository root): the carried build, the
-# builds to compare with it, the checks every build gets, and a deadline.
+# Sourced by dev/ab-intra.sh, dev/ab-wy.sh and dev/ab-epilogue.sh (from the repository root): the
+# carried build, the builds to compare with it, the checks every build gets, the timing rounds of
+# `kda run`, and a deadline.
 #   ab_builds OUT_NAME NAME=DIR ...
 # Sets carry (.carry's path), build (the carried build, unpacked on first use), out
 # ($OUT/OUT_NAME, created), summary ($out/summary.txt, emptied, written line by line), logs (a
@@ -119,6 +120,39 @@ ab_check_builds() {
         --error-exitcode 99 "$binary" \
         --gtest_color=no "--gtest_filter=$filter" >"$logs/$tool.$name.log" 2>&1
       echo "$name: $tool rc $? $(grep -E 'SUMMARY' "$logs/$tool.$name.log" | tail -1)" >>"$summary"
+    done
+  done
+}
+# ab_kda_input OP LABEL OPTION...: /tmp/OP-LABEL.safetensors, the inputs of `kda run OP OPTION...`
+# generated once by the base build (kept across calls on a warm machine).
+ab_kda_input() {
+  local op=$1 label=$2
+  shift 2
+  local file=/tmp/$op-$label.safetensors
+  [ -f "$file" ] || ! ab_fits 60 "input $label" || LD_LIBRARY_PATH=${dirs[0]} timeout 120 \
+    "$build/tools/kda" run "$op" "$@" --backend cuda --repeat 1 -o "$file" \
+    >"$logs/input.$label.log" 2>&1
+}
+# ab_kda_rounds OP REPEAT SECONDS ROUNDS LABEL...: `kda run OP --repeat REPEAT` of every build on
+# each label's inputs (ab_kda_input), the builds alternated ROUNDS times so that drift shows; a
+# step is skipped when fewer than SECONDS are left. One summary line per run with its median.
+ab_kda_rounds() {
+  local op=$1 repeat=$2 need=$3 rounds=$4 r label n file log rc median
+  shift 4
+  for ((r = 1; r <= rounds; r++)); do
+    for label in "$@"; do
+      file=/tmp/$op-$label.safetensors
+      [ -f "$file" ] || continue
+      for n in "${!names[@]}"; do
+        ab_fits "$need" "${names[$n]} round $r $label" || continue
+        log=$logs/time.${names[$n]}.$label.$r.log
+        # shellcheck disable=SC2086  # the build's environment words
+        env ${envs[$n]} LD_LIBRARY_PATH=${dirs[$n]} timeout 90 "$build/tools/kda" run "$op" \
+          --input "$file" --backend cuda --repeat "$repeat" >"$log" 2>&1
+        rc=$?
+        median=$(grep -E '^ *median' "$log" | head -1 | awk '{print $2, $3}')
+        echo "${names[$n]} round $r $label median ${median:-none} (rc $rc)" >>"$summary"
+      done
     done
   done
 }

@@ -21,33 +21,9 @@ done
 # shellcheck source=dev/ab-builds.sh
 . dev/ab-builds.sh
 ab_builds ab-epilogue "$@"
-test_epilogue=$build/tests/ops/chunk_bwd_epilogue/test_epilogue_cuda
-kda=$build/tools/kda
-ab_check_builds "$test_epilogue" 120 'Subset/*'
-calls=(default kimi)
+ab_check_builds "$build/tests/ops/chunk_bwd_epilogue/test_epilogue_cuda" 120 'Subset/*'
 # h, dh in bf16 as the layer passes them (the bf16 kernel's problems).
-declare -A call_options=([default]="--gate none --h-dtype x"
-  [kimi]="--gate lower_bound --beta-sigmoid --state-v-first --h-dtype x")
-for call in "${calls[@]}"; do
-  file=/tmp/epilogue-$call.safetensors
-  # shellcheck disable=SC2086  # the options are words
-  [ -f "$file" ] || ! ab_fits 60 "input $call" || LD_LIBRARY_PATH=${dirs[0]} timeout 120 "$kda" \
-    run chunk_bwd_epilogue --shape 1,8192,32,128,128 ${call_options[$call]} --backend cuda \
-    --repeat 1 -o "$file" >"$logs/input.$call.log" 2>&1
-done
-for ((r = 1; r <= rounds; r++)); do
-  for call in "${calls[@]}"; do
-    file=/tmp/epilogue-$call.safetensors
-    [ -f "$file" ] || continue
-    for n in "${!names[@]}"; do
-      ab_fits 30 "${names[$n]} round $r $call" || continue
-      log=$logs/time.${names[$n]}.$call.$r.log
-      # shellcheck disable=SC2086  # the build's environment words
-      env ${envs[$n]} LD_LIBRARY_PATH=${dirs[$n]} timeout 90 "$kda" run chunk_bwd_epilogue \
-        --input "$file" --backend cuda --repeat 30 >"$log" 2>&1
-      rc=$?
-      median=$(grep -E '^ *median' "$log" | head -1 | awk '{print $2, $3}')
-      echo "${names[$n]} round $r $call median ${median:-none} (rc $rc)" >>"$summary"
-    done
-  done
-done
+shape=(--shape "1,8192,32,128,128" --h-dtype x)
+ab_kda_input chunk_bwd_epilogue default "${shape[@]}" --gate none
+ab_kda_input chunk_bwd_epilogue kimi "${shape[@]}" --gate lower_bound --beta-sigmoid --state-v-first
+ab_kda_rounds chunk_bwd_epilogue 30 30 "$rounds" default kimi

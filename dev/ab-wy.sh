@@ -26,32 +26,16 @@ done
 . dev/ab-builds.sh
 ab_builds ab-wy "$@"
 test_wy=$build/tests/ops/chunk_bwd_wy_dqkg/test_wy_cuda
-kda=$build/tools/kda
 # The shapes, gpu-check.sh's (dev/wy-shapes.sh).
 # shellcheck source=dev/wy-shapes.sh
 . dev/wy-shapes.sh
 ab_check_builds "$test_wy" 150 'Subset/CudaSanitizerSubset.*'
 IFS=, read -r -a shape_list <<<"$shapes"
+known=()
 for shape in "${shape_list[@]}"; do
   options=$(wy_shape_options "$shape") || { echo "ab-wy: unknown shape $shape" >>"$summary"; continue; }
-  file=/tmp/wy-$shape.safetensors
+  known+=("$shape")
   # shellcheck disable=SC2086  # the options are words
-  [ -f "$file" ] || ! ab_fits 60 "input $shape" || LD_LIBRARY_PATH=${dirs[0]} timeout 120 "$kda" \
-    run chunk_bwd_wy_dqkg $options --backend cuda --repeat 1 -o "$file" >"$logs/input.$shape.log" 2>&1
+  ab_kda_input chunk_bwd_wy_dqkg "$shape" $options
 done
-for ((r = 1; r <= rounds; r++)); do
-  for shape in "${shape_list[@]}"; do
-    file=/tmp/wy-$shape.safetensors
-    [ -f "$file" ] || continue
-    for n in "${!names[@]}"; do
-      ab_fits 20 "${names[$n]} round $r $shape" || continue
-      log=$logs/time.${names[$n]}.$shape.$r.log
-      # shellcheck disable=SC2086  # the build's environment words
-      env ${envs[$n]} LD_LIBRARY_PATH=${dirs[$n]} timeout 90 "$kda" run chunk_bwd_wy_dqkg --input "$file" \
-        --backend cuda --repeat 100 >"$log" 2>&1
-      rc=$?
-      median=$(grep -E '^ *median' "$log" | head -1 | awk '{print $2, $3}')
-      echo "${names[$n]} round $r $shape median ${median:-none} (rc $rc)" >>"$summary"
-    done
-  done
-done
+ab_kda_rounds chunk_bwd_wy_dqkg 100 20 "$rounds" "${known[@]}"
