@@ -189,21 +189,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     const Bf16* v = sm.bf(kKV + kTileD);
     auto* dv_out = static_cast<Bf16*>(p.dv_out);
     float db[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = l.row(16 * rs, 2 * half), c = l.col(32 * cq, nt, 0);
-        const float2 v2 = load_pair(v + i * kPitchD + c);
-        const float t0 = t[nt][2 * half], t1 = t[nt][2 * half + 1];
-        db[half] = fmaf(t0, v2.x, fmaf(t1, v2.y, db[half]));
-        if (i < len) {
-          const int64_t row = (span.batch * p.T + span.t0 + i) * p.HV + hv;
-          *reinterpret_cast<__nv_bfloat162*>(dv_out + row * p.V + c) =
-              __floats2bfloat162_rn(beta[i] * t0, beta[i] * t1);
-        }
+    for_each_pair<4>(l, 16 * rs, 32 * cq, [&](int nt, int half, int i, int c) {
+      const float2 v2 = load_pair(v + i * kPitchD + c);
+      const float t0 = t[nt][2 * half], t1 = t[nt][2 * half + 1];
+      db[half] = fmaf(t0, v2.x, fmaf(t1, v2.y, db[half]));
+      if (i < len) {
+        const int64_t row = (span.batch * p.T + span.t0 + i) * p.HV + hv;
+        *reinterpret_cast<__nv_bfloat162*>(dv_out + row * p.V + c) =
+            __floats2bfloat162_rn(beta[i] * t0, beta[i] * t1);
       }
-    }
+    });
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float sum = quad_sum(db[half]);
@@ -232,19 +227,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   mma_split_a<ALayout::kMK, kS_KV, 8, 4>(
       u, sm.bf(kKGU) + 16 * rs * kPitchD, sm.bf(kKGU + kTileD) + 16 * rs * kPitchD, kPitchD,
       kVFirst ? sH + 32 * cq * kPitchD : sH + 32 * cq, kPitchD, l.lane);
-  {
-    const Bf16* v = sm.bf(kKV + kTileD);
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = l.row(16 * rs, 2 * half), c = l.col(32 * cq, nt, 0);
-        const float2 v2 = load_pair(v + i * kPitchD + c);
-        u[nt][2 * half] = v2.x - u[nt][2 * half];
-        u[nt][2 * half + 1] = v2.y - u[nt][2 * half + 1];
-      }
-    }
-  }
+  for_each_pair<4>(l, 16 * rs, 32 * cq, [&](int nt, int half, int i, int c) {
+    const float2 v2 = load_pair(sm.bf(kKV + kTileD) + i * kPitchD + c);
+    u[nt][2 * half] = v2.x - u[nt][2 * half];
+    u[nt][2 * half + 1] = v2.y - u[nt][2 * half + 1];
+  });
   __syncthreads();  // KG, k and v read
   store_split<4>(sm.bf(kKGU), sm.bf(kKGU + kTileD), kPitchD, u, 16 * rs, 32 * cq, l);
   store_split<4>(sm.bf(kKV), sm.bf(kKV + kTileD), kPitchD, t, 16 * rs, 32 * cq, l);
@@ -424,19 +411,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* const dG = sm.f32(kDo);
   float* const dq_rows = sm.f32(kKGU);
   float* const dk_rows = sm.f32(kH);
-#pragma unroll
-  for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int at = l.row(16 * rs, 2 * half) * kPitchF + l.col(32 * cq, nt, 0);
-      *reinterpret_cast<float2*>(dG + at) =
-          make_float2(tg.dG[nt][2 * half], tg.dG[nt][2 * half + 1]);
-      *reinterpret_cast<float2*>(dq_rows + at) =
-          make_float2(tg.dq[nt][2 * half], tg.dq[nt][2 * half + 1]);
-      *reinterpret_cast<float2*>(dk_rows + at) =
-          make_float2(tg.dk[nt][2 * half], tg.dk[nt][2 * half + 1]);
-    }
-  }
+  for_each_pair<4>(l, 16 * rs, 32 * cq, [&](int nt, int half, int i, int c) {
+    const int at = i * kPitchF + c;
+    *reinterpret_cast<float2*>(dG + at) = make_float2(tg.dG[nt][2 * half], tg.dG[nt][2 * half + 1]);
+    *reinterpret_cast<float2*>(dq_rows + at) =
+        make_float2(tg.dq[nt][2 * half], tg.dq[nt][2 * half + 1]);
+    *reinterpret_cast<float2*>(dk_rows + at) =
+        make_float2(tg.dk[nt][2 * half], tg.dk[nt][2 * half + 1]);
+  });
   __syncthreads();
   if (tid < kD) {  // step 8's state and key terms at the chunk's last row
     float keys = 0.0f;

@@ -62,22 +62,29 @@ struct Lane {
   __device__ int b_col(int col0, int nt) const { return col0 + 8 * nt + g; }
 };
 
+// fn(nt, half, row, col) for each pair of adjacent C-fragment elements the lane holds in a
+// 16 x (8 kNT) warp tile at (row0, col0): elements 2 half and 2 half + 1 of n-tile nt, at row
+// `row`, columns col and col + 1.
+template <int kNT, typename Fn>
+__device__ __forceinline__ void for_each_pair(const Lane& l, int row0, int col0, Fn fn) {
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) fn(nt, half, l.row(row0, 2 * half), l.col(col0, nt, 0));
+  }
+}
+
 // A 16 x (8 kNT) float32 accumulator tile stored as bf16 hi and lo tiles at (row0, col0).
 template <int kNT>
 __device__ __forceinline__ void store_split(Bf16* hi, Bf16* lo, int pitch,
                                             const float (&acc)[kNT][4], int row0, int col0,
                                             const Lane& l) {
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int at = l.row(row0, 2 * half) * pitch + l.col(col0, nt, 0);
-      uint32_t h, o;
-      split2(acc[nt][2 * half], acc[nt][2 * half + 1], h, o);
-      *reinterpret_cast<uint32_t*>(hi + at) = h;
-      *reinterpret_cast<uint32_t*>(lo + at) = o;
-    }
-  }
+  for_each_pair<kNT>(l, row0, col0, [&](int nt, int half, int row, int col) {
+    uint32_t h, o;
+    split2(acc[nt][2 * half], acc[nt][2 * half + 1], h, o);
+    *reinterpret_cast<uint32_t*>(hi + row * pitch + col) = h;
+    *reinterpret_cast<uint32_t*>(lo + row * pitch + col) = o;
+  });
 }
 
 template <int kNT>
