@@ -218,8 +218,9 @@ scale · do · v_newᵀ, the chunk-local reverse cumsum of dg, the gate's, the b
 l2norm's backward, and GVA's sum (docs/design.md, "The fused backward epilogue"). Its float64
 judge is the layer's chunked reference (checked against ../shared/golden-kda). X below is one
 of float16, bfloat16, float32. 'cpu-ref' computes it in float64, 'cpu' in float32, 'cuda' on
-TF32 tensor cores (3xTF32 for float32 X) with K up to 128 (larger K raises NotImplementedError;
-the CPU backends take any K).
+the tensor cores with K up to 128 (larger K raises NotImplementedError; the CPU backends take
+any K): bf16 products for the model's shape (bfloat16, chunk_size 64, K = V = 128, HV = H, h and
+dh in bfloat16), TF32 (3xTF32 for float32 X) otherwise.
 
 Parameters
 ----------
