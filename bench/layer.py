@@ -82,6 +82,7 @@ above the bar; 2 bad usage, no CUDA device, fla or a libkda with the cuda backen
 """
 
 import argparse
+import itertools
 import json
 import math
 import statistics
@@ -126,6 +127,9 @@ TARGET_SHAPE = (1, 8192, 32)
 WALL_SHARE_TARGET = 0.8  # issue 13: wall time saved >= 80% of GPU time saved
 BACKWARD_TARGET_US = 2000.0  # issue 14: mode both's whole backward <= 2.0 ms
 DEFAULT_SHAPES = "1x8192x32,4x8192x32"
+# The issues' varlen mix: six sequences of these lengths packed into one row of 8192 tokens
+# (--shapes mixH, e.g. mix32).
+VARLEN_MIX = (1300, 547, 2048, 963, 271, 3063)
 DEFAULT_FLA_CONFIGS = REPO / ".carry" / "fla_best_configs_h200.json"  # dev/stage-carry.sh's copy
 DEFAULT_INTRA_PIN = "2,2"
 TOP_KERNELS = 4  # kernels named in the table's row
@@ -142,15 +146,26 @@ def log(message):
 
 
 def parse_shapes(text):
-    """'1x8192x32,4x8192x32' -> [(1, 8192, 32), (4, 8192, 32)]; ValueError naming a bad one."""
+    """'1x8192x32,4x8192x32,mix32' -> [(1, 8192, 32), (4, 8192, 32), (1, 8192, 32, VARLEN_MIX)]:
+    BxTxH, or mixH for VARLEN_MIX's sequences packed into B = 1 (T their sum); ValueError
+    naming a bad one."""
     shapes = []
     for item in text.split(","):
         item = item.strip()
+        if item.startswith("mix") and item[3:].isdigit() and int(item[3:]) > 0:
+            shapes.append((1, sum(VARLEN_MIX), int(item[3:]), VARLEN_MIX))
+            continue
         parts = item.split("x")
         if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise ValueError(f"shape {item!r} is not BxTxH (positive integers, e.g. 1x8192x32)")
+            raise ValueError(f"shape {item!r} is not BxTxH (positive integers, e.g. 1x8192x32) "
+                             f"or mixH (the varlen mix, e.g. mix32)")
         shapes.append(tuple(int(p) for p in parts))
     return shapes
+
+
+def seq_lengths(shape):
+    """The packed sequences' lengths of a varlen shape, () for B sequences of T tokens."""
+    return tuple(shape[3]) if len(shape) > 3 else ()
 
 
 def parse_intra_pin(text):
@@ -179,7 +194,9 @@ def parse_args(argv=None):
                     "per kernel, eager wall time, CUDA graph time, gradients against fla "
                     "(bench/README.md, 'The layer benchmark').")
     p.add_argument("--shapes", default=DEFAULT_SHAPES,
-                   help=f"comma-separated BxTxH (K = V = 128, bfloat16; default {DEFAULT_SHAPES})")
+                   help=f"comma-separated BxTxH (K = V = 128, bfloat16; default {DEFAULT_SHAPES}) "
+                        f"or mixH: sequences of {'+'.join(map(str, VARLEN_MIX))} tokens "
+                        f"packed into B = 1 with cu_seqlens")
     p.add_argument("--modes", default=None,
                    help="fla (fla's kernels), wy (our chunk_kda_bwd_wy_dqkg_fused), both (both "
                         "of our operators in fla's backward), layer (kda_kernels.chunk_kda), "
@@ -245,10 +262,13 @@ def parse_args(argv=None):
 
 
 def shape_label(shape):
+    lengths = seq_lengths(shape)
+    if lengths:
+        return f"mix({'+'.join(str(n) for n in lengths)})x{shape[2]}"
     return "x".join(str(n) for n in shape)
 
 
-def wy_pin_key(H, call):
+def wy_pin_key(H, call, varlen=False):
     """The fields of a fla_best_configs entry that identify the autotune key fla's WY kernel
     meets in chunk_kda's backward for `call`: BT, HV, the dtypes of X, beta and h, varlen,
     state_v_first. h (and dh) are in X's dtype: fla allocates them with ``k.new_empty``
@@ -256,14 +276,14 @@ def wy_pin_key(H, call):
     kernel, whose output is float32 (fla/ops/common/gate.py)."""
     as_the_layer = call == "layer"  # beta sigmoid in the kernel, state_v_first
     return dict(BT=BT, HV=H, X=X_DTYPE, beta="float32" if as_the_layer else X_DTYPE, h=X_DTYPE,
-                varlen=False, state_v_first=as_the_layer)
+                varlen=varlen, state_v_first=as_the_layer)
 
 
-def tuning_plan(entries, H, call, intra_pin, full_autotune):
+def tuning_plan(entries, H, call, intra_pin, full_autotune, varlen=False):
     """What each of the two replaced fla kernels runs: {kernel: (config or None, how)}, how
     saying where the config comes from. `entries`: the pin file's entries (None: no file)."""
     plan = {}
-    key = wy_pin_key(H, call)
+    key = wy_pin_key(H, call, varlen)
     config = find_pin(entries, FLA_WY_KERNEL, **key) if entries is not None else None
     unpinned = "autotuned" if full_autotune else "first config (trimmed)"
     if config is not None:
@@ -327,7 +347,7 @@ def yardsticks(modes, shape):
     backward_gpu_us and eager.bwd_wall_ms_median): per mode other than fla, GPU time saved,
     wall time saved and their ratio (issue 13), and mode both's backward GPU time against
     2.0 ms (issue 14). Verdicts only at TARGET_SHAPE, the shape the issues set them for."""
-    at_target = tuple(shape) == TARGET_SHAPE
+    at_target = tuple(shape) == TARGET_SHAPE  # varlen shapes have four fields: never
     fla = modes.get("fla", {})
     out = {"savings": {}, "backward_target": None}
     for mode, result in modes.items():
@@ -385,8 +405,10 @@ def _row(mode, result):
 
 def markdown(shape, call, modes, sticks):
     """The table of one shape and the yardsticks under it."""
-    lines = [f"### chunk_kda B={shape[0]} T={shape[1]} H={shape[2]} K=V={K} {X_DTYPE} "
-             f"(--call {call})", "",
+    lengths = seq_lengths(shape)
+    rows = f"varlen {len(lengths)} sequences ({', '.join(map(str, lengths))}), T={shape[1]}" \
+        if lengths else f"B={shape[0]} T={shape[1]}"
+    lines = [f"### chunk_kda {rows} H={shape[2]} K=V={K} {X_DTYPE} (--call {call})", "",
              "| mode | backward GPU µs | top kernels (name: µs) | eager bwd wall ms | "
              "graph fwd+bwd ms | err_ratio vs fla |",
              "|---|---|---|---|---|---|"]
@@ -472,12 +494,13 @@ def call_options(call):
 
 def make_inputs(shape, call, seed, device):
     """(leaves, output gradients): the leaves require grad; the output gradients are for o and
-    (with an initial state) the final state. Drawn on the device (B=4 T=8192 is 134 M values
-    per tensor)."""
+    (with an initial state) the final state, one state per sequence (B, or the varlen shape's
+    sequences). Drawn on the device (B=4 T=8192 is 134 M values per tensor)."""
     import torch
     import torch.nn.functional as F
 
-    B, T, H = shape
+    B, T, H = shape[:3]
+    N = len(seq_lengths(shape)) or B  # sequences: initial and final states
     gen = torch.Generator(device=device).manual_seed(seed)
     x = getattr(torch, X_DTYPE)
 
@@ -492,8 +515,8 @@ def make_inputs(shape, call, seed, device):
     if call == "test":
         leaves["g"] = F.logsigmoid(normal(B, T, H, K))
         leaves["beta"] = normal(B, T, H, dtype=x).sigmoid()
-        leaves["initial_state"] = normal(B, H, K, V)
-        cotangents = [normal(B, T, H, V, dtype=x), normal(B, H, K, V)]
+        leaves["initial_state"] = normal(N, H, K, V)
+        cotangents = [normal(B, T, H, V, dtype=x), normal(N, H, K, V)]
     elif call == "cudnn":
         # q, k with unit rows (normalised here, as cuDNN's backward needs them); log decays in
         # (-5, 0); beta after its sigmoid; a V-first initial state and final-state gradient.
@@ -501,8 +524,8 @@ def make_inputs(shape, call, seed, device):
         leaves["k"] = F.normalize(normal(B, T, H, K), dim=-1).to(x)
         leaves["g"] = -5.0 * normal(B, T, H, K).sigmoid()
         leaves["beta"] = normal(B, T, H).sigmoid()  # float32: cuDNN's sm90 backward needs it
-        leaves["initial_state"] = normal(B, H, V, K)
-        cotangents = [normal(B, T, H, V, dtype=x), normal(B, H, V, K)]
+        leaves["initial_state"] = normal(N, H, V, K)
+        cotangents = [normal(B, T, H, V, dtype=x), normal(N, H, V, K)]
     else:
         leaves["g"] = normal(B, T, H, K, dtype=x)  # the raw gate input
         leaves["beta"] = normal(B, T, H, dtype=x)  # logits: the sigmoid runs in the kernel
@@ -516,11 +539,22 @@ def make_inputs(shape, call, seed, device):
     return leaves, cotangents
 
 
+def cu_seqlens_of(shape, device):
+    """chunk_kda's cu_seqlens (int32) for a varlen shape; None for B sequences of T tokens."""
+    import torch
+
+    lengths = seq_lengths(shape)
+    if not lengths:
+        return None
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
+
+
 def cudnn_chunk_kda(q, k, v, g, beta, initial_state=None, output_final_state=False,
-                    state_v_first=True, use_qk_l2norm_in_kernel=False):
+                    state_v_first=True, use_qk_l2norm_in_kernel=False, cu_seqlens=None):
     """cuDNN-frontend's sm90 engine behind chunk_kda's call (--call cudnn): [B, T, ...] tensors as
-    its packed THD layout with cu_seqlens of B sequences of T tokens, its state [N, HV, V, K]
-    (fla's state_v_first), the plan pinned to its fused Hopper CUDA engine."""
+    its packed THD layout with cu_seqlens of B sequences of T tokens (or the varlen shape's
+    cu_seqlens, B = 1), its state [N, HV, V, K] (fla's state_v_first), the plan pinned to its
+    fused Hopper CUDA engine."""
     import torch
     from cudnn.linear_attention.ops.kda import kimi_delta_attention
 
@@ -528,7 +562,8 @@ def cudnn_chunk_kda(q, k, v, g, beta, initial_state=None, output_final_state=Fal
         raise ValueError("cudnn_chunk_kda serves --call cudnn only (V-first state, no l2norm)")
     B, T = q.shape[:2]
     packed = [t.reshape(B * T, *t.shape[2:]) for t in (q, k, v, g, beta)]
-    cu_seqlens = torch.arange(0, (B + 1) * T, T, dtype=torch.int32, device=q.device)
+    if cu_seqlens is None:
+        cu_seqlens = torch.arange(0, (B + 1) * T, T, dtype=torch.int32, device=q.device)
     o, final_state = kimi_delta_attention(*packed, cu_seqlens, initial_state=initial_state,
                                           output_final_state=output_final_state,
                                           plan_name=CUDNN_PLAN)
@@ -542,11 +577,13 @@ def grad_name(leaf):
 class Layer:
     """chunk_kda on fixed inputs: forward, backward, gradients."""
 
-    def __init__(self, chunk_kda, leaves, cotangents, call):
+    def __init__(self, chunk_kda, leaves, cotangents, call, cu_seqlens=None):
         self.chunk_kda = chunk_kda
         self.leaves = leaves
         self.cotangents = cotangents
         self.options = call_options(call)
+        if cu_seqlens is not None:
+            self.options["cu_seqlens"] = cu_seqlens
 
     def clear_grads(self):
         # None, not zeros: the backward then writes fresh gradients (set_to_none, as training's
@@ -871,7 +908,7 @@ def run_shape(shape, args, chunk_kda, kfla, tuning):
     import torch
 
     leaves, cotangents = make_inputs(shape, args.call, args.seed, DEVICE)
-    layer = Layer(chunk_kda, leaves, cotangents, args.call)
+    layer = Layer(chunk_kda, leaves, cotangents, args.call, cu_seqlens_of(shape, DEVICE))
     modes, reference = {}, None
     for mode in args.modes:
         log(f"{shape_label(shape)} {mode}: {'fla only' if mode == 'fla' else MODE_OPS[mode]}")
@@ -914,7 +951,8 @@ def main(argv=None):
     start_profiler_once()
     tables, failures = [], []
     for shape in args.shapes:
-        plan = tuning_plan(entries, shape[2], args.call, args.intra_pin, args.full_autotune)
+        plan = tuning_plan(entries, shape[2], args.call, args.intra_pin, args.full_autotune,
+                           varlen=bool(seq_lengths(shape)))
         for kernel, (config, how) in plan.items():
             log(f"{shape_label(shape)}: fla's {kernel}: {config_text(config) if config else ''} "
                 f"{how}")
@@ -923,7 +961,8 @@ def main(argv=None):
         table = markdown(shape, args.call, modes, sticks)
         tables.append(table)
         record["shapes"].append(dict(shape=shape_label(shape), B=shape[0], T=shape[1],
-                                     H=shape[2], modes=modes, yardsticks=sticks))
+                                     H=shape[2], seq_lengths=list(seq_lengths(shape)),
+                                     modes=modes, yardsticks=sticks))
         write_outputs(out_dir, record, tables)
         print_configs(modes)
         print("\n" + table, flush=True)

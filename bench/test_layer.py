@@ -95,6 +95,25 @@ def test_wy_pin_key():
                                                 h="bfloat16", varlen=False, state_v_first=False)
     assert layer.wy_pin_key(16, "layer") == dict(BT=64, HV=16, X="bfloat16", beta="float32",
                                                  h="bfloat16", varlen=False, state_v_first=True)
+    assert layer.wy_pin_key(32, "test", varlen=True)["varlen"] is True
+
+
+def test_parse_shapes_and_the_varlen_mix():
+    mix = layer.VARLEN_MIX
+    assert sum(mix) == 8192 and len(mix) == 6
+    assert layer.parse_shapes("1x8192x32, mix8") == [(1, 8192, 32), (1, 8192, 8, mix)]
+    assert layer.seq_lengths((1, 8192, 32)) == () and layer.seq_lengths((1, 8192, 8, mix)) == mix
+    assert layer.shape_label((4, 8192, 32)) == "4x8192x32"
+    assert layer.shape_label((1, 8192, 8, mix)) == "mix(1300+547+2048+963+271+3063)x8"
+    for bad in ("1x8192", "mix", "mix0", "mixx8", "0x64x2"):
+        with pytest.raises(ValueError, match="BxTxH"):
+            layer.parse_shapes(bad)
+    # The varlen shape is never the issues' target shape, and its table says what it packs.
+    assert layer.yardsticks(_modes(), (1, 8192, 32, mix))["backward_target"]["verdict"] is None
+    text = layer.markdown((1, 8192, 32, mix), "layer", _modes(),
+                          layer.yardsticks(_modes(), (1, 8192, 32, mix)))
+    assert text.splitlines()[0] == ("### chunk_kda varlen 6 sequences (1300, 547, 2048, 963, "
+                                    "271, 3063), T=8192 H=32 K=V=128 bfloat16 (--call layer)")
 
 
 def test_tuning_plan_picks_the_entry_of_the_key():
@@ -317,6 +336,21 @@ def _lo(t):
 
 def _hi(t):
     return float(t.detach().max())
+
+
+@needs_torch
+@pytest.mark.parametrize("call", layer.CALLS)
+def test_make_inputs_of_a_varlen_shape(call):
+    """One state per packed sequence, and cu_seqlens at the sequences' bounds."""
+    shape = (1, 64, 3, (5, 40, 19))
+    leaves, cotangents = layer.make_inputs(shape, call, seed=1, device="cpu")
+    assert leaves["q"].shape == (1, 64, 3, 128)
+    if "initial_state" in leaves:
+        assert leaves["initial_state"].shape[0] == 3 and cotangents[1].shape[0] == 3
+    assert layer.cu_seqlens_of(shape, "cpu").tolist() == [0, 5, 45, 64]
+    assert layer.cu_seqlens_of((2, 64, 3), "cpu") is None
+    lay = layer.Layer(None, leaves, cotangents, call, layer.cu_seqlens_of(shape, "cpu"))
+    assert lay.options["cu_seqlens"].dtype == torch.int32
 
 
 @needs_torch
