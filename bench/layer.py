@@ -735,6 +735,8 @@ class FlaTuning:
             elif hasattr(tuner, "all_configs"):  # pinned for an earlier shape: unpin
                 tuner.configs = list(tuner.all_configs)
                 tuner.cache.clear()
+            if config is None and kernel in autotune:  # not trimmed below
+                how = "autotuned (--autotune): " + how.split(": ", 1)[-1]
             self.how[kernel] = how
         if not full_autotune:
             # A pinned tuner holds only its pin: kept either way.
