@@ -8,6 +8,8 @@
 #include <cooperative_groups.h>
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "cuda/common/device_access.cuh"
 #include "ops/chunk_bwd_epilogue/cuda/tiles.cuh"
@@ -28,6 +30,61 @@ __device__ __forceinline__ float A_log_ratio(const EpilogueParams& p, float x) {
   // 1 + e^x / 2 to float32 precision.
   if (x < -15.0f) return 1.0f + 0.5f * __expf(x);
   return softplusf(x) * (1.0f + __expf(-x));
+}
+
+// The tokens [first, last) (flattened b · T + t) the epilogue wrote dg for: every row, or
+// cu_seqlens' span when varlen (clamped to [0, T], so that inconsistent index tensors cannot lead
+// out of bounds).
+__device__ __forceinline__ void dg_token_range(const EpilogueParams& p, int64_t* first,
+                                               int64_t* last) {
+  *first = 0;
+  *last = p.B * p.T;
+  if (p.chunks.varlen) {
+    const IndexView& cu = p.chunks.cu_seqlens;
+    const int64_t a = load_index(cu, 0), b = load_index(cu, p.chunks.num_seqs * cu.stride0);
+    *first = a < 0 ? 0 : (a > p.T ? p.T : a);
+    *last = b < *first ? *first : (b > p.T ? p.T : b);
+  }
+}
+
+// Σ dg and Σ dg · A_log_ratio(x) of channel c over tokens [begin, end) (flattened b · T + t),
+// kReduceUnroll tokens at a time: every load of a group is issued before the sums (the last
+// token's index repeats past `end`, masked in the sums), so a group costs one memory latency.
+// G: g's dtype; kWithRatio: dA_log's sum too (g read).
+template <typename G, bool kWithRatio>
+__device__ __forceinline__ void sum_token_run(const EpilogueParams& p, int64_t hv, int64_t c,
+                                              int64_t begin, int64_t end, double* bias_sum,
+                                              double* A_sum) {
+  const TokenView& gv = p.g;
+  const G* g_column = static_cast<const G*>(gv.data) + hv * gv.stride_head + c * gv.stride_col;
+  const float bias = p.dt_bias != nullptr ? p.dt_bias[(hv * p.K + c) * p.dt_bias_stride] : 0.0f;
+  const float* dg_column = p.dg + hv * p.K + c;
+  const int64_t dg_step = p.HV * p.K;
+  const bool small_index = end <= (int64_t{1} << 31) && p.T <= (int64_t{1} << 31);
+  for (int64_t n0 = begin; n0 < end; n0 += kReduceUnroll) {
+    float dg[kReduceUnroll], x[kReduceUnroll];
+#pragma unroll
+    for (int u = 0; u < kReduceUnroll; ++u) {
+      const int64_t n = n0 + u < end ? n0 + u : end - 1;
+      dg[u] = dg_column[n * dg_step];
+      if constexpr (kWithRatio) {
+        const int64_t b =
+            small_index
+                ? static_cast<int64_t>(static_cast<uint32_t>(n) / static_cast<uint32_t>(p.T))
+                : n / p.T;
+        x[u] = to_float(g_column[b * gv.stride_batch + (n - b * p.T) * gv.stride_token]) + bias;
+      }
+    }
+    float bias_group = 0.0f, A_group = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kReduceUnroll; ++u) {
+      const float d = n0 + u < end ? dg[u] : 0.0f;
+      bias_group += d;
+      if constexpr (kWithRatio) A_group = fmaf(d, A_log_ratio(p, x[u]), A_group);
+    }
+    *bias_sum += bias_group;
+    *A_sum += A_group;
+  }
 }
 
 // One cluster of kReduceCluster CTAs per value head: CTA (kb, split) sums channels 32 kb .. 32 kb +
@@ -55,16 +112,8 @@ __global__ void __cluster_dims__(kReduceCluster, 1, 1) __launch_bounds__(kReduce
     if (tid == 0 && rank == 0) p.dA_log[hv] = 0.0f;
     return;
   }
-  // The tokens the epilogue wrote dg for: every row, or cu_seqlens' span when varlen (clamped
-  // to [0, T], so that inconsistent index tensors cannot lead out of bounds).
-  int64_t first = 0, last = p.B * p.T;
-  if (p.chunks.varlen) {
-    const IndexView& cu = p.chunks.cu_seqlens;
-    first = load_index(cu, 0);
-    last = load_index(cu, p.chunks.num_seqs * cu.stride0);
-    first = first < 0 ? 0 : (first > p.T ? p.T : first);
-    last = last < first ? first : (last > p.T ? p.T : last);
-  }
+  int64_t first, last;
+  dg_token_range(p, &first, &last);
   // This warp's run of tokens [begin, end).
   const int64_t runs = static_cast<int64_t>(kReduceSplits) * kReduceWarps;
   const int64_t per_run = (last - first + runs - 1) / runs;
@@ -73,27 +122,12 @@ __global__ void __cluster_dims__(kReduceCluster, 1, 1) __launch_bounds__(kReduce
   const int64_t end = begin + per_run < last ? begin + per_run : last;
   double bias_sum = 0.0, A_sum = 0.0;
   if (c < p.K && begin < end) {
-    int64_t b = begin / p.T, t = begin - b * p.T;  // the token of n, stepped along
-    for (int64_t n0 = begin; n0 < end; n0 += kReduceUnroll) {
-      float dg[kReduceUnroll], x[kReduceUnroll];
-#pragma unroll
-      for (int u = 0; u < kReduceUnroll; ++u) {  // every load of the group first
-        const bool inside = n0 + u < end;
-        dg[u] = inside ? p.dg[((n0 + u) * p.HV + hv) * p.K + c] : 0.0f;
-        x[u] = inside && has_A_log ? gate_input<X>(p, b, t, hv, c) : 0.0f;
-        if (++t == p.T) {
-          t = 0;
-          ++b;
-        }
-      }
-      float bias_group = 0.0f, A_group = 0.0f;
-#pragma unroll
-      for (int u = 0; u < kReduceUnroll; ++u) {
-        bias_group += dg[u];
-        if (has_A_log) A_group = fmaf(dg[u], A_log_ratio(p, x[u]), A_group);
-      }
-      bias_sum += bias_group;
-      A_sum += A_group;
+    if (!has_A_log) {
+      sum_token_run<float, false>(p, hv, c, begin, end, &bias_sum, &A_sum);
+    } else if (p.g_is_f32) {
+      sum_token_run<float, true>(p, hv, c, begin, end, &bias_sum, &A_sum);
+    } else {
+      sum_token_run<X, true>(p, hv, c, begin, end, &bias_sum, &A_sum);
     }
   }
   bias_part[warp][lane] = bias_sum;
@@ -120,6 +154,138 @@ __global__ void __cluster_dims__(kReduceCluster, 1, 1) __launch_bounds__(kReduce
     double sum = 0.0;
     for (int r = 0; r < kReduceCluster; ++r) sum += *cluster.map_shared_rank(&A_block, r);
     p.dA_log[hv] = has_A_log ? static_cast<float>(sum) : 0.0f;
+  }
+  cluster.sync();  // every CTA's sums stay readable until they have been read
+}
+
+// The same sums for the common layout (rows_kernel_takes): lane l takes channels 4 l .. 4 l + 3
+// with one 16-byte load of dg and one load of 4 gate inputs per token, so that a warp reads whole
+// rows; the kReduceCluster CTAs of a value head split the tokens, warp w of each a contiguous run,
+// kReduceUnroll tokens at a time. The sums meet in a fixed order: warps in the CTA, then the
+// CTAs through distributed shared memory in CTA 0. G: g's dtype; kWithRatio: dA_log's sum too.
+constexpr int kRowsLanesChannels = 4;
+
+// Whether gate_params_rows_kernel reads this problem: K a multiple of 4 up to 128, g's columns
+// contiguous with every 4-channel group aligned for one load, dg 16-byte aligned.
+inline bool rows_kernel_takes(const EpilogueParams& p) {
+  const int64_t g_bytes = p.g_is_f32 ? 4 : 2;
+  const int64_t group = kRowsLanesChannels * g_bytes;
+  const auto aligned = [](const void* ptr, int64_t to) {
+    return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(to) == 0;
+  };
+  return p.K % kRowsLanesChannels == 0 && p.K <= 32 * kRowsLanesChannels && p.g.stride_col == 1 &&
+         aligned(p.g.data, group) && (p.g.stride_batch * g_bytes) % group == 0 &&
+         (p.g.stride_token * g_bytes) % group == 0 && (p.g.stride_head * g_bytes) % group == 0 &&
+         aligned(p.dg, 16);
+}
+
+template <typename G>
+__device__ __forceinline__ void load_four(const G* at, float (&x)[4]) {
+  if constexpr (std::is_same_v<G, float>) {
+    const float4 v = *reinterpret_cast<const float4*>(at);
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+  } else {
+    const uint2 v = *reinterpret_cast<const uint2*>(at);
+    G e[4];
+    memcpy(e, &v, sizeof(v));
+#pragma unroll
+    for (int m = 0; m < 4; ++m) x[m] = to_float(e[m]);
+  }
+}
+
+template <typename G, bool kWithRatio>
+__global__ void __cluster_dims__(kReduceCluster, 1, 1) __launch_bounds__(kReduceThreads)
+    gate_params_rows_kernel(const EpilogueParams p) {
+  __shared__ double bias_part[kReduceWarps][32 * kRowsLanesChannels];
+  __shared__ double A_part[kReduceWarps];
+  __shared__ double bias_block[32 * kRowsLanesChannels];
+  __shared__ double A_block;
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const int64_t hv = blockIdx.x / kReduceCluster;
+  const int rank = static_cast<int>(blockIdx.x % kReduceCluster);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid % 32, warp = tid / 32;
+  const int64_t c0 = kRowsLanesChannels * lane;
+  const bool active = c0 < p.K;
+  int64_t first, last;
+  dg_token_range(p, &first, &last);
+  const int64_t runs = static_cast<int64_t>(kReduceCluster) * kReduceWarps;
+  const int64_t per_run = (last - first + runs - 1) / runs;
+  const int64_t begin = first + (static_cast<int64_t>(rank) * kReduceWarps + warp) * per_run;
+  const int64_t end = begin + per_run < last ? begin + per_run : last;
+  double bias_sum[kRowsLanesChannels] = {}, A_sum = 0.0;
+  if (active && begin < end) {
+    const TokenView& gv = p.g;
+    const G* g_head = static_cast<const G*>(gv.data) + hv * gv.stride_head + c0;
+    float bias[kRowsLanesChannels] = {};
+    if (p.dt_bias != nullptr) {
+#pragma unroll
+      for (int m = 0; m < kRowsLanesChannels; ++m)
+        bias[m] = p.dt_bias[(hv * p.K + c0 + m) * p.dt_bias_stride];
+    }
+    const float* dg_head = p.dg + hv * p.K + c0;
+    const int64_t dg_step = p.HV * p.K;
+    const bool small_index = end <= (int64_t{1} << 31) && p.T <= (int64_t{1} << 31);
+    for (int64_t n0 = begin; n0 < end; n0 += kReduceUnroll) {
+      float4 dg[kReduceUnroll];
+      float x[kReduceUnroll][kRowsLanesChannels];
+#pragma unroll
+      for (int u = 0; u < kReduceUnroll; ++u) {  // every load of the group first
+        const int64_t n = n0 + u < end ? n0 + u : end - 1;
+        dg[u] = *reinterpret_cast<const float4*>(dg_head + n * dg_step);
+        if constexpr (kWithRatio) {
+          const int64_t b =
+              small_index
+                  ? static_cast<int64_t>(static_cast<uint32_t>(n) / static_cast<uint32_t>(p.T))
+                  : n / p.T;
+          load_four(g_head + b * gv.stride_batch + (n - b * p.T) * gv.stride_token, x[u]);
+        }
+      }
+      float bias_group[kRowsLanesChannels] = {}, A_group = 0.0f;
+#pragma unroll
+      for (int u = 0; u < kReduceUnroll; ++u) {
+        const bool inside = n0 + u < end;
+        const float d[kRowsLanesChannels] = {inside ? dg[u].x : 0.0f, inside ? dg[u].y : 0.0f,
+                                             inside ? dg[u].z : 0.0f, inside ? dg[u].w : 0.0f};
+#pragma unroll
+        for (int m = 0; m < kRowsLanesChannels; ++m) {
+          bias_group[m] += d[m];
+          if constexpr (kWithRatio)
+            A_group = fmaf(d[m], A_log_ratio(p, x[u][m] + bias[m]), A_group);
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < kRowsLanesChannels; ++m) bias_sum[m] += bias_group[m];
+      A_sum += A_group;
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kRowsLanesChannels; ++m) bias_part[warp][c0 + m] = bias_sum[m];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)  // the same tree on every run
+    A_sum += __shfl_xor_sync(0xffffffffu, A_sum, offset);
+  if (lane == 0) A_part[warp] = A_sum;
+  __syncthreads();
+  if (tid < 32 * kRowsLanesChannels) {
+    double sum = 0.0;
+    for (int w = 0; w < kReduceWarps; ++w) sum += bias_part[w][tid];
+    bias_block[tid] = sum;
+  }
+  if (tid == 0) {
+    double sum = 0.0;
+    for (int w = 0; w < kReduceWarps; ++w) sum += A_part[w];
+    A_block = sum;
+  }
+  cluster.sync();
+  if (rank == 0 && tid < p.K) {
+    double sum = 0.0;
+    for (int r = 0; r < kReduceCluster; ++r) sum += cluster.map_shared_rank(bias_block, r)[tid];
+    p.ddt_bias[hv * p.K + tid] = p.dt_bias != nullptr ? static_cast<float>(sum) : 0.0f;
+  }
+  if (rank == 0 && tid == 0) {
+    double sum = 0.0;
+    for (int r = 0; r < kReduceCluster; ++r) sum += *cluster.map_shared_rank(&A_block, r);
+    p.dA_log[hv] = kWithRatio ? static_cast<float>(sum) : 0.0f;
   }
   cluster.sync();  // every CTA's sums stay readable until they have been read
 }
