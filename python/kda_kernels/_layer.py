@@ -4,16 +4,17 @@ call and semantics, returning ``(o, final_state)``.
 It is a torch.autograd.Function. The forward is fla's ``chunk_kda_fwd`` (this library has no
 forward yet), with fla's l2norm and beta sigmoid in front of it. The backward runs fla's stages
 up to the reverse state scan (the recompute of w/u, the forward state scan, dAv, the reverse
-scan), then one of two tails (``BACKWARD``, or ``KDA_LAYER_BACKWARD`` at import):
+scan), then one of two tails, as ``BACKWARD`` (or ``KDA_LAYER_BACKWARD`` at import) says:
 
-- ``"split"`` (the default, the faster today with the gate in the kernel): this library's WY
-  and intra operators (chunk_kda_bwd_wy_dqkg_fused, chunk_kda_bwd_intra, called directly), then
-  fla's reverse cumsum of dg and fla's gate, l2norm and beta sigmoid backwards
-  (``SPLIT_STAGES``);
+- ``"split"`` (the default): this library's WY and intra operators
+  (chunk_kda_bwd_wy_dqkg_fused, chunk_kda_bwd_intra, called directly), then fla's reverse
+  cumsum of dg and fla's gate, l2norm and beta sigmoid backwards (``SPLIT_STAGES``);
 - ``"epilogue"``: this library's fused epilogue (chunk_kda_bwd_epilogue), which writes every
-  gradient of the layer's raw inputs in one pass per chunk (``EPILOGUE_STAGES``). On an H100
-  it beats the split tail without the gate in the kernel and trails it with the gate, by its
-  dA_log / ddt_bias reduction (docs/performance.md), so it is not the default yet.
+  gradient of the layer's raw inputs in one pass per chunk (``EPILOGUE_STAGES``). Its fast
+  kernel takes bf16 with chunks of 64, K = V = 128 and one value head per query head; every
+  other problem runs its general kernel, several times slower (docs/performance.md);
+- ``"auto"``: the epilogue where its fast kernel runs (``epilogue_is_fast``), else the split
+  tail.
 
 ``STAGES`` is the default tail's list. The backward recomputes what fla's default call
 recomputes (fla's ``disable_recompute=False``).
@@ -58,11 +59,28 @@ SPLIT_STAGES = (
 
 _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
-_BACKWARDS = ("split", "epilogue")
+_BACKWARDS = ("auto", "split", "epilogue")
 BACKWARD = os.environ.get("KDA_LAYER_BACKWARD", "split")
 if BACKWARD not in _BACKWARDS:
     raise ValueError(f"KDA_LAYER_BACKWARD: expected one of {_BACKWARDS}, got {BACKWARD!r}")
-STAGES = SPLIT_STAGES if BACKWARD == "split" else EPILOGUE_STAGES
+STAGES = EPILOGUE_STAGES if BACKWARD == "epilogue" else SPLIT_STAGES
+
+
+def epilogue_is_fast(q, v, chunk_size):
+    """Whether chunk_kda_bwd_epilogue runs its bf16 kernel on this layer's backward: bf16, chunks
+    of 64, K = V = 128, one value head per query head (h and dh come from fla's forward in q's
+    dtype, every tensor contiguous). Other problems run its general kernel, several times slower
+    than the split tail (docs/performance.md)."""
+    return (q.dtype == torch.bfloat16 and chunk_size == 64 and q.shape[-1] == 128
+            and v.shape[-1] == 128 and v.shape[-2] == q.shape[-2])
+
+
+def backward_tail(q, v, chunk_size, backward=None):
+    """The tail a backward of this layer runs: BACKWARD's, "auto" resolved by epilogue_is_fast."""
+    backward = BACKWARD if backward is None else backward
+    if backward == "auto":
+        return "epilogue" if epilogue_is_fast(q, v, chunk_size) else "split"
+    return backward
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,7 +221,7 @@ class ChunkKDAFunction(torch.autograd.Function):
             safe_gate=opt.safe_gate, lower_bound=opt.lower_bound,
             use_gate_in_kernel=opt.use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
             disable_recompute=False)
-        ctx.path = BACKWARD
+        ctx.path = backward_tail(q, v, opt.chunk_size)
         if ctx.path == "epilogue":  # it takes the raw q, k (l2norm's backward is in it)
             q, k, q_rstd, k_rstd = q_raw, k_raw, None, None
         ctx.save_for_backward(q, q_rstd, k, k_rstd, v, g_cumsum, g, beta_raw, beta, A_log,

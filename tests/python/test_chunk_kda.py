@@ -169,6 +169,20 @@ def test_varlen_needs_batch_one():
         kk.chunk_kda(**args, cu_seqlens=torch.tensor([0, 8]))
 
 
+def test_auto_tail_picks_the_epilogue_where_its_bf16_kernel_runs():
+    from kda_kernels import _layer
+
+    def qv(dtype=torch.bfloat16, H=4, HV=4, K=128, V=128):
+        return torch.empty(1, 8, H, K, dtype=dtype), torch.empty(1, 8, HV, V, dtype=dtype)
+
+    assert _layer.backward_tail(*qv(), 64, "auto") == "epilogue"
+    for q, v, bt in [(*qv(torch.float16), 64), (*qv(torch.float32), 64), (*qv(), 32),
+                     (*qv(K=64), 64), (*qv(V=64), 64), (*qv(HV=8), 64)]:
+        assert _layer.backward_tail(q, v, bt, "auto") == "split"
+    for fixed in ("split", "epilogue"):  # a fixed tail is kept whatever the problem
+        assert _layer.backward_tail(*qv(torch.float32), 32, fixed) == fixed
+
+
 def test_without_fla_the_error_names_it(monkeypatch):
     """fla absent: an ImportError that says chunk_kda needs fla, and which releases work."""
     import importlib.util
