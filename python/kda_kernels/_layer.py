@@ -6,18 +6,19 @@ forward yet), with fla's l2norm and beta sigmoid in front of it. The backward ru
 up to the reverse state scan (the recompute of w/u, the forward state scan, dAv, the reverse
 scan), then one of two tails, as ``BACKWARD`` (or ``KDA_LAYER_BACKWARD`` at import) says:
 
-- ``"split"`` (the default): this library's WY and intra operators
+- ``"split"``: this library's WY and intra operators
   (chunk_kda_bwd_wy_dqkg_fused, chunk_kda_bwd_intra, called directly), then fla's reverse
   cumsum of dg and fla's gate, l2norm and beta sigmoid backwards (``SPLIT_STAGES``);
 - ``"epilogue"``: this library's fused epilogue (chunk_kda_bwd_epilogue), which writes every
   gradient of the layer's raw inputs in one pass per chunk (``EPILOGUE_STAGES``). Its fast
   kernel takes bf16 with chunks of 64, K = V = 128 and one value head per query head; every
   other problem runs its general kernel, several times slower (docs/performance.md);
-- ``"auto"``: the epilogue where its fast kernel runs (``epilogue_is_fast``), else the split
-  tail.
+- ``"auto"`` (the default): the epilogue where its fast kernel runs (``epilogue_is_fast``), else
+  the split tail. On an H100 the epilogue tail is the faster at B=1 and B=4, T=8192, H=32 and on
+  the varlen mix, in the Kimi layer's call and in cuDNN's (docs/performance.md).
 
-``STAGES`` is the default tail's list. The backward recomputes what fla's default call
-recomputes (fla's ``disable_recompute=False``).
+``STAGES`` is the split tail's list unless ``BACKWARD`` is "epilogue" ("auto" picks per call).
+The backward recomputes what fla's default call recomputes (fla's ``disable_recompute=False``).
 
 Needs fla (0.5.2 or 0.6.x) and CUDA tensors; the error says which is missing.
 """
@@ -60,7 +61,7 @@ SPLIT_STAGES = (
 _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 _BACKWARDS = ("auto", "split", "epilogue")
-BACKWARD = os.environ.get("KDA_LAYER_BACKWARD", "split")
+BACKWARD = os.environ.get("KDA_LAYER_BACKWARD", "auto")
 if BACKWARD not in _BACKWARDS:
     raise ValueError(f"KDA_LAYER_BACKWARD: expected one of {_BACKWARDS}, got {BACKWARD!r}")
 STAGES = EPILOGUE_STAGES if BACKWARD == "epilogue" else SPLIT_STAGES
@@ -388,7 +389,8 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     (o, final_state): o [B, T, HV, V] in q's dtype; final_state float32 or None.
 
     The forward is fla's (a later release of this library replaces it); the backward runs this
-    library's kernels where it has them (``kda_kernels._layer.STAGES``). torch.compile runs it
+    library's kernels where it has them (``kda_kernels._layer.EPILOGUE_STAGES`` for bf16 with
+    chunks of 64, K = V = 128 and HV = H, else ``SPLIT_STAGES``). torch.compile runs it
     as a graph break (like fla's own chunk_kda); every kernel of the backward is CUDA-graph safe
     but fla's varlen forward reads cu_seqlens on the host.
 
