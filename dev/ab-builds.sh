@@ -87,9 +87,10 @@ ab_builds() {
 # come before any sanitizer run, so that a tight deadline drops sanitizer runs, not a build's
 # tests (else the base's sanitizers can use up the time an experiment's test_wy_cuda needed), and
 # a build whose tests did not pass is named UNTESTED in the summary beside its timings.
-# KDA_AB_SANITIZERS names the sanitizer tools (default "racecheck synccheck"; empty: none, for a
-# timing-first call whose kept build gets its sanitizers in a later call); KDA_AB_TESTS=0 skips
-# the tests too (diagnostic builds whose results are wrong on purpose).
+# KDA_AB_SANITIZERS names the sanitizer tools, space- or comma-separated (default "racecheck
+# synccheck"; empty: none, for a timing-first call whose kept build gets its sanitizers in a
+# later call); KDA_AB_TESTS=0 skips the tests too (diagnostic builds whose results are wrong on
+# purpose).
 ab_check_builds() {
   local binary=$1 seconds=$2 filter=$3 label n lib name tool left
   label=$(basename "$binary")
@@ -113,7 +114,8 @@ ab_check_builds() {
   for n in "${!names[@]}"; do
     lib=${dirs[$n]}
     name=${names[$n]}
-    for tool in ${KDA_AB_SANITIZERS-racecheck synccheck}; do
+    local tools=${KDA_AB_SANITIZERS-racecheck synccheck}
+    for tool in ${tools//,/ }; do
       ab_fits 60 "$name: $tool" || continue
       # shellcheck disable=SC2086  # the build's environment words
       env ${envs[$n]} LD_LIBRARY_PATH=$lib timeout 120 compute-sanitizer --tool $tool \

@@ -3,8 +3,9 @@ gate and beta sigmoid in the kernel, l2norm in the kernel, V-first state) throug
 chunk_kda, with fla's kernels and with kda_kernels' backend, on the installed fla (0.5.2 or
 0.6.x; tools/run-tests.sh runs it once per release). The profiler counts the kernels each
 backward launches: with our backend, fla's two Triton kernels we replace never run and ours run
-once per layer backward (with kda_kernels._layer.BACKWARD = "epilogue": the fused epilogue
-and its gate-parameter reduction instead); every gradient (weights and input) stays within the bf16 bar of fla's.
+once per layer backward (the WY and intra operators with kda_kernels._layer.BACKWARD = "split";
+the fused epilogue and its gate-parameter reduction with "epilogue" and with "auto", the
+default); every gradient (weights and input) stays within the bf16 bar of fla's.
 Needs torch, fla (with transformers, which fla's layers import), a CUDA device and the cuda
 backend."""
 
@@ -78,17 +79,19 @@ def _count(launches, fla_kernel=None, ours=None):
     return sum(n for name, n in launches.items() if _ours(name, ours))
 
 
-# Our launches per layer backward, by chunk_kda's backward tail.
+# Our launches per layer backward, by chunk_kda's backward tail ("auto", the default, takes the
+# epilogue here: bf16, heads of 128, one value head per query head).
+EPILOGUE_LAUNCHES = {"wy": 0, "intra": 0, "epilogue": 2}
 EXPECTED_OURS = {"split": {"wy": 1, "intra": 1, "epilogue": 0},
-                 "epilogue": {"wy": 0, "intra": 0, "epilogue": 2}}
+                 "epilogue": EPILOGUE_LAUNCHES, "auto": EPILOGUE_LAUNCHES}
 
 
 @pytest.mark.parametrize("tail", sorted(EXPECTED_OURS))
 def test_kimi_layer_training_step_runs_our_kernels(tail, monkeypatch):
     pytest.importorskip("transformers", reason="fla's layers import transformers")
-    from kda_kernels import _layer
+    from kda_kernels import _layer as layer_module
 
-    monkeypatch.setattr(_layer, "BACKWARD", tail)
+    monkeypatch.setattr(layer_module, "BACKWARD", tail)
     layer = _layer()
     gen = torch.Generator(device="cuda").manual_seed(1)
     x = torch.randn(2, 1024, layer.hidden_size, device="cuda", generator=gen,
