@@ -26,13 +26,13 @@ STAGES = (
     ("epilogue (chunk_kda_bwd_epilogue)", ("chunk_bwd_epilogue", "gate_params"), "#2ca02c"),
     ("other kernels", ("",), "#7f7f7f"),
 )
-# Kernel names of this project's operators (as short_name below gives them).
-OURS = ("wy_dqkg_mma_kernel", "wy_dqkg_simt_kernel", "wy_dqkg_kernel", "chunk_bwd_intra_kernel",
-        "chunk_bwd_epilogue_kernel", "gate_params_kernel")
+# Every CUDA kernel of this project lives in this namespace (the profiler's full kernel name).
+OUR_NAMESPACE = "kda::cuda::"
 
 # What each bench/layer.py mode ran, as the bar's label.
 MODE_LABELS = {"fla": "fla's kernels", "wy": "kda: WY op", "both": "kda: WY + intra",
-               "layer": "kda: chunk_kda", "layer-epilogue": "kda: chunk_kda, epilogue"}
+               "layer": "kda: chunk_kda, split", "layer-epilogue": "kda: chunk_kda, epilogue",
+               "cudnn": "cuDNN-frontend sm90"}
 
 WIDTH = 900
 LEFT = 150  # room for the mode labels
@@ -77,8 +77,17 @@ def stage_times(result):
     for kernel in result.get("kernels", []):
         i = stage_of(kernel["name"])
         times[i][0] += float(kernel["us"])
-        times[i][1] = times[i][1] or short_name(kernel["name"]) in OURS
+        times[i][1] = times[i][1] or OUR_NAMESPACE in kernel["name"]
     return [tuple(t) for t in times]
+
+
+def shape_title(shape, options):
+    """The panel's title: B and T, or the packed sequences of a varlen shape."""
+    lengths = shape.get("seq_lengths") or []
+    rows = (f"varlen {len(lengths)} sequences (T={shape.get('T')})" if lengths
+            else f"B={shape.get('B')} T={shape.get('T')}")
+    return (f"KDA layer backward through fla's chunk_kda, {rows} H={shape.get('H')} "
+            f"K=V={options.get('K', '')} {options.get('x', '')}: GPU time per stage")
 
 
 def _text(x, y, body, size=12, anchor="start", fill="#000", weight="normal"):
@@ -93,13 +102,9 @@ def svg(record):
     y = 28
     shapes = record.get("shapes", [])
     options = record.get("settings", {})
-    dtype = options.get("x", "")
     for shape in shapes:
         modes = shape.get("modes", {})
-        title = (f"KDA layer backward through fla's chunk_kda, B={shape.get('B')} "
-                 f"T={shape.get('T')} H={shape.get('H')} K=V={options.get('K', '')} {dtype}: "
-                 "GPU time per stage")
-        parts.append(_text(10, y, title, size=14, weight="bold"))
+        parts.append(_text(10, y, shape_title(shape, options), size=14, weight="bold"))
         y += 14
         totals = [r.get("backward_gpu_us") for r in modes.values() if r.get("backward_gpu_us")]
         scale = (WIDTH - LEFT - RIGHT) / max(totals) if totals else 0.0
@@ -116,27 +121,30 @@ def svg(record):
             parts.append(_text(10, y + BAR * 0.45, MODE_LABELS.get(mode, mode), weight="bold"))
             parts.append(_text(10, y + BAR * 0.95, f"{total / 1000:.2f} ms", size=11))
             x = LEFT
+            theirs = "cuDNN" if mode == "cudnn" else "fla"
             for (label, _, colour), (us, ours) in zip(STAGES, stage_times(result)):
                 if us <= 0:
                     continue
                 w = us * scale
+                who = "ours" if ours else theirs
                 parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{BAR}" '
                              f'fill="{colour}" stroke="#fff" stroke-width="1">'
-                             f'<title>{escape(label)}: {us:.0f} µs '
-                             f'({"ours" if ours else "fla"})</title></rect>')
+                             f'<title>{escape(label)}: {us:.0f} µs ({who})</title></rect>')
                 if w > 70:
-                    who = "ours" if ours else "fla"
                     parts.append(_text(x + w / 2, y + BAR * 0.65, f"{who} {us:.0f}", size=11,
                                        anchor="middle", fill="#fff"))
                 x += w
             y += BAR
         y += 34
-    # The legend: one swatch per stage.
+    # The legend: one swatch per stage, wrapped to the chart's width.
     x = 10
     for label, _, colour in STAGES:
+        width = 16 + 7 * len(label) + 18
+        if x > 10 and x + width > WIDTH:
+            x, y = 10, y + 18
         parts.append(f'<rect x="{x}" y="{y - 11}" width="12" height="12" fill="{colour}"/>')
         parts.append(_text(x + 16, y, label, size=11))
-        x += 16 + 7 * len(label) + 18
+        x += width
     y += 12
     note = ("Times: torch.profiler's CUDA kernel time per backward (bench/layer.py); "
             "\"ours\" marks stages run by kda_kernels.")

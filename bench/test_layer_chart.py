@@ -69,6 +69,35 @@ def test_bars_are_to_scale_and_say_whose_kernels_ran():
     assert "1.80 ms" in texts and "4.00 ms" in texts
 
 
+EPILOGUE = {"backward_gpu_us": 1700.0, "kernels": [
+    {"name": "void kda::cuda::epilogue::bf16::chunk_bwd_epilogue_bf16_kernel<true>(P)",
+     "us": 1300.0},
+    {"name": "void kda::cuda::epilogue::gate_params_rows_kernel<__nv_bfloat16, true>(P)",
+     "us": 200.0},
+    {"name": "chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64", "us": 200.0}]}
+CUDNN = {"backward_gpu_us": 1400.0, "kernels": [{"name": "k_bwd", "us": 1400.0}]}
+
+
+def test_every_kernel_of_ours_is_marked_and_cudnn_is_named():
+    root = ET.fromstring(layer_chart.svg(record({"layer-epilogue": EPILOGUE, "cudnn": CUDNN})))
+    segs = [title for title, _ in segments(root)]
+    assert segs[0] == "dh: 200 µs (fla)"
+    assert segs[1] == "epilogue (chunk_kda_bwd_epilogue): 1500 µs (ours)"
+    assert segs[2] == "other kernels: 1400 µs (cuDNN)"
+    texts = [t.text for t in root.iter(SVG + "text")]
+    assert "cuDNN-frontend sm90" in texts and "kda: chunk_kda, epilogue" in texts
+
+
+def test_a_varlen_shape_says_so_and_the_legend_fits():
+    rec = record({"fla": FLA})
+    rec["shapes"][0]["seq_lengths"] = [1300, 547, 2048, 963, 271, 3063]
+    root = ET.fromstring(layer_chart.svg(rec))
+    title = next(t.text for t in root.iter(SVG + "text"))
+    assert "varlen 6 sequences (T=8192) H=32" in title
+    for rect in root.iter(SVG + "rect"):
+        assert float(rect.get("x", 0)) + float(rect.get("width", 0)) <= layer_chart.WIDTH
+
+
 def test_a_mode_without_results_is_listed_with_its_error():
     chart = layer_chart.svg(record({"fla": FLA, "wy": {"error": "RuntimeError: boom"}}))
     root = ET.fromstring(chart)
