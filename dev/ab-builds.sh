@@ -158,3 +158,35 @@ ab_kda_rounds() {
     done
   done
 }
+# ab_kda_kernel_times OP REGEX LAUNCHES LABEL...: the GPU time of the kernels whose names match
+# REGEX inside `kda run OP` on each label's inputs, per build, by ncu (gpu__time_duration of
+# LAUNCHES launches after one skipped: the kernel alone, where `kda run`'s median is the whole
+# call). One summary line per build and label with the median in µs; skipped without ncu.
+ab_kda_kernel_times() {
+  local op=$1 regex=$2 launches=$3 label n file log rc us
+  shift 3
+  if ! command -v ncu >/dev/null; then
+    echo "kernel times ($regex): skipped, no ncu on PATH" >>"$summary"
+    return 0
+  fi
+  for label in "$@"; do
+    file=/tmp/$op-$label.safetensors
+    [ -f "$file" ] || continue
+    for n in "${!names[@]}"; do
+      ab_fits 60 "${names[$n]} kernel times $label" || continue
+      log=$logs/ncu.${names[$n]}.$label.log
+      # shellcheck disable=SC2086  # the build's environment words
+      env ${envs[$n]} LD_LIBRARY_PATH=${dirs[$n]} timeout 90 ncu --metrics gpu__time_duration.sum \
+        --kernel-name "regex:$regex" --launch-skip 1 --launch-count "$launches" \
+        "$build/tools/kda" run "$op" --input "$file" --backend cuda --repeat "$launches" \
+        >"$log" 2>&1
+      rc=$?
+      # ncu prints the metric as: gpu__time_duration.sum  <unit>  <value>, in ns, us or ms.
+      us=$(awk '$1 == "gpu__time_duration.sum" {
+                  v = $3; gsub(",", "", v);
+                  if ($2 == "nsecond") v /= 1000; else if ($2 == "msecond") v *= 1000;
+                  print v }' "$log" | sort -g | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]}')
+      echo "${names[$n]} $label $regex kernel median ${us:-none} us of $launches (rc $rc)" >>"$summary"
+    done
+  done
+}

@@ -6,7 +6,8 @@
 # For each build: test_epilogue_cuda (every test) and racecheck + synccheck on its Subset; then
 # `kda run chunk_bwd_epilogue --repeat 30` at B=1 T=8192 H=32 K=V=128 bf16 in the default call
 # and the Kimi layer's (inputs generated once by the base build), the builds alternated N rounds
-# (default 2) so that drift shows. Under $OUT/ab-epilogue/: summary.txt (written as the steps
+# (default 2) so that drift shows; then ncu's GPU time of the dA_log / ddt_bias kernel alone on the
+# Kimi inputs, per build. Under $OUT/ab-epilogue/: summary.txt (written as the steps
 # finish) and logs.tar.gz, the summary printed last, also when the deadline (KDA_AB_SECONDS,
 # dev/ab-builds.sh) cut the run short. Needs .carry from dev/stage-carry.sh.
 set -uo pipefail
@@ -27,3 +28,5 @@ shape=(--shape "1,8192,32,128,128" --h-dtype x)
 ab_kda_input chunk_bwd_epilogue default "${shape[@]}" --gate none
 ab_kda_input chunk_bwd_epilogue kimi "${shape[@]}" --gate lower_bound --beta-sigmoid --state-v-first
 ab_kda_rounds chunk_bwd_epilogue 30 30 "$rounds" default kimi
+# The dA_log / ddt_bias kernel alone (the Kimi row's difference from the default one).
+ab_kda_kernel_times chunk_bwd_epilogue gate_params 5 kimi

@@ -133,7 +133,8 @@ def test_every_build_is_tested_before_any_sanitizer_run(tmp_path):
     assert not any(line.startswith("UNTESTED: base") for line in lines), lines
 
 
-@pytest.mark.parametrize("tests, sanitizers", [("0", ""), ("1", ""), ("1", "memcheck")])
+@pytest.mark.parametrize("tests, sanitizers", [("0", ""), ("1", ""), ("1", "memcheck"),
+                                               ("1", "memcheck,racecheck")])
 def test_the_switches_pick_tests_and_sanitizers(tmp_path, tests, sanitizers):
     """KDA_AB_TESTS=0 (timings only: diagnostic builds) names every build UNTESTED and runs no
     test; KDA_AB_SANITIZERS names the tools (empty: none)."""
@@ -161,7 +162,8 @@ def test_the_switches_pick_tests_and_sanitizers(tmp_path, tests, sanitizers):
         assert "UNTESTED: base (KDA_AB_TESTS=0: timings only)" in lines
     else:
         assert len(test_lines) == 1 and not any(line.startswith("UNTESTED") for line in lines)
-    assert [line.split(":")[1].split()[0] for line in tool_lines] == sanitizers.split(), lines
+    tools = sanitizers.replace(",", " ").split()  # space- or comma-separated
+    assert [line.split(":")[1].split()[0] for line in tool_lines] == tools, lines
 
 
 @pytest.mark.parametrize("spec", ["missing=DIR/none.tar.xz", "empty=DIR"])
@@ -181,3 +183,32 @@ def test_a_build_that_is_not_there_stops_the_run(tmp_path, spec):
     summary = (out / "t" / "summary.txt").read_text()
     assert "no libkda.so.0.2 there" in summary
     assert "went on" not in summary
+
+
+def test_kernel_times_take_the_median_of_ncu_in_microseconds(tmp_path):
+    """ab_kda_kernel_times reads ncu's gpu__time_duration lines (any time unit) and writes one
+    median per build and label (fake ncu, no GPU)."""
+    root = workdir(tmp_path)
+    out = tmp_path / "out"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ncu = bin_dir / "ncu"
+    ncu.write_text('#!/usr/bin/env bash\n'
+                   'echo "    gpu__time_duration.sum      usecond      240.50"\n'
+                   'echo "    gpu__time_duration.sum      nsecond      1,000,000"\n'
+                   'echo "    gpu__time_duration.sum      msecond      0.2"\n')
+    ncu.chmod(0o755)
+    op = f"abtest{os.getpid()}"
+    inputs = Path(f"/tmp/{op}-kimi.safetensors")
+    inputs.write_text("")
+    try:
+        env = dict(os.environ, OUT=str(out), KDA_AB_SECONDS="100",
+                   PATH=f"{bin_dir}:{os.environ['PATH']}")
+        script = f". dev/ab-builds.sh\nab_builds t\nab_kda_kernel_times {op} gate_params 3 kimi\n"
+        proc = subprocess.run(["bash", "-c", script], cwd=root, env=env, capture_output=True,
+                              text=True, timeout=60)
+    finally:
+        inputs.unlink()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = (out / "t" / "summary.txt").read_text().splitlines()
+    assert "base kimi gate_params kernel median 240.50 us of 3 (rc 0)" in lines, lines
