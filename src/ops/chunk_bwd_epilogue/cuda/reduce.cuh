@@ -47,6 +47,16 @@ __device__ __forceinline__ void dg_token_range(const EpilogueParams& p, int64_t*
   }
 }
 
+// The element offset of flattened token n = b · T + t in g (head and column offsets apart);
+// small_index: n and T below 2^31, so that b is a 32-bit division.
+__device__ __forceinline__ int64_t g_token_offset(const EpilogueParams& p, int64_t n,
+                                                  bool small_index) {
+  const int64_t b =
+      small_index ? static_cast<int64_t>(static_cast<uint32_t>(n) / static_cast<uint32_t>(p.T))
+                  : n / p.T;
+  return b * p.g.stride_batch + (n - b * p.T) * p.g.stride_token;
+}
+
 // Σ dg and Σ dg · A_log_ratio(x) of channel c over tokens [begin, end) (flattened b · T + t),
 // kReduceUnroll tokens at a time: every load of a group is issued before the sums (the last
 // token's index repeats past `end`, masked in the sums), so a group costs one memory latency.
@@ -67,13 +77,7 @@ __device__ __forceinline__ void sum_token_run(const EpilogueParams& p, int64_t h
     for (int u = 0; u < kReduceUnroll; ++u) {
       const int64_t n = n0 + u < end ? n0 + u : end - 1;
       dg[u] = dg_column[n * dg_step];
-      if constexpr (kWithRatio) {
-        const int64_t b =
-            small_index
-                ? static_cast<int64_t>(static_cast<uint32_t>(n) / static_cast<uint32_t>(p.T))
-                : n / p.T;
-        x[u] = to_float(g_column[b * gv.stride_batch + (n - b * p.T) * gv.stride_token]) + bias;
-      }
+      if constexpr (kWithRatio) x[u] = to_float(g_column[g_token_offset(p, n, small_index)]) + bias;
     }
     float bias_group = 0.0f, A_group = 0.0f;
 #pragma unroll
@@ -233,13 +237,7 @@ __global__ void __cluster_dims__(kReduceCluster, 1, 1) __launch_bounds__(kReduce
       for (int u = 0; u < kReduceUnroll; ++u) {  // every load of the group first
         const int64_t n = n0 + u < end ? n0 + u : end - 1;
         dg[u] = *reinterpret_cast<const float4*>(dg_head + n * dg_step);
-        if constexpr (kWithRatio) {
-          const int64_t b =
-              small_index
-                  ? static_cast<int64_t>(static_cast<uint32_t>(n) / static_cast<uint32_t>(p.T))
-                  : n / p.T;
-          load_four(g_head + b * gv.stride_batch + (n - b * p.T) * gv.stride_token, x[u]);
-        }
+        if constexpr (kWithRatio) load_four(g_head + g_token_offset(p, n, small_index), x[u]);
       }
       float bias_group[kRowsLanesChannels] = {}, A_group = 0.0f;
 #pragma unroll
