@@ -127,6 +127,25 @@ __device__ __forceinline__ float softplusf(float x) {
   return x < -15.0f ? e : log1pf(e);
 }
 
+// Calls fn(gate) once with gate(x) -> GateValue for the problem's gate form (identity without
+// the gate in the kernel, the safe gate with a lower bound, else softplus), e^A_log taken once:
+// a loop inside fn is compiled once per form and runs one form's code only.
+template <typename Fn>
+__device__ __forceinline__ void with_gate_form(const EpilogueParams& p, float A_log, Fn fn) {
+  const float s = p.A_log != nullptr ? __expf(A_log) : 1.0f;
+  if (!p.gate_in_kernel) {
+    fn([](float x) { return GateValue{x, 1.0f}; });
+  } else if (p.has_lower_bound) {
+    const float lb = p.lower_bound;
+    fn([=](float x) {
+      const float sg = sigmoidf(s * x);
+      return GateValue{lb * sg, lb * sg * (1.0f - sg) * s};
+    });
+  } else {
+    fn([=](float x) { return GateValue{-s * softplusf(x), -s * sigmoidf(x)}; });
+  }
+}
+
 __device__ __forceinline__ GateValue gate_value(const EpilogueParams& p, float x, float A_log) {
   const float s = p.A_log != nullptr ? __expf(A_log) : 1.0f;
   if (p.has_lower_bound) {

@@ -72,12 +72,13 @@ __device__ __forceinline__ void build_gate(float* G2, float* totals, float (&x)[
                                            float A_log) {
   const int c = static_cast<int>(threadIdx.x) % kD, seg = static_cast<int>(threadIdx.x) / kD;
   float run = 0.0f;
+  with_gate_form(p, A_log, [&](auto gate) {
 #pragma unroll
-  for (int r = 0; r < 16; ++r) {
-    const float value = p.gate_in_kernel ? gate_value(p, x[r], A_log).value : x[r];
-    run += 16 * seg + r < s.len ? value : 0.0f;
-    x[r] = run;
-  }
+    for (int r = 0; r < 16; ++r) {
+      run += 16 * seg + r < s.len ? gate(x[r]).value : 0.0f;
+      x[r] = run;
+    }
+  });
   totals[seg * kD + c] = run;
   __syncthreads();
   float before = 0.0f;
@@ -443,12 +444,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     float after = 0.0f;
     for (int b = seg + 1; b < 4; ++b) after += small[kSegment + b * kD + c];
     float* dg_out = p.dg + ((span.batch * p.T + span.t0 + 16 * seg) * p.HV + hv) * p.K + c;
+    with_gate_form(p, A_log, [&](auto gate) {
 #pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      if (16 * seg + r >= len) break;
-      const float d_x = p.gate_in_kernel ? gate_value(p, x[r], A_log).d_x : 1.0f;
-      dg_out[r * p.HV * p.K] = (suffix[r] + after) * d_x;
-    }
+      for (int r = 0; r < 16; ++r) {
+        if (16 * seg + r >= len) break;
+        dg_out[r * p.HV * p.K] = (suffix[r] + after) * gate(x[r]).d_x;
+      }
+    });
   }
   // l2norm's backward, dx = (dx̂ − x̂ (x̂ · dx̂)) / ||x||, and the stores of dq and dk.
   for (int i = warp; i < len; i += kWarps) {
