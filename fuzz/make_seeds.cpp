@@ -1,5 +1,5 @@
 // Writes seeds of the fuzzers, committed under fuzz/corpus/<target>/:
-//   - fuzz_safetensors: a few small valid files of every operator that reach every part of the
+//   - fuzz_safetensors: a few small valid files of the operators that reach every part of the
 //     reader and of problem_from_safetensors, and one that names a tensor twice;
 //   - fuzz_problem (with a second directory): chunk_bwd_intra's and chunk_bwd_epilogue's starting
 //     inputs, the byte (1, 2) that picks the operator followed by fixed pseudo-random bytes (the
@@ -22,6 +22,7 @@
 namespace {
 
 using kda::DType;
+using kda::io::DhuConfig;
 using kda::io::HostTensor;
 using kda::io::IntraConfig;
 using kda::io::SafetensorsFile;
@@ -196,6 +197,36 @@ int main(int argc, char** argv) {
   intra_varlen.safe_gate = true;
   intra_varlen.seed = 5;
   write("problem_intra_varlen_bf16.safetensors", solved(intra_varlen));
+
+  DhuConfig dhu;  // chunk_bwd_dhu, fixed length with a tail chunk, f32, both gates, GVA
+  dhu.B = 2;
+  dhu.T = 20;
+  dhu.H = 1;
+  dhu.HV = 2;
+  dhu.K = 3;
+  dhu.V = 2;
+  dhu.BT = 16;
+  dhu.x_dtype = DType::f32;
+  dhu.use_g = true;
+  dhu.seed = 6;
+  write("problem_dhu_fixed_f32.safetensors", solved(dhu));
+
+  DhuConfig dhu_varlen;  // an empty sequence, int32 chunk_indices, states [.., V, K] in X, no h0
+  dhu_varlen.B = 1;
+  dhu_varlen.H = 1;
+  dhu_varlen.K = 2;
+  dhu_varlen.V = 3;
+  dhu_varlen.BT = 16;
+  dhu_varlen.x_dtype = DType::bf16;
+  dhu_varlen.state_dtype = DType::bf16;
+  dhu_varlen.seqlens = {5, 0, 17};
+  dhu_varlen.pass_chunk_indices = true;
+  dhu_varlen.index_dtype = DType::i32;
+  dhu_varlen.state_v_first = true;
+  dhu_varlen.with_h0 = false;
+  dhu_varlen.scale = 0.5;
+  dhu_varlen.seed = 7;
+  write("problem_dhu_varlen_bf16.safetensors", solved(dhu_varlen));
 
   if (argc == 3) {
     // chunk_bwd_intra and chunk_bwd_epilogue are operators 1 and 2 of fuzz_problem; 8 inputs of

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <stdexcept>
@@ -31,8 +32,11 @@ inline const std::vector<std::string>& wy_outputs() {
   return names;
 }
 
-// A new seed every call, so every run draws fresh inputs (print it on failure to replay).
+// A new seed every call, so every run draws fresh inputs (print it on failure to replay);
+// KDA_TEST_SEED=<seed> replays a printed one (every call then returns it: filter to the case).
 inline uint64_t fresh_seed() {
+  if (const char* fixed = std::getenv("KDA_TEST_SEED"); fixed != nullptr && *fixed != '\0')
+    return std::strtoull(fixed, nullptr, 10);
   static std::random_device device;
   return (static_cast<uint64_t>(device()) << 32) ^ device();
 }

@@ -96,10 +96,12 @@ struct OutputShape {
 namespace detail {
 
 // One term of an output's shape rule ("v.2"): the tensor row it reads (its index in P::args())
-// and the dim.
+// and the dim; or, for a term without a dot ("chunks"), the name of an extent the problem
+// computes (P::named_extent).
 struct ShapeTerm {
   int arg = -1;
   int dim = 0;
+  std::string_view named;
 };
 struct ShapeRule {
   std::array<ShapeTerm, KDA_MAX_RANK> terms{};
@@ -121,6 +123,11 @@ const std::vector<ShapeRule>& shape_rules() {
         rule = end == std::string_view::npos ? std::string_view() : rule.substr(end + 1);
         const size_t dot = term.rfind('.');
         ShapeTerm t;
+        if (dot == std::string_view::npos) {
+          t.named = term;
+          out[i].terms[static_cast<size_t>(out[i].rank++)] = t;
+          continue;
+        }
         t.dim = term[dot + 1] - '0';
         for (size_t a = 0; a < args.size(); ++a) {
           if (args[a].info.role != ArgRole::output && term.substr(0, dot) == args[a].info.name) {
@@ -138,10 +145,10 @@ const std::vector<ShapeRule>& shape_rules() {
 }  // namespace detail
 
 // The extents of output `out` (a row of P::args()) of `problem` from its shape rule
-// ("q.0 q.1 v.2 q.3": extent i is the named input's dim): how every face sizes the outputs
-// (allocation in the tooling, the torch ops and Python's, validation's check). An extent whose
-// input is absent or not of its table rank is -1, which no tensor has: a wrong rank never sizes
-// an output.
+// ("q.0 q.1 v.2 q.3": extent i is the named input's dim; a term without a dot is the problem's
+// named extent): how every face sizes the outputs (allocation in the tooling, the torch ops and
+// Python's, validation's check). An extent whose input is absent or not of its table rank is
+// -1, which no tensor has: a wrong rank never sizes an output.
 template <typename P>
 OutputShape output_shape(const P& problem, const Arg<P>& out) {
   std::span<const Arg<P>> args = P::args();
@@ -151,7 +158,11 @@ OutputShape output_shape(const P& problem, const Arg<P>& out) {
   for (int d = 0; d < rule.rank; ++d) {
     const detail::ShapeTerm& term = rule.terms[static_cast<size_t>(d)];
     int64_t extent = -1;
-    if (term.arg >= 0) {
+    if (!term.named.empty()) {
+      if constexpr (requires { problem.named_extent(term.named); }) {
+        extent = problem.named_extent(term.named);
+      }
+    } else if (term.arg >= 0) {
       const Arg<P>& input = args[static_cast<size_t>(term.arg)];
       const TensorView& t = input.of(problem);
       if (!t.empty_arg() && t.rank == input.info.rank && term.dim < t.rank) {

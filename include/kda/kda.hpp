@@ -2,6 +2,7 @@
 // kda-kernels: KDA chunk-backward operators. One header per operator under kda/ops/.
 
 #include "kda/backend.hpp"
+#include "kda/ops/chunk_bwd_dhu.hpp"
 #include "kda/ops/chunk_bwd_epilogue.hpp"
 #include "kda/ops/chunk_bwd_intra.hpp"
 #include "kda/ops/chunk_bwd_wy_dqkg.hpp"

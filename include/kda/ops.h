@@ -12,6 +12,7 @@
 #ifndef KDA_OPS_H_
 #define KDA_OPS_H_
 
+#include "kda/ops/chunk_bwd_dhu_args.h"
 #include "kda/ops/chunk_bwd_epilogue_args.h"
 #include "kda/ops/chunk_bwd_intra_args.h"
 #include "kda/ops/chunk_bwd_wy_dqkg_args.h"
@@ -20,7 +21,8 @@
 #define KDA_OPS(X)                                                                              \
   X(CHUNK_BWD_WY_DQKG, chunk_bwd_wy_dqkg, ChunkBwdWyDqkg, "chunk_kda_bwd_wy_dqkg_fused", "SPEC.md") \
   X(CHUNK_BWD_INTRA, chunk_bwd_intra, ChunkBwdIntra, "chunk_kda_bwd_intra", "SPEC-chunk-bwd-intra.md") \
-  X(CHUNK_BWD_EPILOGUE, chunk_bwd_epilogue, ChunkBwdEpilogue, "chunk_kda_bwd_epilogue", "docs/design.md")
+  X(CHUNK_BWD_EPILOGUE, chunk_bwd_epilogue, ChunkBwdEpilogue, "chunk_kda_bwd_epilogue", "docs/design.md") \
+  X(CHUNK_BWD_DHU, chunk_bwd_dhu, ChunkBwdDhu, "chunk_gated_delta_rule_bwd_dhu", "docs/design.md")
 /* clang-format on */
 
 #endif /* KDA_OPS_H_ */

@@ -263,6 +263,51 @@ ddt_bias : array, shape [HV, K], float32
 
 """ + _RAISES
 
+DOCS["chunk_gated_delta_rule_bwd_dhu"] = """The reverse state scan of a gated delta rule's chunked backward: dh, dh0, dv2.
+
+Per sequence and value head, from the last chunk to the first, carrying the gradient by the
+state D (K x V, float32) that starts at dht (or 0): dh[c] = D (the gradient by the state at
+chunk c's end), dv2 = dv + 2^(g_last - g) · k·D over the chunk's tokens, then
+D = 2^g_last 2^gk_last ⊙ D + scale · (2^g q)ᵀ·do − wᵀ·dv2 (docs/design.md, "The state scans").
+For KDA, q and k are fla's qg and kg and gk the chunk-local log2 cumsum of the decay. X below is
+one of float16, bfloat16, float32. 'cpu-ref' computes it in float64, 'cpu' in float32, 'cuda'
+on the tensor cores for 16-bit X with chunk_size 64, K <= 128 and K, V multiples of 8 (else in
+float32 on the CUDA cores).
+
+Parameters
+----------
+q, k : array, shape [B, T, H, K], dtype X
+w : array, shape [B, T, HV, K], dtype X
+do, dv : array, shape [B, T, HV, V], dtype X
+    dv: the intra-chunk value gradient (fla's dAv output).
+g : array, shape [B, T, HV], float32, optional
+    The per-head chunk-local log2 cumsum (Gated DeltaNet).
+gk : array, shape [B, T, HV, K], float32, optional
+    The same per key channel (KDA).
+h0 : array, shape [N, HV, K, V] ([.., V, K] when state_v_first), X or float32, optional
+    The initial state: only its shape is read (checked against dh0's). dh0 is returned either
+    way (fla's function returns None without h0).
+dht : array, like h0, optional
+    The gradient by the final state.
+scale : float, optional
+    None: K ** -0.5.
+state_v_first : bool
+    States (h0, dht, dh, dh0) are [.., V, K].
+cu_seqlens, chunk_size, chunk_indices
+    As for chunk_kda_bwd_wy_dqkg_fused; with cu_seqlens on a GPU, chunk_indices is required (its
+    rows are dh's chunk count).
+backend : {None, 'cuda', 'cpu', 'cpu-ref'}, keyword-only
+kernel : {'auto', 'simt', 'sm80_mma'}, keyword-only
+
+Returns
+-------
+dh : array, shape [B, NT, HV, K, V] ([.., V, K] when state_v_first), dtype X
+dh0 : array, shape [N, HV, K, V] (likewise), float32
+    The gradient by the initial state (by a zero one when h0 is not given).
+dv2 : array, shape [B, T, HV, V], dtype X
+
+""" + _RAISES
+
 
 def _public_function(sig):
     """The public function of operator `sig` (_signatures.Signature): fla's parameter list from

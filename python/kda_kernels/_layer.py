@@ -17,6 +17,10 @@ scan), then one of two tails, as ``BACKWARD`` (or ``KDA_LAYER_BACKWARD`` at impo
   the split tail. On an H100 the epilogue tail is the faster at B=1 and B=4, T=8192, H=32 and on
   the varlen mix, in the Kimi layer's call and in cuDNN's (docs/performance.md).
 
+Both tails take the reverse state scan from this library's chunk_bwd_dhu (fla's
+``chunk_gated_delta_rule_bwd_dhu``) unless ``REVERSE_SCAN`` (or ``KDA_LAYER_REVERSE_SCAN`` at
+import) is "fla".
+
 ``STAGES`` is the split tail's list unless ``BACKWARD`` is "epilogue" ("auto" picks per call).
 The backward recomputes what fla's default call recomputes (fla's ``disable_recompute=False``).
 
@@ -38,7 +42,7 @@ EPILOGUE_STAGES = (
     ("recompute w, u, qg, kg", "fla"),
     ("forward state scan (h, v_new)", "fla"),
     ("dAv (intra-chunk dv)", "fla"),
-    ("reverse state scan (dh, dh0, dv)", "fla"),
+    ("reverse state scan (dh, dh0, dv): chunk_gated_delta_rule_bwd_dhu", "kda_kernels"),
     ("epilogue: chunk_kda_bwd_epilogue (WY, intra, cumsum, gate, l2norm, beta backward)",
      "kda_kernels"),
 )
@@ -49,7 +53,7 @@ SPLIT_STAGES = (
     ("recompute w, u, qg, kg", "fla"),
     ("forward state scan (h, v_new)", "fla"),
     ("dAv (dAqk, intra-chunk dv)", "fla"),
-    ("reverse state scan (dh, dh0, dv)", "fla"),
+    ("reverse state scan (dh, dh0, dv): chunk_gated_delta_rule_bwd_dhu", "kda_kernels"),
     ("WY: chunk_kda_bwd_wy_dqkg_fused", "kda_kernels"),
     ("intra: chunk_kda_bwd_intra", "kda_kernels"),
     ("reverse cumsum of dg", "fla"),
@@ -65,6 +69,13 @@ BACKWARD = os.environ.get("KDA_LAYER_BACKWARD", "auto")
 if BACKWARD not in _BACKWARDS:
     raise ValueError(f"KDA_LAYER_BACKWARD: expected one of {_BACKWARDS}, got {BACKWARD!r}")
 STAGES = EPILOGUE_STAGES if BACKWARD == "epilogue" else SPLIT_STAGES
+
+# Where the reverse state scan runs: "kda" (chunk_bwd_dhu, as the stage lists say) or "fla".
+_REVERSE_SCANS = ("kda", "fla")
+REVERSE_SCAN = os.environ.get("KDA_LAYER_REVERSE_SCAN", "kda")
+if REVERSE_SCAN not in _REVERSE_SCANS:
+    raise ValueError(
+        f"KDA_LAYER_REVERSE_SCAN: expected one of {_REVERSE_SCANS}, got {REVERSE_SCAN!r}")
 
 
 def epilogue_is_fast(q, v, chunk_size):
@@ -249,8 +260,9 @@ class ChunkKDAFunction(torch.autograd.Function):
 
 
 def _scans(f, q, k, v, g, beta, Akk, Aqk, h0, cu_seqlens, chunk_indices, do, dht, opt):
-    """fla's stages before the epilogue: the recompute of w, u, qg, kg, the forward state scan,
-    dAv and the reverse state scan. Returns h, v_new, dAqk, dh, dh0 and the reverse scan's dv."""
+    """The stages before the tails: fla's recompute of w, u, qg, kg, forward state scan and dAv,
+    then the reverse state scan (chunk_bwd_dhu; fla's with REVERSE_SCAN = "fla"). Returns h,
+    v_new, dAqk, dh, dh0 and the reverse scan's dv."""
     BT, scale, svf = opt.chunk_size, opt.scale, opt.state_v_first
     w, u, qg, kg = f.recompute_w_u_fwd(q=q, k=k, v=v, beta=beta, A=Akk, gk=g,
                                        cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
@@ -260,10 +272,18 @@ def _scans(f, q, k, v, g, beta, Akk, Aqk, h0, cu_seqlens, chunk_indices, do, dht
     dAqk, dv = f.chunk_kda_bwd_dAv(q=q, k=k, v=v_new, do=do, A=Aqk, scale=scale,
                                    cu_seqlens=cu_seqlens, chunk_size=BT,
                                    chunk_indices=chunk_indices)
-    dh, dh0, dv = f.chunk_gated_delta_rule_bwd_dhu(
-        q=qg, k=kg, w=w, gk=g, h0=h0, dht=dht, do=do, dv=dv, scale=scale, cu_seqlens=cu_seqlens,
-        chunk_size=BT, chunk_indices=chunk_indices, state_v_first=svf)
-    return h, v_new, dAqk, dh, dh0, dv
+    if REVERSE_SCAN == "fla":
+        dh, dh0, dv = f.chunk_gated_delta_rule_bwd_dhu(
+            q=qg, k=kg, w=w, gk=g, h0=h0, dht=dht, do=do, dv=dv, scale=scale,
+            cu_seqlens=cu_seqlens, chunk_size=BT, chunk_indices=chunk_indices,
+            state_v_first=svf)
+        return h, v_new, dAqk, dh, dh0, dv
+    from . import _torch_op
+
+    reverse_scan = _torch_op.OPS["chunk_gated_delta_rule_bwd_dhu"].run
+    dh, dh0, dv = reverse_scan(qg, kg, w, do, dv, None, g, h0, dht, scale, svf, cu_seqlens, BT,
+                               chunk_indices, "cuda", _api._kernel("auto"))
+    return h, v_new, dAqk, dh, dh0 if h0 is not None else None, dv
 
 
 def _gate_cumsum(f, g_cumsum, g_input, A_log, dt_bias, cu_seqlens, chunk_indices, opt):

@@ -159,7 +159,7 @@ def our_rows(layout):
 def _tensor_row(arg, layout):
     if arg.role == _signatures.ROLE_OUTPUT:
         kind = _signatures.TYPE_OF_Q if arg.x else _signatures.TYPE_F32
-        rule = " ".join(f"{name}.{dim}" for name, dim in arg.shape)
+        rule = " ".join(name if dim is None else f"{name}.{dim}" for name, dim in arg.shape)
     else:
         kind, rule = _TYPE_OF_DTYPES.get(arg.dtypes, -1), ""
     return (arg.name, arg.role, kind, arg.rank, rule, layout.offsets[arg.name])

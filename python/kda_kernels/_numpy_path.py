@@ -79,7 +79,9 @@ def run(op, arrays, optionals, options, backend, kernel):
         tensors.append(_problem.OMITTED if value is None else describe(op, name, value))
 
     q = arrays["q"]
-    layout = op.output_layout({name: arrays[name].shape for name in op.input_names})
+    shapes = {name: arrays[name].shape for name in op.input_names}
+    named_options = dict(zip(op.option_names, options))
+    layout = op.output_layout(shapes, named_options, optionals)
     # Validated before the outputs are allocated: a call that cannot run is refused in a moment,
     # whatever size its outputs would have (the run validates the real ones again).
     op.validate_before_allocating(tensors, layout, tensors[0][1], (_abi.DEVICE_CPU, 0), options)

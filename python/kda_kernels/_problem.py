@@ -38,6 +38,44 @@ def tensor_fields(data, dtype, shape, strides, device_type, device_index):
             *strides[: _abi.MAX_RANK])
 
 
+def _host_values(index):
+    """An index tensor's values when they are on the host (a NumPy array, a list or a CPU torch
+    tensor), else None."""
+    device = getattr(index, "device", None)
+    if device is not None and getattr(device, "type", "cpu") != "cpu":
+        return None
+    tolist = getattr(index, "tolist", None)
+    return tolist() if tolist is not None else list(index)
+
+
+def named_extents(shapes, options, optionals):
+    """The outputs' extents that no input has, by the names the tables' shape rules give them,
+    as the core computes them (ChunkBwdDhuProblem::named_extent): "chunks" (chunk_indices'
+    rows; without cu_seqlens ceil(T / chunk_size); else counted from host cu_seqlens), "seqs"
+    (len(cu_seqlens) - 1, else B), "state_rows" and "state_cols" (K, V; V, K with
+    state_v_first). -1 where the inputs do not say (device cu_seqlens and no chunk_indices):
+    the core's validation then names what is missing."""
+    q = tuple(shapes.get("q", ()))
+    cu_seqlens, chunk_indices = optionals.get("cu_seqlens"), optionals.get("chunk_indices")
+    chunk_size = options.get("chunk_size", 64)
+    if chunk_indices is not None:
+        chunks = chunk_indices.shape[0]
+    elif cu_seqlens is None:
+        chunks = -(-q[1] // chunk_size) if len(q) == 4 and chunk_size > 0 else -1
+    else:
+        values = _host_values(cu_seqlens) if chunk_size > 0 else None
+        chunks = -1 if values is None else sum(
+            -(-max(b - a, 0) // chunk_size) for a, b in zip(values, values[1:]))
+    K = q[3] if len(q) == 4 else -1
+    do = tuple(shapes.get("do", ()))
+    V = do[3] if len(do) == 4 else -1
+    v_first = bool(options.get("state_v_first", False))
+    return {"chunks": chunks,
+            "seqs": cu_seqlens.shape[0] - 1 if cu_seqlens is not None else (q[0] if q else -1),
+            "state_rows": V if v_first else K,
+            "state_cols": K if v_first else V}
+
+
 class Operator:
     """An operator's Python-side plumbing, built from its signature (_signatures).
 
@@ -60,6 +98,9 @@ class Operator:
         self.dtypes = {a.name: a.dtypes for a in signature.tensor_args}
         # (output's rank, [(input name, dim)], in X) per output, for output_layout.
         self._outputs = tuple((a.rank, a.shape, a.x) for a in signature.outputs)
+        # Whether some output has an extent the operator names (output_layout needs the options
+        # and the optional tensors then).
+        self.named = any(dim is None for a in signature.outputs for _, dim in a.shape)
         self._ranks = {a.name: a.rank for a in signature.args}
         # Where each header field comes from: ABI version, an option's converted value, or 0.
         self._header = []
@@ -154,15 +195,22 @@ class Operator:
 
     # --- tensors --------------------------------------------------------------------------
 
-    def output_layout(self, shapes):
+    def output_layout(self, shapes, options=None, optionals=None):
         """The outputs' (shape, in_x) in table order, derived from the inputs' shapes
-        (``shapes`` maps input names to shapes). in_x marks an output stored in q's dtype;
-        the others are float32. Where a source input does not have its table rank the extents
-        are 0: the core then reports that input, which it checks before any output."""
+        (``shapes`` maps input names to shapes) and, for the extents an operator names (its
+        rule's terms without a dot: ``named_extents``), from ``options`` (option name to
+        value) and ``optionals`` (optional tensor name to array, tensor or None). in_x marks an
+        output stored in q's dtype; the others are float32. Where a source input does not have
+        its table rank the extents are 0: the core then reports that input, which it checks
+        before any output."""
+        named = named_extents(shapes, options or {}, optionals or {}) if self.named else {}
         layout = []
         for rank, sources, in_x in self._outputs:
             shape = []
             for name, dim in sources:
+                if dim is None:
+                    shape.append(max(named[name], 0))
+                    continue
                 source = shapes[name]
                 shape.append(source[dim] if len(source) == self._ranks[name] else 0)
             layout.append((tuple(shape), in_x))

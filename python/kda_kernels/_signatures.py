@@ -154,8 +154,10 @@ def _default(row):
 
 
 def _shape_rule(rule):
-    """"q.0 q.1 v.2 q.3" -> (("q", 0), ("q", 1), ("v", 2), ("q", 3))."""
-    return tuple((term.rsplit(".", 1)[0], int(term.rsplit(".", 1)[1])) for term in rule.split())
+    """"q.0 q.1 v.2 q.3" -> (("q", 0), ("q", 1), ("v", 2), ("q", 3)); a term without a dot is
+    an extent the operator names ("chunks" -> ("chunks", None): _problem.named_extents)."""
+    return tuple((term.rsplit(".", 1)[0], int(term.rsplit(".", 1)[1])) if "." in term
+                 else (term, None) for term in rule.split())
 
 
 def _signature(table):

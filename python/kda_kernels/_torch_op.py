@@ -157,12 +157,21 @@ class TorchOp:
             full[self._names.index(name)] = value
         return full
 
-    def _empty_outputs(self, args):
+    def _layout(self, args):
+        """The outputs' (shape, in_x), from the inputs' shapes (and for an operator's named
+        extents its options and optional tensors)."""
         op = self.op
-        q = args[0]
         shapes = {name: t.shape for name, t in zip(op.input_names, args)}
+        if not op.named:
+            return op.output_layout(shapes)
+        options = {name: args[i] for name, i in zip(op.option_names, self._option_at)}
+        optionals = {name: args[i] for name, i in zip(op.optional_names, self._optional_at)}
+        return op.output_layout(shapes, options, optionals)
+
+    def _empty_outputs(self, args):
+        q = args[0]
         return [q.new_empty(shape, dtype=q.dtype if in_x else torch.float32)
-                for shape, in_x in op.output_layout(shapes)]
+                for shape, in_x in self._layout(args)]
 
     def run_ctypes(self, *args, **kwargs):
         """The ctypes implementation for real (CPU or CUDA) tensors: allocate the outputs on
@@ -201,10 +210,9 @@ class TorchOp:
         context; nothing when the call is valid."""
         op = self.op
         q = args[0]
-        shapes = {name: t.shape for name, t in zip(op.input_names, args)}
         device = (_DEVICE_TYPES[q.device.type], q.device.index or 0)
         try:
-            op.validate_before_allocating(tensors, op.output_layout(shapes), tensors[0][1],
+            op.validate_before_allocating(tensors, self._layout(args), tensors[0][1],
                                           device, options)
         except (TypeError, ValueError) as invalid:
             raise invalid from None

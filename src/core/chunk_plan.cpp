@@ -15,7 +15,7 @@ std::vector<ChunkTask> plan_chunks(const TensorView& cu_seqlens, int64_t B, int6
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t c = 0; c < NT; ++c) {
         const int64_t t0 = c * BT;
-        tasks.push_back({b, t0, std::min(BT, T - t0), b, c});
+        tasks.push_back({b, t0, std::min(BT, T - t0), b, c, b});
       }
     }
     return tasks;
@@ -28,9 +28,20 @@ std::vector<ChunkTask> plan_chunks(const TensorView& cu_seqlens, int64_t B, int6
     const int64_t bos = cu[indices[i].seq];
     const int64_t eos = cu[indices[i].seq + 1];
     const int64_t t0 = bos + indices[i].chunk * BT;
-    tasks.push_back({0, t0, std::min(BT, eos - t0), 0, static_cast<int64_t>(i)});
+    tasks.push_back({0, t0, std::min(BT, eos - t0), 0, static_cast<int64_t>(i), indices[i].seq});
   }
   return tasks;
+}
+
+std::vector<SequenceChunks> chunks_by_sequence(const std::vector<ChunkTask>& tasks,
+                                               int64_t num_seqs) {
+  std::vector<SequenceChunks> ranges(static_cast<size_t>(std::max<int64_t>(num_seqs, 0)));
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    SequenceChunks& r = ranges[static_cast<size_t>(tasks[i].seq)];
+    if (r.begin == r.end) r.begin = static_cast<int64_t>(i);
+    r.end = static_cast<int64_t>(i) + 1;
+  }
+  return ranges;
 }
 
 }  // namespace kda

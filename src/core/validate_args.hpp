@@ -55,6 +55,12 @@ Status check_x_dtype(const char* name, const TensorView& t);
 template <typename P>
 Status check_args_present_on_one_device(const P& problem, std::span<const Arg<P>> args,
                                         const TensorView& anchor);
+// Every input and optional tensor (when given) in the dtype its row's type names, against q's
+// dtype X: of_q is X, of_q_or_f32 X or float32, of_h h's dtype (`h`; null when no row is of_h),
+// f32 float32; x (q, checked first by check_x_dtype), index and output rows are left to others.
+template <typename P>
+Status check_arg_dtypes(const P& problem, std::span<const Arg<P>> args, DType x,
+                        const TensorView* h = nullptr);
 // Outputs contiguous, disjoint from each other and from every other argument.
 template <typename P>
 Status check_outputs(const P& problem, std::span<const Arg<P>> args);

@@ -45,6 +45,40 @@ Status check_args_present_on_one_device(const P& problem, std::span<const Arg<P>
 }
 
 template <typename P>
+Status check_arg_dtypes(const P& problem, std::span<const Arg<P>> args, DType x,
+                        const TensorView* h) {
+  const auto same_as_q = [&] { return std::string(dtype_name(x)) + " (the dtype of q)"; };
+  const auto x_or_f32 = [&] { return x == DType::f32 ? same_as_q() : same_as_q() + " or float32"; };
+  for (const Arg<P>& a : args) {
+    const TensorView& t = a.of(problem);
+    if (a.info.role == ArgRole::output || a.info.type == ArgType::x ||
+        a.info.type == ArgType::index || t.empty_arg()) {
+      continue;
+    }
+    Status s = Status::Ok();
+    switch (a.info.type) {
+      case ArgType::of_q:
+        s = check_dtype(a.info.name, t, {x}, same_as_q);
+        break;
+      case ArgType::of_q_or_f32:
+        s = check_dtype(a.info.name, t, {x, DType::f32}, x_or_f32);
+        break;
+      case ArgType::of_h:
+        if (h != nullptr && t.dtype != h->dtype) {
+          s = fail(a.info.name, "expected the dtype of h (" + std::string(dtype_name(h->dtype)) +
+                                    "), got " + std::string(dtype_name(t.dtype)));
+        }
+        break;
+      default:
+        s = check_dtype(a.info.name, t, {DType::f32}, "float32");
+        break;
+    }
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+template <typename P>
 Status check_outputs(const P& problem, std::span<const Arg<P>> args) {
   for (const Arg<P>& o : args) {
     if (o.info.role != ArgRole::output) continue;

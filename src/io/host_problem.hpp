@@ -240,4 +240,35 @@ Status make_random_problem(const EpilogueConfig& config,
                            const std::function<Status(const HostProblem&)>& check_before_filling,
                            HostProblem* out);
 
+// ---- chunk_bwd_dhu's random problems (ops/chunk_bwd_dhu/host.cpp) ----------------------------
+
+struct DhuConfig {
+  int64_t B = 1, T = 2048, H = 32, HV = 0 /* 0: = H */, K = 128, V = 128, BT = 64;
+  DType x_dtype = DType::bf16;
+  DType state_dtype = DType::f32;  // h0, dht: float32, or x_dtype
+  std::vector<int64_t> seqlens;    // non-empty: varlen, B must be 1 and T = sum
+  bool pass_chunk_indices = false;
+  DType index_dtype = DType::i64;  // of cu_seqlens and chunk_indices
+  bool state_v_first = false;
+  std::optional<double> scale;
+  bool use_g = false;    // the per-head gate g
+  bool use_gk = true;    // the per-channel gate gk
+  bool with_h0 = true;   // h0 given (dh0's shape only)
+  bool with_dht = true;  // dht given (else the scan starts from 0)
+  uint64_t seed = 0;
+};
+
+// Inputs: q, do, dv ~ N(0, 1); k rows N(0, 1) / sqrt(K) (about unit norm, like normalised keys)
+// and w rows N(0, 1) / sqrt(K BT), so that the scan's map D -> (decay - wᵀk) D stays near a
+// contraction for any K and BT (wᵀk over a chunk of unit rows has a spectral radius of about
+// sqrt(BT / K): 1.8 at K = 20, BT = 64, a growth of the state by that every chunk; with w
+// scaled down it is about 1 / sqrt(K)); gk, g the chunk-local
+// cumsums (restarting at every chunk, varlen-aware) of per-token log2 decays ln(a) / ln 2 with
+// ln(a) drawn log-uniformly from [-1, -0.001] (the other operators' decays), g per value head;
+// h0, dht ~ N(0, 1). Outputs allocated and poisoned.
+HostProblem make_random_problem(const DhuConfig& config);
+Status make_random_problem(const DhuConfig& config,
+                           const std::function<Status(const HostProblem&)>& check_before_filling,
+                           HostProblem* out);
+
 }  // namespace kda::io

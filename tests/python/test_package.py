@@ -147,15 +147,21 @@ def test_signature_tables():
     # The struct sizes the C headers give (LP64): a 32-byte header (abi_version, has_scale, scale,
     # chunk_size, state_v_first) + 19 kda_tensors of 120 bytes, a 24-byte header (abi_version,
     # chunk_size, safe_gate) + 16 kda_tensors, a 56-byte header (abi_version, has_scale, scale,
-    # chunk_size, five int32 switches, has_lower_bound, lower_bound) + 22 kda_tensors.
+    # chunk_size, five int32 switches, has_lower_bound, lower_bound) + 22 kda_tensors, a 32-byte
+    # header (abi_version, has_scale, scale, state_v_first, chunk_size) + 14 kda_tensors.
     assert [layout.size for layout in _abi.LAYOUTS] == [32 + 19 * 120, 24 + 16 * 120,
-                                                        56 + 22 * 120]
+                                                        56 + 22 * 120, 32 + 14 * 120]
     assert [o.name for o in wy.options] == ["scale", "chunk_size", "state_v_first"]
     assert wy.params == (("scale", None), ("cu_seqlens", None), ("chunk_size", 64),
                          ("chunk_indices", None), ("state_v_first", False))
     assert intra.params == (("cu_seqlens", None), ("chunk_indices", None), ("chunk_size", 64),
                             ("safe_gate", False))
     assert [a.shape for a in wy.outputs][5] == (("q", 0), ("q", 1), ("v", 2), ("A", 3))
+    # The reverse scan's outputs have extents no input has: named in its rules.
+    dhu = _signatures.BY_FLA_NAME["chunk_gated_delta_rule_bwd_dhu"]
+    assert [a.shape for a in dhu.outputs][:2] == [
+        (("q", 0), ("chunks", None), ("w", 2), ("state_rows", None), ("state_cols", None)),
+        (("seqs", None), ("w", 2), ("state_rows", None), ("state_cols", None))]
 
 
 def test_the_library_tables_match_the_signatures():

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -41,6 +42,17 @@ struct ProblemSummary {
   std::vector<std::pair<std::string, std::string>> details;
 };
 
+// --scale's value into `scale` (empty text: None, K ** -0.5); a usage error naming the option.
+inline Status parse_scale(const std::string& text, std::optional<double>* scale) {
+  if (text.empty()) return Status::Ok();
+  double value = 0.0;
+  if (!parse_whole(text, &value) || !std::isfinite(value)) {
+    return invalid_argument("--scale: expected a finite number, got '" + text + "'");
+  }
+  *scale = value;
+  return Status::Ok();
+}
+
 // The options of the operators with per-chunk states (chunk_bwd_wy_dqkg, chunk_bwd_epilogue):
 // --h-dtype, --scale, --state-v-first, and their values in an io config.
 struct StateOptions {
@@ -63,14 +75,7 @@ struct StateOptions {
       return s;
     }
     c->state_v_first = state_v_first;
-    if (!scale.empty()) {
-      double value = 0.0;
-      if (!parse_whole(scale, &value) || !std::isfinite(value)) {
-        return invalid_argument("--scale: expected a finite number, got '" + scale + "'");
-      }
-      c->scale = value;
-    }
-    return Status::Ok();
+    return parse_scale(scale, &c->scale);
   }
 };
 
@@ -95,9 +100,9 @@ std::string state_problem_sizes(const Dims& d) {
          " BT=" + std::to_string(d.BT) + " NT=" + std::to_string(d.NT);
 }
 
-// The generic options of a generated problem into an operator's io config (both operators'
-// configs name these fields alike): B, T, H, K from --shape, HV (0: = H), the chunk size, dtypes,
-// varlen and seed.
+// The generic options of a generated problem into an operator's io config (the operators'
+// configs name these fields alike): B, T, H, K from --shape, HV (0: = H), the chunk size, dtypes
+// (beta's where the operator has a beta), varlen and seed.
 template <typename Config>
 void set_generated_basics(const GeneratedBasics& b, int64_t heads_v, Config* c) {
   c->B = b.dims[0];
@@ -107,7 +112,7 @@ void set_generated_basics(const GeneratedBasics& b, int64_t heads_v, Config* c) 
   c->HV = heads_v;
   c->BT = b.chunk_size;
   c->x_dtype = b.x_dtype;
-  c->beta_dtype = b.beta_dtype;
+  if constexpr (requires { c->beta_dtype; }) c->beta_dtype = b.beta_dtype;
   c->seqlens = b.seqlens;
   c->pass_chunk_indices = b.pass_chunk_indices;
   c->seed = b.seed;
@@ -153,6 +158,9 @@ class OpCli {
   // chunk_indices) by token rows, which holds for an operator whose outputs for a chunk read only
   // that chunk's rows and states.
   virtual std::vector<std::string> chunk_inputs() const { return {}; }
+  // False for an operator whose outputs for a chunk depend on other chunks (a state scan,
+  // chunk_bwd_dhu): the reference check then recomputes the whole problem, never a sample.
+  virtual bool chunks_are_independent() const { return true; }
 };
 
 struct OpCliEntry {

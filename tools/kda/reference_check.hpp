@@ -40,7 +40,8 @@ CheckReport check_against_expected(const io::OpIo& op, const io::HostProblem& pr
                                    const ProblemSummary& summary,
                                    const std::map<std::string, io::HostTensor>& expected);
 
-// Runs cpu-ref and compares using the operator's pass bar. Small problems are recomputed whole.
+// Runs cpu-ref and compares using the operator's pass bar. Small problems, and those of an
+// operator whose chunks are not independent (OpCli::chunks_are_independent), are recomputed whole.
 // Large ones on a reduced problem: each sampled chunk (all heads) becomes its own sequence of a
 // varlen batch, with the inputs of cli.chunk_inputs() gathered by chunk and the others by token
 // rows; the corresponding rows of the full outputs are compared with it. The per-chunk math only

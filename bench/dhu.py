@@ -1,0 +1,191 @@
+"""chunk_bwd_dhu (the reverse state scan) against fla's chunk_gated_delta_rule_bwd_dhu, in one
+process on one GPU:
+
+    python3 bench/dhu.py [--shapes 1x8192x32,4x8192x32,mix32] [--reps 50] [--fla-autotune]
+
+For each shape (B x T x H, K = V = 128, bfloat16, chunks of 64, the KDA call: per-channel gate
+gk, dht given) and each state layout (K-first, and V-first as the Kimi layer keeps it): the
+median device time of ours and of fla's Triton kernel (CUDA events behind a spin kernel,
+bench/measure.py), the byte floor (every input and output byte once at the measured copy
+bandwidth) and each output's err_ratio = rms(x - ref) / rms(ref) against a float64 scan on the
+GPU (reverse_scan_float64: the math of src/ops/chunk_bwd_dhu/reference.cpp). fla's kernel runs
+its first config unless --fla-autotune (then it autotunes in this process first). "mix32" is
+the issues' varlen mix (1300, 547, 2048, 963, 271, 3063 tokens) at H = 32.
+"""
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import DeviceTimer, copy_bandwidth  # noqa: E402
+
+MIX = (1300, 547, 2048, 963, 271, 3063)
+BT, K, V = 64, 128, 128
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default="1x8192x32,mix32")
+    p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--fla-autotune", action="store_true")
+    return p.parse_args(argv)
+
+
+def shape_of(text):
+    """(B, seqlens or None, H) from "BxTxH" or "mixH"."""
+    if text.startswith("mix"):
+        return 1, MIX, int(text[3:])
+    B, T, H = (int(x) for x in text.split("x"))
+    return B, None, H
+
+
+def chunk_starts(T, seqlens):
+    """(sequence bounds, chunk start tokens, chunk lengths) of a batch row."""
+    bounds = [0]
+    for n in (seqlens or [T]):
+        bounds.append(bounds[-1] + n)
+    starts, lens = [], []
+    for a, b in zip(bounds, bounds[1:]):
+        for t0 in range(a, b, BT):
+            starts.append(t0)
+            lens.append(min(BT, b - t0))
+    return bounds, starts, lens
+
+
+def problem(B, T, seqlens, H, v_first, device, seed=0):
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+
+    def randn(*shape, scale=1.0, dtype=torch.bfloat16):
+        return (torch.randn(*shape, generator=gen, device=device) * scale).to(dtype)
+
+    q = randn(B, T, H, K, scale=K ** -0.5)
+    k = randn(B, T, H, K, scale=K ** -0.5)
+    w = randn(B, T, H, K, scale=K ** -0.5)
+    do, dv = randn(B, T, H, V), randn(B, T, H, V)
+    _, starts, lens = chunk_starts(T, seqlens)
+    decay = -torch.rand(B, T, H, K, generator=gen, device=device) * 1.4427  # log2 per token
+    gk = torch.empty_like(decay)
+    for t0, n in zip(starts, lens):
+        gk[:, t0:t0 + n] = decay[:, t0:t0 + n].cumsum(1)
+    N = len(seqlens) if seqlens else B
+    dht = randn(N, H, V, K, dtype=torch.float32) if v_first else randn(N, H, K, V,
+                                                                          dtype=torch.float32)
+    cu = None
+    ci = None
+    if seqlens:
+        bounds, _, _ = chunk_starts(T, seqlens)
+        cu = torch.tensor(bounds, dtype=torch.int32, device=device)
+        ci = torch.tensor([(i, c) for i, n in enumerate(seqlens) for c in range(-(-n // BT))],
+                          dtype=torch.int32, device=device)
+    return dict(q=q, k=k, w=w, do=do, dv=dv, gk=gk, dht=dht, cu_seqlens=cu, chunk_indices=ci)
+
+
+def reverse_scan_float64(p, B, T, seqlens, scale, v_first):
+    """dh, dh0, dv2 of the reverse scan in float64 (the cpu-ref's math), batched over heads."""
+    f = {n: (t.double() if t is not None and t.is_floating_point() else t) for n, t in p.items()}
+    q, k, w, do, dv, gk = f["q"], f["k"], f["w"], f["do"], f["dv"], f["gk"]
+    dht = f["dht"].transpose(-1, -2) if v_first else f["dht"]
+    bounds, starts, lens = chunk_starts(T, seqlens)
+    H = q.shape[2]
+    NT = len(starts)
+    dh = torch.empty(B, NT, H, K, V, dtype=torch.float64, device=q.device)
+    dv2 = torch.empty_like(dv)
+    N = len(bounds) - 1 if seqlens else B
+    dh0 = torch.empty(N, H, K, V, dtype=torch.float64, device=q.device)
+    seq_of = [sum(1 for b in bounds[1:] if b <= t0) for t0 in starts]
+    rows = range(B) if not seqlens else [0]
+    for b in rows:
+        D = {}
+        for i in reversed(range(NT)):
+            n = seq_of[i] if seqlens else b
+            if n not in D:
+                D[n] = dht[n].clone()  # [H, K, V]
+            t0, L = starts[i], lens[i]
+            S = D[n]
+            dh[b, i] = S
+            sl = slice(t0, t0 + L)
+            x = torch.einsum("thk,hkv->thv", k[b, sl], S)
+            dv2[b, sl] = dv[b, sl] + x
+            decay = torch.exp2(gk[b, t0 + L - 1])  # [H, K]
+            D[n] = (decay[..., None] * S + scale * torch.einsum("thk,thv->hkv", q[b, sl], do[b, sl])
+                    - torch.einsum("thk,thv->hkv", w[b, sl], dv2[b, sl]))
+        for n, S in D.items():
+            dh0[n] = S
+    if v_first:
+        dh, dh0 = dh.transpose(-1, -2), dh0.transpose(-1, -2)
+    return dh, dh0, dv2
+
+
+def err_ratio(x, ref):
+    diff = (x.double() - ref).pow(2).mean().sqrt()
+    return (diff / ref.pow(2).mean().sqrt()).item()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = torch.device("cuda")
+    from kda_kernels import _torch_op
+
+    ours = _torch_op.OPS["chunk_gated_delta_rule_bwd_dhu"].run
+    from fla.ops.common import chunk_delta_h
+
+    fla_dhu = getattr(chunk_delta_h.chunk_gated_delta_rule_bwd_dhu, "__wrapped__",
+                      chunk_delta_h.chunk_gated_delta_rule_bwd_dhu)
+    kernel = chunk_delta_h.chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64
+    tuner = kernel
+    if not args.fla_autotune and hasattr(tuner, "configs"):
+        tuner.configs = tuner.configs[:1]
+    timer = DeviceTimer(device, log=lambda m: print(m, flush=True))
+    bandwidth = copy_bandwidth(device)
+    print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s; fla "
+          f"{'autotuned here' if args.fla_autotune else 'first config'}", flush=True)
+    rows = []
+    for text in args.shapes.split(","):
+        B, seqlens, H = shape_of(text)
+        T = sum(seqlens) if seqlens else 8192
+        scale = K ** -0.5
+        for v_first in (False, True):
+            p = problem(B, T, seqlens, H, v_first, device)
+            NT = p["chunk_indices"].shape[0] if seqlens else B * math.ceil(T / BT)
+            N = len(seqlens) if seqlens else B
+            floor_bytes = (B * T * H * (3 * K * 2 + 3 * V * 2 + K * 4)
+                           + NT * H * K * V * 2 + 2 * N * H * K * V * 4)
+            ref = reverse_scan_float64(p, B, T, seqlens, scale, v_first)
+
+            def run_ours():
+                return ours(p["q"], p["k"], p["w"], p["do"], p["dv"], None, p["gk"], None,
+                            p["dht"], scale, v_first, p["cu_seqlens"], BT, p["chunk_indices"],
+                            "cuda", "auto")
+
+            h0 = torch.empty_like(p["dht"])
+
+            def run_fla():
+                return fla_dhu(q=p["q"], k=p["k"], w=p["w"], do=p["do"], dv=p["dv"], gk=p["gk"],
+                               h0=h0, dht=p["dht"], scale=scale, state_v_first=v_first,
+                               cu_seqlens=p["cu_seqlens"], chunk_size=BT,
+                               chunk_indices=p["chunk_indices"])
+
+            for name, fn in (("kda", run_ours), ("fla", run_fla)):
+                out = fn()
+                errs = [err_ratio(x, r) for x, r in zip(out, ref)]
+                t = timer.measure([fn], args.reps, args.warmup)
+                rows.append((text, "V-first" if v_first else "K-first", name, t["median_us"],
+                             floor_bytes / bandwidth * 1e6, errs))
+                print(f"{text} {rows[-1][1]} {name}: {t['median_us']:.1f} us, floor "
+                      f"{rows[-1][4]:.1f} us, err dh {errs[0]:.2e} dh0 {errs[1]:.2e} "
+                      f"dv2 {errs[2]:.2e}", flush=True)
+    print("\n| shape | state | engine | median µs | floor µs | % of floor | err dh | dh0 | dv2 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for shape, layout, name, us, floor, errs in rows:
+        print(f"| {shape} | {layout} | {name} | {us:.1f} | {floor:.1f} | {100 * floor / us:.0f}% "
+              f"| {errs[0]:.1e} | {errs[1]:.1e} | {errs[2]:.1e} |")
+
+
+if __name__ == "__main__":
+    main()

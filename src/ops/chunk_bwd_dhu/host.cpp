@@ -1,0 +1,204 @@
+// chunk_bwd_dhu's part of the host-side tooling (io/host_problem.hpp): its file checks, options,
+// bars and random problems. Compiled into kda_io, not libkda.
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/chunk_plan.hpp"
+#include "core/validate_args.hpp"
+#include "io/host_problem.hpp"
+#include "io/metadata.hpp"
+#include "io/op_io_support.hpp"
+
+namespace kda::io {
+
+namespace {
+
+using P = ChunkBwdDhuProblem;
+
+// A file may ask for outputs of at most this many times its inputs' bytes, plus kOutputSlack. A
+// valid problem of length-1 sequences needs up to about 3 K V / (K + 2 V) <= 256 times (dh and
+// dh0 per token against q, k, w, do, dv); one of empty sequences, whose dh0 has no token to
+// match, only within the slack.
+constexpr double kOutputsPerInputByte = 256.0;
+constexpr double kOutputSlack = 64.0 * (1 << 20);
+
+Status expect_rank(const HostProblem& hp, const char* name, size_t rank, const char* symbolic) {
+  const HostTensor& t = hp.get(name);
+  if (t.shape.size() != rank) {
+    return file_error(std::string("input \"") + name + "\": expected rank " + std::to_string(rank) +
+                      " " + symbolic + ", got " + shape_text(t.shape));
+  }
+  return Status::Ok();
+}
+
+// The outputs take their sizes from q, w, do, dv and the chunks (cu_seqlens, chunk_indices,
+// chunk_size): those must agree, and the outputs stay within kOutputsPerInputByte of the inputs,
+// before any is allocated, so a hostile file cannot make us allocate far more than it holds (the
+// states' HV K V per sequence and per chunk are not bounded by any one input).
+Status check_output_sizes(const HostProblem& hp) {
+  if (Status s = expect_rank(hp, "q", 4, "[B, T, H, K]"); !s.ok()) return s;
+  if (Status s = expect_rank(hp, "w", 4, "[B, T, HV, K]"); !s.ok()) return s;
+  for (const char* name : {"do", "dv"}) {
+    if (Status s = expect_rank(hp, name, 4, "[B, T, HV, V]"); !s.ok()) return s;
+  }
+  const std::vector<int64_t>& q = hp.get("q").shape;
+  const int64_t B = q[0], T = q[1], K = q[3], HV = hp.get("w").shape[2];
+  const int64_t V = hp.get("do").shape[3];
+  if (hp.get("w").shape != std::vector<int64_t>{B, T, HV, K}) {
+    return file_error("input \"w\": expected [B, T, HV, K] with B, T, K = " +
+                      shape_text({B, T, K}) + " from q, got " + shape_text(hp.get("w").shape));
+  }
+  for (const char* name : {"do", "dv"}) {
+    if (hp.get(name).shape != std::vector<int64_t>{B, T, HV, V}) {
+      return file_error(std::string("input \"") + name +
+                        "\": expected [B, T, HV, V] = " + shape_text({B, T, HV, V}) +
+                        " (from q, w, do), got " + shape_text(hp.get(name).shape));
+    }
+  }
+  if (hp.has("cu_seqlens")) {
+    if (Status s = expect_rank(hp, "cu_seqlens", 1, "[N + 1]"); !s.ok()) return s;
+  }
+  if (hp.has("chunk_indices")) {
+    if (Status s = expect_rank(hp, "chunk_indices", 2, "[NT, 2]"); !s.ok()) return s;
+  }
+  const P p = hp.as<P>();
+  validation::ChunkCount chunks;
+  Status counted = validation::check_chunk_size(p.chunk_size);
+  if (counted.ok()) {
+    counted =
+        validation::check_chunks(p.cu_seqlens, p.chunk_indices, B, T, p.chunk_size, -1, &chunks);
+  }
+  if (!counted.ok()) return file_error("the chunks: " + counted.message);
+
+  const auto x = static_cast<double>(dtype_size(hp.get("q").dtype));
+  const double state = static_cast<double>(HV) * static_cast<double>(K) * static_cast<double>(V);
+  const double outputs = static_cast<double>(B) * static_cast<double>(chunks.NT) * state * x  // dh
+                         + static_cast<double>(chunks.num_seqs) * state * 4                   // dh0
+                         + static_cast<double>(hp.get("dv").bytes.size());                    // dv2
+  double inputs = 0.0;
+  for (const auto& [name, t] : hp.tensors) inputs += static_cast<double>(t.bytes.size());
+  if (outputs > kOutputsPerInputByte * inputs + kOutputSlack) {
+    char text[160];
+    std::snprintf(text, sizeof text, "%.3g bytes, more than %g times the inputs' %.3g plus 64 MiB",
+                  outputs, kOutputsPerInputByte, inputs);
+    return file_error("the outputs would take " + std::string(text) + " (dh " +
+                      shape_text({B, chunks.NT, HV, K, V}) + ", dh0 for " +
+                      std::to_string(chunks.num_seqs) + " sequences)");
+  }
+  return Status::Ok();
+}
+
+// Metadata: every option by its table name (chunk_size absent: the table's 64).
+Status options_from_metadata(const Metadata& m, HostProblem* hp) {
+  return options_from_metadata_as<P>(m, {}, hp);
+}
+
+void options_to_metadata(const HostProblem& hp, Metadata* m) {
+  options_to_metadata_as<P>(hp, m);
+}
+
+// Every tensor of a generated problem at its size: inputs zero, cu_seqlens / chunk_indices set,
+// outputs allocated (dh's chunk count from the host cu_seqlens) and poisoned. Throws
+// std::invalid_argument for bad seqlens.
+HostProblem allocate_problem(const DhuConfig& c) {
+  HostProblem hp;
+  hp.op = P::kName;
+  hp.options = {{"scale", c.scale}, {"chunk_size", c.BT}, {"state_v_first", c.state_v_first}};
+  int64_t B = c.B, T = c.T, N = c.B;
+  if (!c.seqlens.empty()) {
+    B = 1;
+    N = static_cast<int64_t>(c.seqlens.size());
+    T = add_varlen_index_tensors(c.seqlens, c.BT, c.index_dtype, c.pass_chunk_indices, &hp).first;
+  }
+  const int64_t HV = c.HV ? c.HV : c.H;
+  for (const char* name : {"q", "k"}) hp.tensors[name] = HostTensor(c.x_dtype, {B, T, c.H, c.K});
+  hp.tensors["w"] = HostTensor(c.x_dtype, {B, T, HV, c.K});
+  for (const char* name : {"do", "dv"}) hp.tensors[name] = HostTensor(c.x_dtype, {B, T, HV, c.V});
+  if (c.use_g) hp.tensors["g"] = HostTensor(DType::f32, {B, T, HV});
+  if (c.use_gk) hp.tensors["gk"] = HostTensor(DType::f32, {B, T, HV, c.K});
+  const std::vector<int64_t> state = c.state_v_first ? std::vector<int64_t>{N, HV, c.V, c.K}
+                                                     : std::vector<int64_t>{N, HV, c.K, c.V};
+  if (c.with_h0) hp.tensors["h0"] = HostTensor(c.state_dtype, state);
+  if (c.with_dht) hp.tensors["dht"] = HostTensor(c.state_dtype, state);
+  hp.allocate_outputs();
+  return hp;
+}
+
+// The inputs' random values, drawn in a fixed order from one generator seeded with c.seed.
+void fill_random(const DhuConfig& c, HostProblem* hp) {
+  std::mt19937_64 rng(c.seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  auto fill = [&](const char* name, double rms) {
+    HostTensor& t = hp->get(name);
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) t.set(i, rms * normal(rng));
+  };
+  const HostTensor& q = hp->get("q");
+  const int64_t B = q.shape[0], T = q.shape[1], K = q.shape[3];
+  const int64_t HV = hp->get("w").shape[2];
+  fill("q", 1.0);
+  fill("k", 1.0 / std::sqrt(static_cast<double>(K)));
+  fill("w", 1.0 / std::sqrt(static_cast<double>(K * c.BT)));
+  fill("do", 1.0);
+  fill("dv", 1.0);
+
+  // g [B, T, HV] and gk [B, T, HV, K]: per (value head, channel), the cumsum of log2 decays over
+  // each chunk's rows.
+  const TensorView cu = hp->has("cu_seqlens") ? hp->get("cu_seqlens").view() : TensorView{};
+  const int64_t NT = T == 0 ? 0 : (T + c.BT - 1) / c.BT;
+  const std::vector<ChunkTask> chunks = plan_chunks(cu, B, T, c.BT, NT);
+  constexpr double kLn2 = 0.6931471805599453;
+  for (const auto& [name, channels] : {std::pair{"g", int64_t{1}}, {"gk", K}}) {
+    if (!hp->has(name)) continue;
+    HostTensor& gate = hp->get(name);
+    for (const ChunkTask& ch : chunks) {
+      for (int64_t hv = 0; hv < HV; ++hv) {
+        for (int64_t k = 0; k < channels; ++k) {
+          double sum = 0.0;
+          for (int64_t t = ch.t0; t < ch.t0 + ch.len; ++t) {
+            sum += -std::exp(std::log(1e-3) * uniform(rng)) / kLn2;
+            gate.set(((ch.b * T + t) * HV + hv) * channels + k, sum);
+          }
+        }
+      }
+    }
+  }
+  for (const char* name : {"h0", "dht"}) {
+    if (hp->has(name)) fill(name, 1.0);
+  }
+}
+
+}  // namespace
+
+HostProblem make_random_problem(const DhuConfig& c) {
+  HostProblem hp = allocate_problem(c);
+  fill_random(c, &hp);
+  return hp;
+}
+
+Status make_random_problem(const DhuConfig& c,
+                           const std::function<Status(const HostProblem&)>& check_before_filling,
+                           HostProblem* out) {
+  return make_checked_random_problem(c, allocate_problem, fill_random, check_before_filling, out);
+}
+
+namespace {
+
+// SPEC-chunk-kda.md's per-token bars (the layer's gradients), against the float64 reference.
+constexpr DtypeBars kPassBars{.f32 = 1e-5, .f16 = 2e-3, .bf16 = 8e-3};
+
+double dhu_bar(DType x_dtype) {
+  return kPassBars.of(x_dtype);
+}
+
+}  // namespace
+
+extern const OpIo kChunkBwdDhuIo =
+    make_op_io<P>(check_output_sizes, options_from_metadata, options_to_metadata, dhu_bar, dhu_bar);
+
+}  // namespace kda::io
