@@ -33,7 +33,7 @@ class FlaRelease:
     """
 
     def __init__(self, shape, version, base_class, registry, dispatch_disabled,
-                 chunk_kda_registry=None):
+                 chunk_kda_registry=None, common_registry=None):
         self.shape = shape
         self.version = version
         self.base_class = base_class
@@ -41,26 +41,30 @@ class FlaRelease:
         self.dispatch_disabled = dispatch_disabled
         # 0.6.x dispatches chunk_kda through a registry of its own (0.5.2: the KDA registry).
         self.chunk_kda_registry = chunk_kda_registry
+        # The "common" registry of the state scans (None where this fla has none).
+        self.common_registry = common_registry
+
+    def _registries(self):
+        return [r for r in (self.registry, self.chunk_kda_registry, self.common_registry)
+                if r is not None]
 
     def register(self, backend):
-        """Register (or replace, by backend_type) a backend instance, for chunk_kda as well."""
-        self.registry.register(backend)
-        if self.chunk_kda_registry is not None:
-            self.chunk_kda_registry.register(backend)
+        """Register (or replace, by backend_type) a backend instance, for chunk_kda and the
+        common state scans as well."""
+        for registry in self._registries():
+            registry.register(backend)
 
     def unregister(self, backend_type):
         """Remove the backend of that type; harmless when it is not registered."""
-        registry = self.registry
-        if self.shape == "fla.ops.backends":
-            # 0.5.2 caches the active backend: recompute it without ours.
-            with registry._lock:
+        for registry in self._registries():
+            if self.shape == "fla.ops.backends":
+                # 0.5.2 caches the active backend: recompute it without ours.
+                with registry._lock:
+                    registry._backends.pop(backend_type, None)
+                    registry._active = None
+                    registry._update_active_backend()
+            else:
                 registry._backends.pop(backend_type, None)
-                registry._active = None
-                registry._update_active_backend()
-        else:
-            registry._backends.pop(backend_type, None)
-            if self.chunk_kda_registry is not None:
-                self.chunk_kda_registry._backends.pop(backend_type, None)
 
     def registered(self, backend_type):
         """The registered backend instance of that type, or None."""
@@ -105,6 +109,15 @@ def _function_registry(backends):
     return found
 
 
+def _common_registry_06(backends):
+    """0.6.x: the "common" operation registry (the state scans' dispatch), with fla's own common
+    backends loaded into it as fla's first dispatch would; None where this fla has none."""
+    if _import_optional("fla.ops.common.backends") is None:
+        return None
+    registry = backends._get_operation_registry("common")
+    return registry if hasattr(registry, "_backends") and hasattr(registry, "register") else None
+
+
 def load():
     """The installed fla as a FlaRelease.
 
@@ -134,7 +147,7 @@ def load():
             elif hasattr(registry, "_backends") and hasattr(registry, "register"):
                 return FlaRelease("fla.backends", _fla_version(fla), backends.BaseBackend,
                                   registry, bool(getattr(backends, "_DISPATCH_DISABLED", False)),
-                                  chunk_kda_registry)
+                                  chunk_kda_registry, _common_registry_06(backends))
             else:
                 lacking = ["the 'kda' registry's _backends / register"]
         raise FlaUnsupportedError(
@@ -149,8 +162,13 @@ def load():
         if registry is None:
             lacking.append("fla.ops.kda.backends.kda_registry")
         if not lacking:
+            common = _import_optional("fla.ops.common.backends")
+            common_registry = getattr(common, "common_registry", None)
+            if not hasattr(common_registry, "_backends"):
+                common_registry = None
             return FlaRelease("fla.ops.backends", _fla_version(fla), old.BaseBackend, registry,
-                              bool(getattr(old, "_DISPATCH_DISABLED", False)))
+                              bool(getattr(old, "_DISPATCH_DISABLED", False)),
+                              common_registry=common_registry)
         raise FlaUnsupportedError(
             f"kda_kernels.fla: {where} has fla.ops.backends but not what kda_kernels registers "
             f"through (missing: {', '.join(lacking)}); kda_kernels supports {SUPPORTED}")

@@ -11,8 +11,10 @@ For the calls handed back, fla's own backward dispatches its stages
 (fla/ops/kda/chunk_intra.py), both decorated ``@dispatch('kda')``, through its KDA backend
 registry: for each call it walks the registered backends by priority and takes the first whose
 verifier accepts the call and that implements the function; if none does, fla's own Triton
-kernel runs. The same backend implements those two as well (and no other KDA function, so every
-other keeps its usual path), with verifiers that hand back to
+kernel runs. The same backend implements those two as well, and fla's reverse state scan
+``chunk_gated_delta_rule_bwd_dhu`` (fla/ops/common/chunk_delta_h.py, ``@dispatch('common')``:
+the scan every delta-rule layer's backward shares, so fla's Gated DeltaNet trains on it too);
+no other fla function, so every other keeps its usual path. Their verifiers hand back to
 fla every call this library has no kernel for: non-CUDA tensors, other dtypes, K or V > 256,
 chunk sizes other than 16/32/64, and any operator whose CUDA kernel the loaded libkda lacks
 (``enable()`` asks the library once, see ``CUDA_KERNELS``).
@@ -30,7 +32,7 @@ Examples
 
 import threading
 
-from . import _api, _fla_release
+from . import _api, _fla_pieces, _fla_release
 
 BACKEND_TYPE = "kda_kernels"
 # fla: lower runs first. 1 puts this ahead of fla's optional GPU backends (flash_kda 3,
@@ -49,15 +51,19 @@ _MAX_HEAD_DIM = 256
 CUDA_KERNELS = {}
 CUDA_KERNEL_NOTES = {}
 
-# The operators of libkda that fla dispatches (its stage functions of the same names); the others
-# (chunk_kda_bwd_epilogue) have no fla counterpart.
+# The operators of libkda that fla dispatches through its KDA registry (its stage functions of
+# the same names), and through its "common" registry (the state scans that KDA shares with the
+# other delta rules); the others (chunk_kda_bwd_epilogue) have no fla counterpart.
 STAGES = ("chunk_kda_bwd_wy_dqkg_fused", "chunk_kda_bwd_intra")
+COMMON_STAGES = ("chunk_gated_delta_rule_bwd_dhu",)
 
 # Per operator: tensors that must have q's dtype, tensors that must be float32, tensors that may
 # be either (the verifiers' dtype rules; h / dh of chunk_bwd_wy_dqkg have a rule of their own).
 _DTYPE_RULES = {
     "chunk_kda_bwd_wy_dqkg_fused": (("k", "v", "v_new", "A", "do", "dv"), ("g",), ("beta",)),
     "chunk_kda_bwd_intra": (("k",), ("g", "dAqk", "dAkk", "dq", "dk", "db", "dg"), ("beta",)),
+    # the optional g, gk (float32) and h0, dht (X or float32) when given
+    "chunk_gated_delta_rule_bwd_dhu": (("k", "w", "do", "dv"), ("g", "gk"), ("h0", "dht")),
 }
 
 _lock = threading.Lock()
@@ -94,9 +100,11 @@ def _unsupported_reason(fla_name, tensors, chunk_size, cu_seqlens, chunk_indices
         if tensors[name].dtype != x:
             return f"{name} has dtype {_name(tensors[name].dtype)}, q has {_name(x)}"
     for name in float32:
-        if tensors[name].dtype != torch.float32:
+        if name in tensors and tensors[name].dtype != torch.float32:
             return f"{name} has dtype {_name(tensors[name].dtype)}; kda_kernels needs float32"
     for name in x_or_float32:
+        if name not in tensors:  # an optional tensor not given
+            continue
         dtype = tensors[name].dtype
         if dtype != x and dtype != torch.float32:
             return f"{name} has dtype {_name(dtype)}; kda_kernels needs {_name(x)} or float32"
@@ -106,8 +114,8 @@ def _unsupported_reason(fla_name, tensors, chunk_size, cu_seqlens, chunk_indices
             return (f"h, dh have dtypes {_name(h.dtype)}, {_name(dh.dtype)}; "
                     f"need float32 or {_name(x)}")
     K = q.shape[-1]
-    if "v" in tensors:
-        V = tensors["v"].shape[-1]
+    if "v" in tensors or "do" in tensors:
+        V = tensors["v" if "v" in tensors else "do"].shape[-1]
         if K > _MAX_HEAD_DIM or V > _MAX_HEAD_DIM:
             return f"K={K}, V={V}; kda_kernels has kernels up to {_MAX_HEAD_DIM}"
     elif K > _MAX_HEAD_DIM:
@@ -155,9 +163,12 @@ def _accepting_check(device_type="cuda", single_device=None):
         # q k g beta dAqk dAkk dq dk db dg
         "chunk_kda_bwd_intra": frozenset(
             (x, x, f32, beta, f32, f32, f32, f32, f32, f32) for x in xs for beta in (x, f32)),
+        # q k w do dv (the optional tensors are the verifier's)
+        "chunk_gated_delta_rule_bwd_dhu": frozenset((x, x, x, x, x) for x in xs),
     }
-    # The last extents that must be <= _MAX_HEAD_DIM: q's K, and v's V (position 2) for WY.
-    head_dims = {"chunk_kda_bwd_wy_dqkg_fused": (0, 2), "chunk_kda_bwd_intra": (0,)}
+    # The last extents that must be <= _MAX_HEAD_DIM: q's K, and V (v's for WY, do's for dhu).
+    head_dims = {"chunk_kda_bwd_wy_dqkg_fused": (0, 2), "chunk_kda_bwd_intra": (0,),
+                 "chunk_gated_delta_rule_bwd_dhu": (0, 3)}
     Tensor = torch.Tensor
     dtype_of = operator.attrgetter("dtype")
     on_device = operator.attrgetter("is_" + device_type)
@@ -223,6 +234,7 @@ def _make_backend_class(base_class=None, device_type="cuda"):
 
     wy = _torch_op.OPS["chunk_kda_bwd_wy_dqkg_fused"].run
     intra = _torch_op.OPS["chunk_kda_bwd_intra"].run
+    dhu = _torch_op.OPS["chunk_gated_delta_rule_bwd_dhu"].run
     kernel = _api._kernel("auto")  # $KDA_CUDA_KERNEL's choice, as the public functions make it
     accept = _accepting_check(device_type)
     Tensor = torch.Tensor
@@ -307,6 +319,48 @@ def _make_backend_class(base_class=None, device_type="cuda"):
                 chunk_indices = None  # fla ignores it then; libkda would refuse it
             return intra(q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, cu_seqlens, chunk_indices,
                          chunk_size, safe_gate, None, kernel)
+
+        def chunk_gated_delta_rule_bwd_dhu_verifier(self, q, k, w, do, dv, g=None, gk=None,
+                                                    h0=None, dht=None, scale=None,
+                                                    state_v_first=False, cu_seqlens=None,
+                                                    chunk_size=64, chunk_indices=None,
+                                                    chunk_offsets=None, use_graph=False,
+                                                    **kwargs):
+            optional = dict(g=g, gk=gk, h0=h0, dht=dht)
+            given = {name: t for name, t in optional.items() if t is not None}
+            if (not kwargs and (use_graph is False or use_graph is True)
+                    and (chunk_offsets is None or isinstance(chunk_offsets, Tensor))
+                    and all(getattr(t, "device", None) == q.device for t in given.values())
+                    and all(t.dtype == torch.float32 for t in (g, gk) if t is not None)
+                    and all(t.dtype in (q.dtype, torch.float32) for t in (h0, dht)
+                            if t is not None)
+                    and accept("chunk_gated_delta_rule_bwd_dhu", (q, k, w, do, dv), chunk_size,
+                               cu_seqlens, chunk_indices)):
+                return True, None
+            if kwargs:
+                return False, f"unknown arguments {sorted(kwargs)}"
+            reason = _release_keywords_reason(chunk_offsets=chunk_offsets, use_graph=use_graph)
+            if reason is not None:
+                return False, reason
+            for name, t in given.items():
+                if not hasattr(t, "dtype") or not hasattr(t, "device"):
+                    return False, f"{name} is a {type(t).__name__}, not a torch.Tensor"
+            tensors = dict(q=q, k=k, w=w, do=do, dv=dv, **given)
+            reason = _unsupported_reason("chunk_gated_delta_rule_bwd_dhu", tensors, chunk_size,
+                                         cu_seqlens, chunk_indices)
+            return reason is None, reason
+
+        def chunk_gated_delta_rule_bwd_dhu(self, q, k, w, do, dv, g=None, gk=None, h0=None,
+                                           dht=None, scale=None, state_v_first=False,
+                                           cu_seqlens=None, chunk_size=64, chunk_indices=None,
+                                           chunk_offsets=None, use_graph=False, **kwargs):
+            if cu_seqlens is None:
+                chunk_indices = None  # fla ignores it then; libkda would refuse it
+            elif chunk_indices is None:  # as fla's function makes it (dh's chunk count)
+                chunk_indices = _fla_pieces.load().prepare_chunk_indices(cu_seqlens, chunk_size)
+            dh, dh0, dv2 = dhu(q, k, w, do, dv, g, gk, h0, dht, scale, state_v_first,
+                               cu_seqlens, chunk_size, chunk_indices, None, kernel)
+            return dh, dh0 if h0 is not None else None, dv2
 
         def chunk_kda_verifier(self, q, k, v, g, beta, scale=None, initial_state=None,
                                output_final_state=False, use_qk_l2norm_in_kernel=False,
@@ -395,6 +449,10 @@ def _probe_arguments(fla_name, device):
 
     x, n = torch.bfloat16, 64
     tok = (1, n, 1, n)
+    if fla_name == "chunk_gated_delta_rule_bwd_dhu":
+        tensors = [zeros(*tok, dtype=x) for _ in range(5)]
+        return (*tensors, None, zeros(*tok), None, None, None, False, None, n, None, "cuda",
+                _api._kernel("auto"))
     if fla_name == "chunk_kda_bwd_wy_dqkg_fused":
         state = (1, 1, 1, n, n)
         tensors = [zeros(*tok, dtype=x), zeros(*tok, dtype=x), zeros(*tok, dtype=x),
@@ -421,7 +479,7 @@ def probe_cuda_kernels(device=None):
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device())
     device = torch.device(device)
-    for name in STAGES:
+    for name in STAGES + COMMON_STAGES:
         try:
             _torch_op.OPS[name].run(*_probe_arguments(name, device))
             if device.type == "cuda":
@@ -449,7 +507,7 @@ def _release():
 def _functions():
     """The fla functions the backend implements: one per operator of libkda (fla's stage
     functions), then the layer, chunk_kda."""
-    return STAGES + ("chunk_kda",)
+    return STAGES + COMMON_STAGES + ("chunk_kda",)
 
 
 def _operator_names(ops):
@@ -498,7 +556,8 @@ def enable(ops=None):
     one it serves (no ``cp_context``, ``disable_recompute``, ``return_intermediate_states`` or
     ``use_graph``: those go back to fla, which logs the reason), and fla's
     ``chunk_kda_bwd_wy_dqkg_fused`` and ``chunk_kda_bwd_intra`` (steps inside fla's own
-    backward, for the calls handed back) run on kda_kernels' CUDA kernels whenever the call is
+    backward, for the calls handed back) and ``chunk_gated_delta_rule_bwd_dhu`` (the reverse
+    state scan of every delta-rule layer) run on kda_kernels' CUDA kernels whenever the call is
     one they have a kernel for (CUDA tensors, X in float16/bfloat16/float32, K, V <= 256,
     chunk_size 16/32/64, and an operator whose CUDA kernel the loaded libkda has: checked here
     once, by running a tiny problem of each, see ``CUDA_KERNELS``); other calls run fla's
@@ -532,7 +591,7 @@ def enable(ops=None):
             f"{_api.library_path()} (built without CUDA, or no GPU present)"
         )
     with _lock:
-        if any(name not in CUDA_KERNELS for name in STAGES):
+        if any(name not in CUDA_KERNELS for name in STAGES + COMMON_STAGES):
             probe_cuda_kernels()  # once: the loaded library does not change
         if _backend_class is None:
             _backend_class = _make_backend_class(release.base_class)

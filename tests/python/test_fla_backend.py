@@ -267,11 +267,13 @@ def test_probe_records_what_the_library_refuses(monkeypatch):
 
     monkeypatch.setattr(_torch_op.OPS["chunk_kda_bwd_wy_dqkg_fused"], "run", accepts)
     monkeypatch.setattr(_torch_op.OPS["chunk_kda_bwd_intra"], "run", refuses)
+    monkeypatch.setattr(_torch_op.OPS[DHU], "run", lambda *args: ran.append("dhu"))
     monkeypatch.setattr(kfla, "CUDA_KERNELS", {})
     monkeypatch.setattr(kfla, "CUDA_KERNEL_NOTES", {})
     found = kfla.probe_cuda_kernels("cpu")
-    assert ran == ["wy", "intra"]
-    assert found == {"chunk_kda_bwd_wy_dqkg_fused": True, "chunk_kda_bwd_intra": False}
+    assert ran == ["wy", "intra", "dhu"]
+    assert found == {"chunk_kda_bwd_wy_dqkg_fused": True, "chunk_kda_bwd_intra": False,
+                     DHU: True}
     assert kfla.CUDA_KERNEL_NOTES == {
         "chunk_kda_bwd_intra": "chunk_kda_bwd_intra: no CUDA kernel for it yet"}
 
@@ -339,6 +341,31 @@ def test_fast_acceptance_agrees_with_the_reasons(monkeypatch, sig, single_device
     assert not accept(*args, None, torch.zeros(1, 2))  # a CPU tensor
 
 
+def test_reverse_scan_verifier(monkeypatch):
+    """chunk_gated_delta_rule_bwd_dhu's verifier takes fla's KDA call (qg, kg, w, do, dv in X, gk
+    and dht in float32) on CUDA stand-ins and hands back, naming why, a bfloat16 gk, an h0 of
+    another dtype, CPU tensors, a chunk size we have no kernel for and unknown keywords."""
+    monkeypatch.setattr(kfla, "CUDA_KERNELS", {DHU: True})
+    backend = kfla._make_backend_class(base_class=object)()
+    x = torch.zeros(1, 64, 2, 32, dtype=torch.bfloat16)
+    tensors = dict(q=x, k=x, w=x, do=x, dv=x, gk=x.float(), dht=torch.zeros(1, 2, 32, 32),
+                   h0=torch.zeros(1, 2, 32, 32, dtype=torch.bfloat16))
+    ok = _standins(tensors)
+    assert backend.chunk_gated_delta_rule_bwd_dhu_verifier(**ok, chunk_size=64) == (True, None)
+    cases = [
+        (dict(_standins(tensors, changes=[("gk", (torch.bfloat16, None, None))])), {},
+         "gk has dtype bfloat16; kda_kernels needs float32"),
+        (dict(_standins(tensors, changes=[("h0", (torch.float16, None, None))])), {},
+         "h0 has dtype float16; kda_kernels needs bfloat16 or float32"),
+        (dict(_standins(tensors, cuda=False)), {}, "on cpu"),
+        (ok, dict(chunk_size=128), "chunk_size=128"),
+        (ok, dict(extra=1), "unknown arguments ['extra']"),
+    ]
+    for standins, options, why in cases:
+        accepted, reason = backend.chunk_gated_delta_rule_bwd_dhu_verifier(
+            **standins, **{"chunk_size": 64, **options})
+        assert not accepted and why in reason, (why, reason)
+
 def test_fast_acceptance_reads_one_device_by_default(monkeypatch):
     """The verifiers' default: the one-device path where torch sees exactly one CUDA device,
     the index comparisons otherwise (and always the one-device path on CPU tensors, which
@@ -360,6 +387,7 @@ def test_fast_acceptance_reads_one_device_by_default(monkeypatch):
 # --- enable(ops=...): a subset of the operators ------------------------------------------------
 
 WY, INTRA, LAYER = "chunk_kda_bwd_wy_dqkg_fused", "chunk_kda_bwd_intra", "chunk_kda"
+DHU = "chunk_gated_delta_rule_bwd_dhu"
 
 
 class _FakeRegistry:
@@ -408,14 +436,14 @@ def fake_fla(monkeypatch, request):
     release = _fla_release.FlaRelease(request.param, "fake", object, registry, False)
     monkeypatch.setattr(kfla, "_release", lambda: release)
     monkeypatch.setattr(kfla._api, "backend_available", lambda name: True)
-    monkeypatch.setattr(kfla, "CUDA_KERNELS", {WY: True, INTRA: True})
+    monkeypatch.setattr(kfla, "CUDA_KERNELS", {WY: True, INTRA: True, DHU: True})
     monkeypatch.setattr(kfla, "_backend_class", kfla._make_backend_class(object))
     monkeypatch.setattr(kfla, "_subset_classes", {})
     return registry
 
 
 def test_operator_names():
-    assert kfla._operator_names(None) == (WY, INTRA, LAYER)
+    assert kfla._operator_names(None) == (WY, INTRA, DHU, LAYER)
     assert kfla._operator_names((INTRA, WY)) == (WY, INTRA)  # _functions()' order
     assert kfla._operator_names(WY) == (WY,)  # a lone name, not its letters
     with pytest.raises(ValueError, match=r"unknown operator\(s\) \['chunk_bwd_intra'\]"):
@@ -445,7 +473,7 @@ def test_enable_a_subset_of_the_operators(fake_fla):
     assert fake_fla._backends[kfla.BACKEND_TYPE].chunk_kda is None
     kfla.enable()
     assert type(fake_fla._backends[kfla.BACKEND_TYPE]) is kfla._backend_class
-    assert kfla.enabled_operators() == (WY, INTRA, LAYER)
+    assert kfla.enabled_operators() == (WY, INTRA, DHU, LAYER)
     kfla.disable()
     assert not kfla.is_enabled() and kfla.enabled_operators() == ()
     assert fake_fla._backends == {}
