@@ -16,12 +16,10 @@ For each shape (B x T x H, K = V = 128, bfloat16) and each mode, on one set of i
 - ``layer``: ``kda_kernels.fla.enable()``: fla's chunk_kda dispatched to kda_kernels.chunk_kda
   (fla's forward; the backward's stages where ``kda_kernels._layer.SPLIT_STAGES`` says: fla's
   scans, our WY and intra operators, fla's activation backwards);
-- ``layer-epilogue``: the same with ``kda_kernels._layer.BACKWARD = "epilogue"`` (fla's
-  recompute, forward scan and dAv, our reverse scan, then our fused epilogue:
-  ``_layer.EPILOGUE_STAGES``);
-- ``layer-epilogue-fla-dhu``: the same with fla's reverse scan (``_layer.REVERSE_SCAN =
-  "fla"``), for the reverse scan's before and after.
-The ``layer`` and ``layer-epilogue`` modes take the reverse scan from chunk_bwd_dhu.
+- ``layer-epilogue``: the same with ``kda_kernels._layer.BACKWARD = "epilogue"`` (fla's scans,
+  then our fused epilogue: ``_layer.EPILOGUE_STAGES``);
+- ``layer-epilogue-kda-scans``: the same with our state scans (``_layer.FORWARD_SCAN`` and
+  ``REVERSE_SCAN = "kda"``: chunk_fwd_h, chunk_bwd_dhu), for the scans' before and after.
 
 it measures
 
@@ -109,10 +107,10 @@ from layer_chart import short_name  # noqa: E402
 
 WY = "chunk_kda_bwd_wy_dqkg_fused"
 INTRA = "chunk_kda_bwd_intra"
-MODES = ("fla", "wy", "both", "layer", "layer-epilogue", "layer-epilogue-fla-dhu", "cudnn")
+MODES = ("fla", "wy", "both", "layer", "layer-epilogue", "layer-epilogue-kda-scans", "cudnn")
 MODE_OPS = {"fla": (), "wy": (WY,), "both": (WY, INTRA), "layer": (WY, INTRA, "chunk_kda"),
             "layer-epilogue": (WY, INTRA, "chunk_kda"),
-            "layer-epilogue-fla-dhu": (WY, INTRA, "chunk_kda"), "cudnn": ()}
+            "layer-epilogue-kda-scans": (WY, INTRA, "chunk_kda"), "cudnn": ()}
 # The modes each call runs by default: cuDNN-frontend's sm90 engine serves only --call cudnn (its
 # backward declines the gate, the beta sigmoid and l2norm in the kernel).
 DEFAULT_MODES = {"test": ("fla", "wy", "both", "layer"),
@@ -793,7 +791,8 @@ def set_mode(mode, kfla):
         from kda_kernels import _layer
 
         _layer.BACKWARD = "epilogue" if mode.startswith("layer-epilogue") else "split"
-        _layer.REVERSE_SCAN = "fla" if mode == "layer-epilogue-fla-dhu" else "kda"
+        scans = "kda" if mode == "layer-epilogue-kda-scans" else "fla"
+        _layer.FORWARD_SCAN = _layer.REVERSE_SCAN = scans
 
 
 def run_mode(mode, layer, args, reference, tuning):

@@ -20,7 +20,7 @@ from pathlib import Path
 STAGES = (
     ("intra (chunk_kda_bwd_intra)", ("intra",), "#d62728"),
     ("WY (chunk_kda_bwd_wy_dqkg_fused)", ("wy_dqkg",), "#1f77b4"),
-    ("h recompute", ("fwd_kernel_h",), "#9467bd"),
+    ("h recompute", ("fwd_kernel_h", "chunk_fwd_h"), "#9467bd"),
     ("dh", ("bwd_kernel_dhu", "chunk_bwd_dhu"), "#8c564b"),
     ("w, u recompute", ("recompute_w_u",), "#e377c2"),
     ("epilogue (chunk_kda_bwd_epilogue)", ("chunk_bwd_epilogue", "gate_params"), "#2ca02c"),
@@ -32,7 +32,7 @@ OUR_NAMESPACE = "kda::cuda::"
 # What each bench/layer.py mode ran, as the bar's label.
 MODE_LABELS = {"fla": "fla's kernels", "wy": "kda: WY op", "both": "kda: WY + intra",
                "layer": "kda: chunk_kda, split", "layer-epilogue": "kda: chunk_kda, epilogue",
-               "layer-epilogue-fla-dhu": "kda: chunk_kda, epilogue, fla's dh scan",
+               "layer-epilogue-kda-scans": "kda: chunk_kda, epilogue, our scans",
                "cudnn": "cuDNN-frontend sm90"}
 
 WIDTH = 900

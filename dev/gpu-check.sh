@@ -24,10 +24,10 @@
 #   epilogue          test_epilogue_cuda (chunk_bwd_epilogue: random problems against cpu-ref, the
 #                     golden-kda files, refusals), the four sanitizers on its Subset, and `kda run`
 #                     timings at the model shape (default call and the Kimi layer's call)
-#   dhu               test_dhu_cuda (chunk_bwd_dhu, the reverse state scan: random problems of
-#                     every option against cpu-ref, both kernels), the four sanitizers on its
-#                     Subset, `kda run` at the model shape and bench/dhu.py (ours beside fla's
-#                     kernel, float64 errors, byte floor)
+#   scans             the state scans, chunk_bwd_dhu and chunk_fwd_h: test_dhu_cuda and
+#                     test_fwd_h_cuda (random problems of every option against cpu-ref, both
+#                     kernels), the four sanitizers on each Subset, `kda run` at the model shape
+#                     and bench/scans.py (ours beside fla's kernels, float64 errors, byte floor)
 #   chunk-kda         tests/python/test_chunk_kda.py (kda_kernels.chunk_kda beside fla, the golden-kda
 #                     files, the reductions over seeds) against the first carried fla release that
 #                     KDA_FLA_RELEASES picks (default: every release; the first is used)
@@ -131,6 +131,7 @@ test_wy=$build/tests/ops/chunk_bwd_wy_dqkg/test_wy_cuda
 test_intra=$build/tests/ops/chunk_bwd_intra/test_intra_cuda
 test_epilogue=$build/tests/ops/chunk_bwd_epilogue/test_epilogue_cuda
 test_dhu=$build/tests/ops/chunk_bwd_dhu/test_dhu_cuda
+test_fwd_h=$build/tests/ops/chunk_fwd_h/test_fwd_h_cuda
 reliability=$build/tests/test_cuda_reliability
 {
   date -u
@@ -321,29 +322,34 @@ if want epilogue; then
   rm -f "$logs/.epi"
 fi
 
-if want dhu; then
-  run_shards 200 "$logs/test_dhu_cuda.log" "$test_dhu" --gtest_color=no
-  gtest_row "test_dhu_cuda (chunk_bwd_dhu)" "$logs/test_dhu_cuda.log" $?
-  for tool in memcheck racecheck synccheck initcheck; do
-    sanitize "sanitizer $tool, dhu subset" "$tool" "$test_dhu" 'Subset/*'
+if want scans; then
+  for scan in dhu fwd_h; do
+    tbin=$test_dhu
+    [ "$scan" = fwd_h ] && tbin=$test_fwd_h
+    op=chunk_bwd_dhu
+    [ "$scan" = fwd_h ] && op=chunk_fwd_h
+    run_shards 200 "$logs/test_${scan}_cuda.log" "$tbin" --gtest_color=no
+    gtest_row "test_${scan}_cuda ($op)" "$logs/test_${scan}_cuda.log" $?
+    for tool in memcheck racecheck synccheck initcheck; do
+      sanitize "sanitizer $tool, $scan subset" "$tool" "$tbin" 'Subset/*'
+    done
+    for call in "" "--state-v-first"; do
+      echo "== kda run $op --shape 1,8192,32,128,128 $call" >>"$logs/scans_bench.log"
+      # shellcheck disable=SC2086
+      bounded 60 "$kda" run "$op" --shape 1,8192,32,128,128 --backend cuda --repeat 20 \
+        $call >"$logs/.scan" 2>&1
+      src=$?
+      cat "$logs/.scan" >>"$logs/scans_bench.log"
+      row "$op B=1 T=8192 H=32 bf16 $call" "rc $src: $(grep -m1 -E 'median' "$logs/.scan" | tr -s ' ')"
+    done
   done
-  : >"$logs/dhu_bench.log"
-  for call in "" "--state-v-first"; do
-    echo "== kda run chunk_bwd_dhu --shape 1,8192,32,128,128 $call" >>"$logs/dhu_bench.log"
-    # shellcheck disable=SC2086
-    bounded 60 "$kda" run chunk_bwd_dhu --shape 1,8192,32,128,128 --backend cuda --repeat 20 \
-      $call >"$logs/.dhu" 2>&1
-    drc=$?
-    cat "$logs/.dhu" >>"$logs/dhu_bench.log"
-    row "dhu B=1 T=8192 H=32 bf16 $call" "rc $drc: $(grep -m1 -iE 'median|time' "$logs/.dhu" | tr -s ' ')"
-  done
-  rm -f "$logs/.dhu"
-  # Ours beside fla's Triton kernel in one process (KDA_DHU_ARGS: bench/dhu.py options).
+  rm -f "$logs/.scan"
+  # Ours beside fla's Triton kernels in one process (KDA_SCANS_ARGS: bench/scans.py options).
   # shellcheck disable=SC2086
-  bounded "${KDA_DHU_SECONDS:-150}" env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$carry:python" \
-    python3 bench/dhu.py ${KDA_DHU_ARGS:-} >"$logs/dhu_py.log" 2>&1
-  row "bench/dhu.py (rc $?)" "see dhu_py.log"
-  sed -n '/^| shape/,$p' "$logs/dhu_py.log" >>"$summary"
+  bounded "${KDA_SCANS_SECONDS:-200}" env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$carry:python" \
+    python3 bench/scans.py ${KDA_SCANS_ARGS:-} >"$logs/scans_py.log" 2>&1
+  row "bench/scans.py (rc $?)" "see scans_py.log"
+  sed -n '/^| scan/,$p' "$logs/scans_py.log" >>"$summary"
 fi
 
 # --- sanitizer over the whole matrix ---------------------------------------------------------

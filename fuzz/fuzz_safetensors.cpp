@@ -53,14 +53,19 @@ void check_round_trip(const SafetensorsFile& file) {
 }
 
 // Small enough to run both CPU backends on every input: the references cost about
-// T * HV * K * (V or BT) per batch row.
+// T * HV * K * (V or BT) per batch row. B, T, K from the operator's anchor (its first input: q,
+// or chunk_fwd_h's k, [B, T, H, K]), V from its value tensor, HV from g or w.
 bool small_enough_to_run(const HostProblem& p) {
-  const auto& q = p.get("q").shape;
+  const auto& x = p.get(kda::io::op_of(p).input_names().front()).shape;
   int64_t inner = 64;  // BT at most
-  if (p.has("v")) inner = std::max<int64_t>(inner, p.get("v").shape.back());
-  int64_t heads = q[2];
-  if (p.has("g")) heads = p.get("g").shape[2];
-  const int64_t work = q[0] * q[1] * heads * q[3] * inner;
+  for (const char* values : {"v", "u", "do"}) {
+    if (p.has(values)) inner = std::max<int64_t>(inner, p.get(values).shape.back());
+  }
+  int64_t heads = x[2];
+  for (const char* per_value_head : {"w", "g"}) {
+    if (p.has(per_value_head)) heads = std::max<int64_t>(heads, p.get(per_value_head).shape[2]);
+  }
+  const int64_t work = x[0] * x[1] * heads * x[3] * inner;
   return work <= (int64_t{1} << 22);
 }
 

@@ -23,6 +23,7 @@ namespace {
 
 using kda::DType;
 using kda::io::DhuConfig;
+using kda::io::FwdHConfig;
 using kda::io::HostTensor;
 using kda::io::IntraConfig;
 using kda::io::SafetensorsFile;
@@ -227,6 +228,38 @@ int main(int argc, char** argv) {
   dhu_varlen.scale = 0.5;
   dhu_varlen.seed = 7;
   write("problem_dhu_varlen_bf16.safetensors", solved(dhu_varlen));
+
+  FwdHConfig fwd_h;  // chunk_fwd_h, fixed length with a tail chunk, f32, both gates, GVA
+  fwd_h.B = 2;
+  fwd_h.T = 20;
+  fwd_h.H = 1;
+  fwd_h.HV = 2;
+  fwd_h.K = 3;
+  fwd_h.V = 2;
+  fwd_h.BT = 16;
+  fwd_h.x_dtype = DType::f32;
+  fwd_h.use_g = true;
+  fwd_h.seed = 8;
+  write("problem_fwd_h_fixed_f32.safetensors", solved(fwd_h));
+
+  // An empty sequence, int32 chunk_indices, states [.., V, K], initial_state in X, fla's
+  // switches flipped.
+  FwdHConfig fwd_h_varlen;
+  fwd_h_varlen.B = 1;
+  fwd_h_varlen.H = 1;
+  fwd_h_varlen.K = 2;
+  fwd_h_varlen.V = 3;
+  fwd_h_varlen.BT = 16;
+  fwd_h_varlen.x_dtype = DType::bf16;
+  fwd_h_varlen.state_dtype = DType::bf16;
+  fwd_h_varlen.seqlens = {5, 0, 17};
+  fwd_h_varlen.pass_chunk_indices = true;
+  fwd_h_varlen.index_dtype = DType::i32;
+  fwd_h_varlen.state_v_first = true;
+  fwd_h_varlen.output_final_state = true;
+  fwd_h_varlen.save_new_value = false;
+  fwd_h_varlen.seed = 9;
+  write("problem_fwd_h_varlen_bf16.safetensors", solved(fwd_h_varlen));
 
   if (argc == 3) {
     // chunk_bwd_intra and chunk_bwd_epilogue are operators 1 and 2 of fuzz_problem; 8 inputs of

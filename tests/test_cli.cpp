@@ -547,6 +547,30 @@ TEST(Cli, DhuOptionsAndItsScanIsNeverSampled) {
   EXPECT_TRUE(contains(r.out, "PASS: all 3 outputs")) << r.out;
 }
 
+// chunk_fwd_h's options reach the problem, and its scan is checked whole however large (each
+// chunk depends on the chunks before it).
+TEST(Cli, FwdHOptionsAndItsScanIsNeverSampled) {
+  CliResult r = run_kda(
+      "run chunk_fwd_h --shape 1,150,2,20,36 --heads-v 4 --seqlens 60,1,0,89 --chunk-size 32 "
+      "--dtype fp16 --chunk-indices --state-v-first --gate-g --no-gk --state-dtype x "
+      "--backend cpu --repeat 1 --check");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const char* part : {"operator chunk_fwd_h (kda_kernels.chunk_gated_delta_rule_fwd_h",
+                           "B=1 T=150 H=2 HV=4 K=20 V=36 BT=32 NT=6 (4 sequences, chunk_indices "
+                           "given)",
+                           "X=float16 initial_state=float16  (states stored [.., V, K])",
+                           "g=true gk=false", "every row", "PASS: all 3 outputs"}) {
+    EXPECT_TRUE(contains(r.out, part)) << "missing '" << part << "' in:\n" << r.out;
+  }
+  r = run_kda(
+      "run chunk_fwd_h --shape 1,4096,4,16,16 --chunk-size 16 --dtype bf16 --no-initial-state "
+      "--backend cpu --repeat 1 --check");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "X=bfloat16 initial_state=none")) << r.out;
+  EXPECT_TRUE(contains(r.out, "every row (all 256 chunks x 4 heads; never sampled")) << r.out;
+  EXPECT_TRUE(contains(r.out, "PASS: all 3 outputs")) << r.out;
+}
+
 // The options round-trip through the file's metadata (safe_gate, chunk_size), and a spoiled
 // expected output fails the check.
 TEST(Cli, IntraOutputFileRunsAgainAndCatchesWrongResults) {
@@ -691,7 +715,7 @@ TEST(Cli, BadInputGivesOneErrorLineAndANonZeroExit) {
       {small + "--strong-every 2", 2, "--strong-every: not an option of chunk_bwd_wy_dqkg"},
       {small_intra + "--state-v-first", 2,
        "--state-v-first: not an option of chunk_bwd_intra (it is one of chunk_bwd_wy_dqkg, "
-       "chunk_bwd_epilogue, chunk_bwd_dhu)"},
+       "chunk_bwd_epilogue, chunk_bwd_dhu, chunk_fwd_h)"},
       {small_intra + "--scale=0.5", 2, "--scale: not an option of chunk_bwd_intra"},
       {small_intra + "--h-dtype fp32", 2, "--h-dtype: not an option of chunk_bwd_intra"},
       // --kernel

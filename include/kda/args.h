@@ -12,13 +12,16 @@
  *   role    KDA_ARG_INPUT, KDA_ARG_OPTIONAL (a tensor that may be omitted), KDA_ARG_OPTION (a
  *           scalar option) or KDA_ARG_OUTPUT
  *   type    tensors: the dtypes taken (KDA_TYPE_X ... KDA_TYPE_INDEX; an output is KDA_TYPE_OF_Q,
- *           stored in q's dtype, or KDA_TYPE_F32); options: KDA_TYPE_BOOL (an int32_t 0 or 1 in
+ *           stored in X, or KDA_TYPE_F32); options: KDA_TYPE_BOOL (an int32_t 0 or 1 in
  *           the C struct), KDA_TYPE_INT (int64_t) or KDA_TYPE_FLOAT_OR_NONE (int32_t has_<member>
  *           then double <member>; none by default)
  *   rank    a tensor's rank; 0 for options
  *   rule    an output's shape: one "<input>.<dim>" per extent ("q.0 q.1 v.2 q.3": B, T from q,
- *           HV from v, K from q); an option's default ("64", "false", "none"); "" for inputs
- *   doc     shape and dtype (tensors) or meaning (options), for messages and documentation */
+ *           HV from v, K from q; a term without a dot is an extent the problem names, e.g.
+ *           "chunks"); an option's default ("64", "false", "none"); "" for inputs
+ *   doc     shape and dtype (tensors) or meaning (options), for messages and documentation
+ * The first row is the operator's anchor, KDA_TYPE_X (q; chunk_fwd_h's k): its dtype is X and
+ * its device the one every tensor shares; messages name it ("the dtype of q"). */
 #ifndef KDA_ARGS_H_
 #define KDA_ARGS_H_
 
@@ -32,8 +35,8 @@ enum kda_arg_role {
 };
 
 enum kda_arg_type {
-  KDA_TYPE_X = 0,           /* float16, bfloat16 or float32: q, which sets X */
-  KDA_TYPE_OF_Q = 1,        /* X, the dtype of q */
+  KDA_TYPE_X = 0,           /* float16, bfloat16 or float32: the first row (q), which sets X */
+  KDA_TYPE_OF_Q = 1,        /* X, the dtype of the first row (q) */
   KDA_TYPE_OF_Q_OR_F32 = 2, /* X or float32 */
   KDA_TYPE_OF_H = 3,        /* the dtype of h */
   KDA_TYPE_F32 = 4,

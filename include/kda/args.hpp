@@ -174,10 +174,17 @@ OutputShape output_shape(const P& problem, const Arg<P>& out) {
   return shape;
 }
 
-// The output's dtype: q's for KDA_TYPE_OF_Q, else float32.
+// The problem's anchor: its table's first tensor row (KDA_TYPE_X: q, or chunk_fwd_h's k), which
+// sets X and the device every other tensor must share.
+template <typename P>
+const TensorView& anchor_of(const P& problem) {
+  return P::args()[0].of(problem);
+}
+
+// The output's dtype: the anchor's (X) for KDA_TYPE_OF_Q, else float32.
 template <typename P>
 DType output_dtype(const P& problem, const Arg<P>& out) {
-  return out.info.type == ArgType::of_q ? problem.q.dtype : DType::f32;
+  return out.info.type == ArgType::of_q ? anchor_of(problem).dtype : DType::f32;
 }
 
 namespace detail {

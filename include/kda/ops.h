@@ -16,13 +16,15 @@
 #include "kda/ops/chunk_bwd_epilogue_args.h"
 #include "kda/ops/chunk_bwd_intra_args.h"
 #include "kda/ops/chunk_bwd_wy_dqkg_args.h"
+#include "kda/ops/chunk_fwd_h_args.h"
 
 /* clang-format off */
 #define KDA_OPS(X)                                                                              \
   X(CHUNK_BWD_WY_DQKG, chunk_bwd_wy_dqkg, ChunkBwdWyDqkg, "chunk_kda_bwd_wy_dqkg_fused", "SPEC.md") \
   X(CHUNK_BWD_INTRA, chunk_bwd_intra, ChunkBwdIntra, "chunk_kda_bwd_intra", "SPEC-chunk-bwd-intra.md") \
   X(CHUNK_BWD_EPILOGUE, chunk_bwd_epilogue, ChunkBwdEpilogue, "chunk_kda_bwd_epilogue", "docs/design.md") \
-  X(CHUNK_BWD_DHU, chunk_bwd_dhu, ChunkBwdDhu, "chunk_gated_delta_rule_bwd_dhu", "docs/design.md")
+  X(CHUNK_BWD_DHU, chunk_bwd_dhu, ChunkBwdDhu, "chunk_gated_delta_rule_bwd_dhu", "docs/design.md") \
+  X(CHUNK_FWD_H, chunk_fwd_h, ChunkFwdH, "chunk_gated_delta_rule_fwd_h", "docs/design.md")
 /* clang-format on */
 
 #endif /* KDA_OPS_H_ */

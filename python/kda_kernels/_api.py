@@ -46,10 +46,11 @@ def _kernel(kernel):
     return AUTO_KERNEL
 
 
-def _torch_kernel(kernel, q, backend):
+def _torch_kernel(kernel, anchor, backend):
     """The kernel of a torch call: AUTO_KERNEL's choice for "auto" where the call runs on the
-    cuda backend (CUDA tensors, backend None or "cuda"); the CPU backends take "auto" as it is."""
-    if kernel == "auto" and (backend is None or backend == "cuda") and q.is_cuda:
+    cuda backend (CUDA tensors, as ``anchor``, the first tensor, says; backend None or "cuda");
+    the CPU backends take "auto" as it is."""
+    if kernel == "auto" and (backend is None or backend == "cuda") and anchor.is_cuda:
         return _kernel(kernel)
     return kernel
 
@@ -65,7 +66,7 @@ DOCS = {}
 _RAISES = """Raises
 ------
 TypeError
-    An argument has the wrong dtype or is not an array of q's kind.
+    An argument has the wrong dtype or is not an array of the first tensor's kind.
 ValueError
     An argument has the wrong rank, shape, size, device or contents (cu_seqlens,
     chunk_indices), ``backend`` or ``kernel`` is unknown, or a CPU backend is given a
@@ -308,6 +309,56 @@ dv2 : array, shape [B, T, HV, V], dtype X
 
 """ + _RAISES
 
+DOCS["chunk_gated_delta_rule_fwd_h"] = """The forward state scan of a gated delta rule's chunked forward: h, v_new, final_state.
+
+Per sequence and value head, from the first chunk to the last, carrying the state S (K x V,
+float32) that starts at initial_state (or 0): h[c] = S (the state at chunk c's start),
+v_new = u − w·S over the chunk's tokens, then S = 2^g_last 2^gk_last ⊙ S + kᵀ·(2^(g_last − g)
+v_new) (docs/design.md, "The state scans"). For KDA, k is fla's kg and gk the chunk-local log2
+cumsum of the decay; w and u are the WY step's outputs. X below is one of float16, bfloat16,
+float32, k's dtype. 'cpu-ref' computes it in float64, 'cpu' in float32 with fla's roundings (S
+enters w·S in X, the gated v_new enters kᵀ· in X), 'cuda' on the GPU (a problem its kernels do
+not take raises NotImplementedError).
+
+Parameters
+----------
+k : array, shape [B, T, H, K], dtype X
+    The keys (KDA: kg); K <= 256.
+w : array, shape [B, T, HV, K], dtype X
+u : array, shape [B, T, HV, V], dtype X
+    V <= 256. HV is a multiple of H (value head hv reads key head hv // (HV // H)).
+g : array, shape [B, T, HV], float32, optional
+    The per-head chunk-local log2 cumsum (Gated DeltaNet).
+gk : array, shape [B, T, HV, K], float32, optional
+    The same per key channel (KDA).
+initial_state : array, shape [N, HV, K, V] ([.., V, K] when state_v_first), X or float32, optional
+    The state before each sequence's first chunk; None: zero.
+output_final_state : bool, default False
+    fla's switch; final_state is always written (fla returns None without it).
+chunk_size : int, default 64
+    BT: 16, 32 or 64.
+save_new_value : bool, default True
+    fla's switch; v_new is always written (fla returns None without it).
+state_v_first : bool, default False
+    States (initial_state, h, final_state) are [.., V, K].
+cu_seqlens, chunk_indices
+    As for chunk_kda_bwd_wy_dqkg_fused; with cu_seqlens on a GPU, chunk_indices is required (its
+    rows are h's chunk count).
+backend : {None, 'cuda', 'cpu', 'cpu-ref'}, keyword-only
+kernel : {'auto', 'simt', 'sm80_mma'}, keyword-only
+
+Returns
+-------
+h : array, shape [B, NT, HV, K, V] ([.., V, K] when state_v_first), dtype X
+    NT = ceil(T / BT) per batch row, or with cu_seqlens the chunks of all sequences (B = 1).
+v_new : array, shape [B, T, HV, V], dtype X
+final_state : array, shape [N, HV, K, V] (likewise), float32
+    The state after each sequence's last chunk (initial_state for a sequence of no tokens).
+
+Outputs are new contiguous arrays of the inputs' kind, on k's device.
+
+""" + _RAISES
+
 
 def _public_function(sig):
     """The public function of operator `sig` (_signatures.Signature): fla's parameter list from
@@ -319,6 +370,7 @@ def _public_function(sig):
     else to _call."""
     params = sig.parameters()
     names = [name for name, _ in params]
+    anchor = names[0]  # q, or chunk_fwd_h's k: what says torch or NumPy, and the device
     rows = [row[0] for row in sig.rows if row[1] != _signatures.ROLE_OUTPUT]
     assert names == rows, (sig.fla_name, names, rows)
     listed = ", ".join(name if default is _signatures.REQUIRED else f"{name}={default!r}"
@@ -332,9 +384,9 @@ def _public_function(sig):
     source = (
         f"def _make(_OP, _OPERATOR):\n"
         f"  def {sig.fla_name}({listed}, *, backend=None, kernel='auto'):\n"
-        f"    if _TORCH_OP and isinstance(q, _Tensor):\n"
+        f"    if _TORCH_OP and isinstance({anchor}, _Tensor):\n"
         f"        return _OP.call(({', '.join(names)}, backend,\n"
-        f"                         _torch_kernel(kernel, q, backend)))\n"
+        f"                         _torch_kernel(kernel, {anchor}, backend)))\n"
         f"    return _call(_OPERATOR, dict({inputs}), dict({optionals}), ({options}), backend,\n"
         f"                 kernel)\n"
         f"  return {sig.fla_name}\n")
@@ -355,28 +407,28 @@ for _sig in _signatures.SIGNATURES:
 def _call(op, inputs, optionals, options, backend, kernel):
     """An operator's path for anything but torch tensors on a torch with custom ops (NumPy
     arrays): the CPU backends directly. ``options`` are in the signature's option order."""
-    q = inputs["q"]
-    if _is_torch_tensor(q):
+    x = inputs[op.anchor]  # q, or chunk_fwd_h's k
+    if _is_torch_tensor(x):
         raise RuntimeError(
             f"kda_kernels needs torch >= 2.4 (torch.library.custom_op); found {torch.__version__}"
         )
-    if not isinstance(q, np.ndarray):
-        _refuse_q(op, q, inputs)
+    if not isinstance(x, np.ndarray):
+        _refuse_anchor(op, x, inputs)
     return _numpy_path.run(op, inputs, optionals, options, backend, kernel)
 
 
-def _refuse_q(op, q, inputs):
-    """A q that is no array: the TypeError says which kind it should be, the kind of the call's
-    other tensors (the NumPy path's "expected a numpy.ndarray" misled a call whose other
-    arguments were all torch tensors)."""
-    others = [value for name, value in inputs.items() if name != "q"]
+def _refuse_anchor(op, x, inputs):
+    """An anchor (q, or chunk_fwd_h's k) that is no array: the TypeError says which kind it
+    should be, the kind of the call's other tensors (the NumPy path's "expected a
+    numpy.ndarray" misled a call whose other arguments were all torch tensors)."""
+    others = [value for name, value in inputs.items() if name != op.anchor]
     torch_ones = any(map(_is_torch_tensor, others))
     numpy_ones = any(isinstance(value, np.ndarray) for value in others)
     if torch_ones == numpy_ones:  # both kinds, or neither
         kind = "a numpy.ndarray or a torch.Tensor"
     else:
         kind = ("a torch.Tensor" if torch_ones else "a numpy.ndarray") + " like the other arguments"
-    raise TypeError(f"{op.where('q')}: expected {kind}, got {type(q).__name__}")
+    raise TypeError(f"{op.where(op.anchor)}: expected {kind}, got {type(x).__name__}")
 
 
 def chunk_indices(cu_seqlens, chunk_size=64):

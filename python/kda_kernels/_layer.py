@@ -17,9 +17,10 @@ scan), then one of two tails, as ``BACKWARD`` (or ``KDA_LAYER_BACKWARD`` at impo
   the split tail. On an H100 the epilogue tail is the faster at B=1 and B=4, T=8192, H=32 and on
   the varlen mix, in the Kimi layer's call and in cuDNN's (docs/performance.md).
 
-Both tails take the reverse state scan from this library's chunk_bwd_dhu (fla's
-``chunk_gated_delta_rule_bwd_dhu``) unless ``REVERSE_SCAN`` (or ``KDA_LAYER_REVERSE_SCAN`` at
-import) is "fla".
+Both tails take the state scans from fla (``chunk_gated_delta_rule_fwd_h``,
+``chunk_gated_delta_rule_bwd_dhu``) unless ``FORWARD_SCAN`` / ``REVERSE_SCAN`` (or
+``KDA_LAYER_FORWARD_SCAN`` / ``KDA_LAYER_REVERSE_SCAN`` at import) is "kda": this library's
+chunk_fwd_h / chunk_bwd_dhu, not yet faster than fla's kernels (docs/performance.md).
 
 ``STAGES`` is the split tail's list unless ``BACKWARD`` is "epilogue" ("auto" picks per call).
 The backward recomputes what fla's default call recomputes (fla's ``disable_recompute=False``).
@@ -42,7 +43,7 @@ EPILOGUE_STAGES = (
     ("recompute w, u, qg, kg", "fla"),
     ("forward state scan (h, v_new)", "fla"),
     ("dAv (intra-chunk dv)", "fla"),
-    ("reverse state scan (dh, dh0, dv): chunk_gated_delta_rule_bwd_dhu", "kda_kernels"),
+    ("reverse state scan (dh, dh0, dv)", "fla"),
     ("epilogue: chunk_kda_bwd_epilogue (WY, intra, cumsum, gate, l2norm, beta backward)",
      "kda_kernels"),
 )
@@ -53,7 +54,7 @@ SPLIT_STAGES = (
     ("recompute w, u, qg, kg", "fla"),
     ("forward state scan (h, v_new)", "fla"),
     ("dAv (dAqk, intra-chunk dv)", "fla"),
-    ("reverse state scan (dh, dh0, dv): chunk_gated_delta_rule_bwd_dhu", "kda_kernels"),
+    ("reverse state scan (dh, dh0, dv)", "fla"),
     ("WY: chunk_kda_bwd_wy_dqkg_fused", "kda_kernels"),
     ("intra: chunk_kda_bwd_intra", "kda_kernels"),
     ("reverse cumsum of dg", "fla"),
@@ -70,12 +71,20 @@ if BACKWARD not in _BACKWARDS:
     raise ValueError(f"KDA_LAYER_BACKWARD: expected one of {_BACKWARDS}, got {BACKWARD!r}")
 STAGES = EPILOGUE_STAGES if BACKWARD == "epilogue" else SPLIT_STAGES
 
-# Where the reverse state scan runs: "kda" (chunk_bwd_dhu, as the stage lists say) or "fla".
-_REVERSE_SCANS = ("kda", "fla")
-REVERSE_SCAN = os.environ.get("KDA_LAYER_REVERSE_SCAN", "kda")
-if REVERSE_SCAN not in _REVERSE_SCANS:
-    raise ValueError(
-        f"KDA_LAYER_REVERSE_SCAN: expected one of {_REVERSE_SCANS}, got {REVERSE_SCAN!r}")
+# Where the state scans run: "fla" (as the stage lists say) or "kda" (chunk_fwd_h,
+# chunk_bwd_dhu).
+_SCAN_CHOICES = ("fla", "kda")
+
+
+def _scan_choice(variable):
+    value = os.environ.get(variable, "fla")
+    if value not in _SCAN_CHOICES:
+        raise ValueError(f"{variable}: expected one of {_SCAN_CHOICES}, got {value!r}")
+    return value
+
+
+FORWARD_SCAN = _scan_choice("KDA_LAYER_FORWARD_SCAN")
+REVERSE_SCAN = _scan_choice("KDA_LAYER_REVERSE_SCAN")
 
 
 def epilogue_is_fast(q, v, chunk_size):
@@ -260,15 +269,23 @@ class ChunkKDAFunction(torch.autograd.Function):
 
 
 def _scans(f, q, k, v, g, beta, Akk, Aqk, h0, cu_seqlens, chunk_indices, do, dht, opt):
-    """The stages before the tails: fla's recompute of w, u, qg, kg, forward state scan and dAv,
-    then the reverse state scan (chunk_bwd_dhu; fla's with REVERSE_SCAN = "fla"). Returns h,
-    v_new, dAqk, dh, dh0 and the reverse scan's dv."""
+    """The stages before the tails: fla's recompute of w, u, qg, kg, the forward state scan,
+    fla's dAv, the reverse state scan (the scans fla's, or ours as FORWARD_SCAN and REVERSE_SCAN
+    say). Returns h, v_new, dAqk, dh, dh0 and the reverse scan's dv."""
     BT, scale, svf = opt.chunk_size, opt.scale, opt.state_v_first
     w, u, qg, kg = f.recompute_w_u_fwd(q=q, k=k, v=v, beta=beta, A=Akk, gk=g,
                                        cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
-    h, v_new, _ = f.chunk_gated_delta_rule_fwd_h(
-        k=kg, w=w, u=u, gk=g, initial_state=h0, output_final_state=False, cu_seqlens=cu_seqlens,
-        chunk_indices=chunk_indices, chunk_size=BT, state_v_first=svf)
+    from . import _torch_op
+
+    kernel = _api._kernel("auto")
+    if FORWARD_SCAN == "kda":
+        forward_scan = _torch_op.OPS["chunk_gated_delta_rule_fwd_h"].run
+        h, v_new, _ = forward_scan(kg, w, u, None, g, h0, False, BT, True, svf, cu_seqlens,
+                                   chunk_indices, "cuda", kernel)
+    else:
+        h, v_new, _ = f.chunk_gated_delta_rule_fwd_h(
+            k=kg, w=w, u=u, gk=g, initial_state=h0, output_final_state=False,
+            cu_seqlens=cu_seqlens, chunk_indices=chunk_indices, chunk_size=BT, state_v_first=svf)
     dAqk, dv = f.chunk_kda_bwd_dAv(q=q, k=k, v=v_new, do=do, A=Aqk, scale=scale,
                                    cu_seqlens=cu_seqlens, chunk_size=BT,
                                    chunk_indices=chunk_indices)
@@ -278,11 +295,9 @@ def _scans(f, q, k, v, g, beta, Akk, Aqk, h0, cu_seqlens, chunk_indices, do, dht
             cu_seqlens=cu_seqlens, chunk_size=BT, chunk_indices=chunk_indices,
             state_v_first=svf)
         return h, v_new, dAqk, dh, dh0, dv
-    from . import _torch_op
-
     reverse_scan = _torch_op.OPS["chunk_gated_delta_rule_bwd_dhu"].run
     dh, dh0, dv = reverse_scan(qg, kg, w, do, dv, None, g, h0, dht, scale, svf, cu_seqlens, BT,
-                               chunk_indices, "cuda", _api._kernel("auto"))
+                               chunk_indices, "cuda", kernel)
     return h, v_new, dAqk, dh, dh0 if h0 is not None else None, dv
 
 

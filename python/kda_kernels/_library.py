@@ -135,9 +135,6 @@ def table_mismatches(dll, layouts):
     return problems
 
 
-_TYPE_OF_DTYPES = {text: kind for kind, text in _signatures.DTYPE_TEXTS.items()}
-
-
 def our_rows(layout):
     """The rows this package packs for an operator, as kda_op_arg reports rows: (name, role,
     type, rank, rule, byte offset), tensors and options in the table's order."""
@@ -161,7 +158,7 @@ def _tensor_row(arg, layout):
         kind = _signatures.TYPE_OF_Q if arg.x else _signatures.TYPE_F32
         rule = " ".join(name if dim is None else f"{name}.{dim}" for name, dim in arg.shape)
     else:
-        kind, rule = _TYPE_OF_DTYPES.get(arg.dtypes, -1), ""
+        kind, rule = arg.type_code, ""
     return (arg.name, arg.role, kind, arg.rank, rule, layout.offsets[arg.name])
 
 

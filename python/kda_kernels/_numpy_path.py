@@ -78,14 +78,14 @@ def run(op, arrays, optionals, options, backend, kernel):
         value = optionals[name]
         tensors.append(_problem.OMITTED if value is None else describe(op, name, value))
 
-    q = arrays["q"]
+    x = arrays[op.anchor]  # q, or chunk_fwd_h's k: X's dtype
     shapes = {name: arrays[name].shape for name in op.input_names}
     named_options = dict(zip(op.option_names, options))
     layout = op.output_layout(shapes, named_options, optionals)
     # Validated before the outputs are allocated: a call that cannot run is refused in a moment,
     # whatever size its outputs would have (the run validates the real ones again).
     op.validate_before_allocating(tensors, layout, tensors[0][1], (_abi.DEVICE_CPU, 0), options)
-    outputs = [new_output(shape, q.dtype if in_x else np.float32) for shape, in_x in layout]
+    outputs = [new_output(shape, x.dtype if in_x else np.float32) for shape, in_x in layout]
     tensors.extend(describe(op, name, out) for name, out in zip(op.output_names, outputs))
     op.run(tensors, options, backend_code, kernel_code)
     return tuple(outputs)

@@ -48,30 +48,36 @@ def _host_values(index):
     return tolist() if tolist is not None else list(index)
 
 
-def named_extents(shapes, options, optionals):
+# The value tensors a state scan's V comes from, the first one present ([B, T, HV, V]).
+_VALUE_TENSORS = ("do", "u", "v")
+
+
+def named_extents(shapes, options, optionals, anchor):
     """The outputs' extents that no input has, by the names the tables' shape rules give them,
-    as the core computes them (ChunkBwdDhuProblem::named_extent): "chunks" (chunk_indices'
-    rows; without cu_seqlens ceil(T / chunk_size); else counted from host cu_seqlens), "seqs"
-    (len(cu_seqlens) - 1, else B), "state_rows" and "state_cols" (K, V; V, K with
-    state_v_first). -1 where the inputs do not say (device cu_seqlens and no chunk_indices):
-    the core's validation then names what is missing."""
-    q = tuple(shapes.get("q", ()))
+    as the core computes them (validation::state_scan_extent, behind chunk_bwd_dhu's and
+    chunk_fwd_h's named_extent): "chunks" (chunk_indices' rows; without cu_seqlens
+    ceil(T / chunk_size); else counted from host cu_seqlens), "seqs" (len(cu_seqlens) - 1, else
+    B), "state_rows" and "state_cols" (K, V; V, K with state_v_first). B, T and K come from
+    ``anchor``, the operator's first input (q, or chunk_fwd_h's k: [B, T, H, K]), V from the
+    first of "do", "u", "v" in ``shapes``. -1 where the inputs do not say (device cu_seqlens and
+    no chunk_indices): the core's validation then names what is missing."""
+    x = tuple(shapes.get(anchor, ()))
     cu_seqlens, chunk_indices = optionals.get("cu_seqlens"), optionals.get("chunk_indices")
     chunk_size = options.get("chunk_size", 64)
     if chunk_indices is not None:
         chunks = chunk_indices.shape[0]
     elif cu_seqlens is None:
-        chunks = -(-q[1] // chunk_size) if len(q) == 4 and chunk_size > 0 else -1
+        chunks = -(-x[1] // chunk_size) if len(x) == 4 and chunk_size > 0 else -1
     else:
         values = _host_values(cu_seqlens) if chunk_size > 0 else None
         chunks = -1 if values is None else sum(
             -(-max(b - a, 0) // chunk_size) for a, b in zip(values, values[1:]))
-    K = q[3] if len(q) == 4 else -1
-    do = tuple(shapes.get("do", ()))
-    V = do[3] if len(do) == 4 else -1
+    K = x[3] if len(x) == 4 else -1
+    value = next((tuple(shapes[n]) for n in _VALUE_TENSORS if n in shapes), ())
+    V = value[3] if len(value) == 4 else -1
     v_first = bool(options.get("state_v_first", False))
     return {"chunks": chunks,
-            "seqs": cu_seqlens.shape[0] - 1 if cu_seqlens is not None else (q[0] if q else -1),
+            "seqs": cu_seqlens.shape[0] - 1 if cu_seqlens is not None else (x[0] if x else -1),
             "state_rows": V if v_first else K,
             "state_cols": K if v_first else V}
 
@@ -80,7 +86,8 @@ class Operator:
     """An operator's Python-side plumbing, built from its signature (_signatures).
 
     Attributes: ``signature``; ``name`` (fla's function name, the prefix of every message);
-    ``input_names`` (the required tensors), ``optional_names`` (cu_seqlens, chunk_indices),
+    ``input_names`` (the required tensors; the first, ``anchor``, is q or chunk_fwd_h's k: it
+    sets X and the device), ``optional_names`` (cu_seqlens, chunk_indices),
     ``output_names`` (table names, "out.dq" ...), ``returned`` (the names outputs are returned
     under); ``layout`` (its _abi.ProblemLayout).
     """
@@ -90,6 +97,7 @@ class Operator:
         self.name = signature.fla_name
         self.layout = _abi.LAYOUT_BY_FLA_NAME[self.name]
         self.input_names = tuple(a.name for a in signature.inputs)
+        self.anchor = self.input_names[0]
         self.optional_names = tuple(a.name for a in signature.optionals)
         self.output_names = tuple(a.name for a in signature.outputs)
         self.returned = tuple(a.returned_as for a in signature.outputs)
@@ -200,10 +208,11 @@ class Operator:
         (``shapes`` maps input names to shapes) and, for the extents an operator names (its
         rule's terms without a dot: ``named_extents``), from ``options`` (option name to
         value) and ``optionals`` (optional tensor name to array, tensor or None). in_x marks an
-        output stored in q's dtype; the others are float32. Where a source input does not have
-        its table rank the extents are 0: the core then reports that input, which it checks
-        before any output."""
-        named = named_extents(shapes, options or {}, optionals or {}) if self.named else {}
+        output stored in X (the anchor's dtype); the others are float32. Where a source input
+        does not have its table rank the extents are 0: the core then reports that input, which
+        it checks before any output."""
+        named = (named_extents(shapes, options or {}, optionals or {}, self.anchor)
+                 if self.named else {})
         layout = []
         for rank, sources, in_x in self._outputs:
             shape = []
@@ -222,15 +231,15 @@ class Operator:
         allocate 4.00 TiB" for broadcast inputs instead of the chunk_size error.
 
         ``tensors`` holds the field values of the inputs and optional tensors (table order),
-        ``layout`` is ``output_layout``'s result, ``x_code`` q's dtype code, ``device`` q's
-        (device type, index). The outputs are described, contiguous, at placeholder addresses
-        from 2^58 on: above every user-space address of a 64-bit Linux process (2^57 at most,
-        with 5-level paging), where no input lies, host or device (CUDA's unified addresses are
-        user-space ones): they overlap no input, as the fresh outputs will not. The
-        core's validation reads descriptors only (and the contents of host index tensors, which
-        are inputs: docs/reliability.md), so the placeholders are never dereferenced. Raises the
-        core's error naming the argument. Placeholders past 2^63 (outputs far beyond any
-        memory) are not described: the run validates anyway."""
+        ``layout`` is ``output_layout``'s result, ``x_code`` X's code (the anchor's dtype),
+        ``device`` the anchor's (device type, index). The outputs are described, contiguous, at
+        placeholder addresses from 2^58 on: above every user-space address of a 64-bit Linux
+        process (2^57 at most, with 5-level paging), where no input lies, host or device (CUDA's
+        unified addresses are user-space ones): they overlap no input, as the fresh outputs
+        will not. The core's validation reads descriptors only (and the contents of host index
+        tensors, which are inputs: docs/reliability.md), so the placeholders are never
+        dereferenced. Raises the core's error naming the argument. Placeholders past 2^63
+        (outputs far beyond any memory) are not described: the run validates anyway."""
         base = _PLACEHOLDER_BASE
         outputs = []
         for shape, in_x in layout:

@@ -42,13 +42,21 @@ DTYPE_TEXTS = {TYPE_X: DTYPES_X, TYPE_OF_Q: DTYPES_OF_Q, TYPE_OF_Q_OR_F32: DTYPE
            TYPE_OF_H: DTYPES_OF_H, TYPE_F32: DTYPES_F32, TYPE_INDEX: DTYPES_INDEX}
 
 
+def dtype_text(kind, anchor):
+    """DTYPE_TEXTS[kind] for an operator whose first row (the anchor, which sets X) is
+    ``anchor``: "the dtype of q" names chunk_fwd_h's k there."""
+    text = DTYPE_TEXTS[kind]
+    return text.replace("the dtype of q", f"the dtype of {anchor}") if anchor != "q" else text
+
+
 @dataclass(frozen=True)
 class Arg:
     """One row of an operator's argument table.
 
     ``name`` is the table's ("do", "out.dq"); ``member`` the ctypes field's name; for outputs, ``shape`` says where each extent comes from, as (input name, dim) pairs, and
-    ``x`` whether it is stored in q's dtype (else float32); for inputs, ``dtypes`` is what the
-    argument takes (one of the DTYPES_* above).
+    ``x`` whether it is stored in X, the first row's dtype (else float32); for inputs,
+    ``dtypes`` is what the argument takes (one of the DTYPES_* above, naming the first row)
+    and ``type_code`` its row's type (TYPE_X ... TYPE_INDEX).
     """
 
     name: str
@@ -58,6 +66,7 @@ class Arg:
     shape: tuple = ()
     x: bool = False
     dtypes: str = ""
+    type_code: int = -1
 
     @property
     def returned_as(self):
@@ -163,6 +172,7 @@ def _shape_rule(rule):
 def _signature(table):
     """One operator's Signature from its entry of op_tables.json."""
     args, header, options, params, rows = [], [("abi_version", INT32)], [], [], []
+    anchor = table["rows"][0]["name"]  # the first row: q, or chunk_fwd_h's k
     for row in table["rows"]:
         name, role, kind = row["name"], row["role"], row["type"]
         rows.append((name, role, kind, row["rank"], row["rule"], row["offset"]))
@@ -181,7 +191,8 @@ def _signature(table):
             args.append(Arg(name, member, role, row["rank"], _shape_rule(row["rule"]),
                             x=kind == TYPE_OF_Q))
             continue
-        args.append(Arg(name, member, role, row["rank"], dtypes=DTYPE_TEXTS[kind]))
+        args.append(Arg(name, member, role, row["rank"], dtypes=dtype_text(kind, anchor),
+                        type_code=kind))
         if role == ROLE_OPTIONAL:
             params.append((name, None))
     return Signature(op=table["op"], op_name=table["name"], fla_name=table["fla_name"],

@@ -302,16 +302,17 @@ class TorchOp:
     def _argument_error(self, args, i):
         name = self._names[i]
         value = args[i]
-        q = args[0]
+        anchor = self.op.anchor  # q, or chunk_fwd_h's k
+        x = args[0]
         if not isinstance(value, torch.Tensor):
             return TypeError(
-                f"{self.op.where(name)}: expected a torch.Tensor like q, got "
+                f"{self.op.where(name)}: expected a torch.Tensor like {anchor}, got "
                 f"{type(value).__name__}"
             )
-        if value.is_meta != q.is_meta:
+        if value.is_meta != x.is_meta:
             return ValueError(
-                f"{self.op.where(name)}: is on {value.device} but q is on {q.device}; tensors "
-                f"on the meta device only go with other meta tensors"
+                f"{self.op.where(name)}: is on {value.device} but {anchor} is on {x.device}; "
+                f"tensors on the meta device only go with other meta tensors"
             )
         # The dispatcher has no kernel for some layouts (nested tensors; sparse ones with some
         # torch versions) and raises NotImplementedError without the argument's name.

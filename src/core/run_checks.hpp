@@ -1,6 +1,7 @@
 #pragma once
 // What every operator's run() checks between validation and its backend.
 
+#include "kda/args.hpp"
 #include "kda/backend.hpp"
 #include "kda/status.hpp"
 #include "kda/tensor.hpp"
@@ -29,7 +30,7 @@ Status run_validated(const P& problem, Backend backend, void* stream, Kernel ker
                      const OpBackends<P, Dims>& backends) {
   Dims dims;
   if (Status s = problem.validate(&dims); !s.ok()) return s;
-  if (Status s = check_backend_call(backend, kernel, problem.q); !s.ok()) return s;
+  if (Status s = check_backend_call(backend, kernel, anchor_of(problem)); !s.ok()) return s;
   switch (backend) {
     case Backend::cpu_ref:
       return backends.cpu_ref(problem, dims);

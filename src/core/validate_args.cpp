@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 #include "core/index_tensor.hpp"
 
@@ -133,15 +134,16 @@ Status check_x_dtype(const char* name, const TensorView& t) {
                      "float16, bfloat16 or float32");
 }
 
-// "is on cuda:1 but q is on cuda:0", or for two host views that differ only in their index
-// (garbage from a caller), "is on cpu (device index 3) but q is on cpu (device index 0)".
-std::string device_mismatch(Device got, Device anchor) {
+// "is on cuda:1 but q is on cuda:0" (q: the anchor's name), or for two host views that differ
+// only in their index (garbage from a caller), "is on cpu (device index 3) but q is on cpu
+// (device index 0)".
+std::string device_mismatch(Device got, Device anchor, const char* anchor_name) {
   auto name = [&](Device d) {
     return d.type == DeviceType::cpu && got.type == anchor.type
                ? device_name(d) + " (device index " + std::to_string(d.index) + ")"
                : device_name(d);
   };
-  return "is on " + name(got) + " but q is on " + name(anchor) +
+  return "is on " + name(got) + " but " + anchor_name + " is on " + name(anchor) +
          "; all tensors must share one device";
 }
 
@@ -233,6 +235,34 @@ Status check_chunks(const TensorView& cu_seqlens, const TensorView& chunk_indice
     }
   }
   return Status::Ok();
+}
+
+int64_t state_scan_extent(std::string_view name, const TensorView& anchor, const TensorView& values,
+                          const TensorView& cu_seqlens, const TensorView& chunk_indices,
+                          int64_t chunk_size, bool state_v_first) {
+  if (name == "chunks") {
+    if (anchor.rank != 4 || chunk_size < 1) return -1;
+    if (!cu_seqlens.empty_arg() && cu_seqlens.device.type != DeviceType::cpu &&
+        chunk_indices.empty_arg()) {
+      return -1;
+    }
+    ChunkCount counted;
+    if (!check_chunks(cu_seqlens, chunk_indices, anchor.shape[0], anchor.shape[1], chunk_size, -1,
+                      &counted)
+             .ok()) {
+      return -1;
+    }
+    return counted.NT;
+  }
+  if (name == "seqs") {
+    if (!cu_seqlens.empty_arg()) return cu_seqlens.rank == 1 ? cu_seqlens.shape[0] - 1 : -1;
+    return anchor.rank == 4 ? anchor.shape[0] : -1;
+  }
+  const int64_t K = anchor.rank == 4 ? anchor.shape[3] : -1;
+  const int64_t V = values.rank == 4 ? values.shape[3] : -1;
+  if (name == "state_rows") return state_v_first ? V : K;
+  if (name == "state_cols") return state_v_first ? K : V;
+  return -1;
 }
 
 }  // namespace kda::validation

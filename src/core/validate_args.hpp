@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -51,13 +52,15 @@ Status check_dtype(const char* name, const TensorView& t, std::initializer_list<
 Status check_x_dtype(const char* name, const TensorView& t);
 
 // Every argument of a table: required ones present with their ranks, optional ones (when given)
-// with theirs, chunk_indices only with cu_seqlens, and all of them on `anchor`'s device.
+// with theirs, chunk_indices only with cu_seqlens, and all of them on `anchor`'s device (the
+// table's first row, anchor_of: messages name it).
 template <typename P>
 Status check_args_present_on_one_device(const P& problem, std::span<const Arg<P>> args,
                                         const TensorView& anchor);
-// Every input and optional tensor (when given) in the dtype its row's type names, against q's
-// dtype X: of_q is X, of_q_or_f32 X or float32, of_h h's dtype (`h`; null when no row is of_h),
-// f32 float32; x (q, checked first by check_x_dtype), index and output rows are left to others.
+// Every input and optional tensor (when given) in the dtype its row's type names, against X (the
+// anchor's dtype: the table's first row, q or k): of_q is X, of_q_or_f32 X or float32, of_h h's
+// dtype (`h`; null when no row is of_h), f32 float32; x (the anchor, checked first by
+// check_x_dtype), index and output rows are left to others.
 template <typename P>
 Status check_arg_dtypes(const P& problem, std::span<const Arg<P>> args, DType x,
                         const TensorView* h = nullptr);
@@ -77,6 +80,17 @@ struct ChunkCount {
 };
 Status check_chunks(const TensorView& cu_seqlens, const TensorView& chunk_indices, int64_t B,
                     int64_t T, int64_t chunk_size, int64_t device_nt_bound, ChunkCount* out);
+
+// A state scan's output extents that no input has (chunk_bwd_dhu's and chunk_fwd_h's named
+// extents), as far as the inputs say without a device read: "chunks" (NT: ceil(T / BT) per batch
+// row, or the chunks of every sequence: chunk_indices' rows, else counted from host cu_seqlens),
+// "seqs" (B, or len(cu_seqlens) - 1), "state_rows" and "state_cols" (K, V, or V, K with
+// state_v_first), with B, T, K from `anchor` [B, T, H, K] and V from `values` [B, T, HV, V]. -1
+// where the inputs do not say (device-resident cu_seqlens and no chunk_indices, a rank other
+// than the table's, chunks that check_chunks refuses) and for any other name.
+int64_t state_scan_extent(std::string_view name, const TensorView& anchor, const TensorView& values,
+                          const TensorView& cu_seqlens, const TensorView& chunk_indices,
+                          int64_t chunk_size, bool state_v_first);
 
 // chunk_size in {16, 32, 64}.
 Status check_chunk_size(int64_t chunk_size);

@@ -13,7 +13,8 @@
 
 namespace kda::validation {
 
-std::string device_mismatch(Device got, Device anchor);
+// "is on cuda:1 but <anchor_name> is on cuda:0; ...".
+std::string device_mismatch(Device got, Device anchor, const char* anchor_name);
 // Two byte spans [lo, hi) (TensorView::byte_span) share a byte; an empty one shares none.
 inline bool spans_overlap(std::pair<uintptr_t, uintptr_t> a, std::pair<uintptr_t, uintptr_t> b) {
   return a.first < a.second && b.first < b.second && a.first < b.second && b.first < a.second;
@@ -23,8 +24,10 @@ template <typename P>
 Status check_args_present_on_one_device(const P& problem, std::span<const Arg<P>> args,
                                         const TensorView& anchor) {
   bool has_cu_seqlens = false;
+  const char* anchor_name = "the first tensor";
   for (const Arg<P>& a : args) {
     const TensorView& t = a.of(problem);
+    if (&t == &anchor) anchor_name = a.info.name;
     if (a.info.role == ArgRole::optional && t.empty_arg()) continue;
     if (Status s = check_view(a.info.name, t, a.info.rank); !s.ok()) return s;
     if (std::strcmp(a.info.name, "cu_seqlens") == 0) has_cu_seqlens = true;
@@ -39,7 +42,7 @@ Status check_args_present_on_one_device(const P& problem, std::span<const Arg<P>
     const TensorView& t = a.of(problem);
     if (t.empty_arg()) continue;
     if (!(t.device == anchor.device))
-      return fail(a.info.name, device_mismatch(t.device, anchor.device));
+      return fail(a.info.name, device_mismatch(t.device, anchor.device, anchor_name));
   }
   return Status::Ok();
 }
@@ -47,7 +50,10 @@ Status check_args_present_on_one_device(const P& problem, std::span<const Arg<P>
 template <typename P>
 Status check_arg_dtypes(const P& problem, std::span<const Arg<P>> args, DType x,
                         const TensorView* h) {
-  const auto same_as_q = [&] { return std::string(dtype_name(x)) + " (the dtype of q)"; };
+  const char* anchor = P::args()[0].info.name;
+  const auto same_as_q = [&] {
+    return std::string(dtype_name(x)) + " (the dtype of " + anchor + ")";
+  };
   const auto x_or_f32 = [&] { return x == DType::f32 ? same_as_q() : same_as_q() + " or float32"; };
   for (const Arg<P>& a : args) {
     const TensorView& t = a.of(problem);
@@ -88,7 +94,9 @@ Status check_outputs(const P& problem, std::span<const Arg<P>> args) {
     // ("[B, T, HV, K]"), built only on failure.
     if (const DType dtype = output_dtype(problem, o); out.dtype != dtype) {
       const std::string why = std::string(dtype_name(dtype)) +
-                              (o.info.type == ArgType::of_q ? " (the dtype of q)" : "");
+                              (o.info.type == ArgType::of_q
+                                   ? std::string(" (the dtype of ") + P::args()[0].info.name + ")"
+                                   : std::string());
       return check_dtype(o.info.name, out, {dtype}, why.c_str());
     }
     const OutputShape expected = output_shape(problem, o);

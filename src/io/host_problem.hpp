@@ -271,4 +271,33 @@ Status make_random_problem(const DhuConfig& config,
                            const std::function<Status(const HostProblem&)>& check_before_filling,
                            HostProblem* out);
 
+// ---- chunk_fwd_h's random problems (ops/chunk_fwd_h/host.cpp) ---------------------------------
+
+struct FwdHConfig {
+  int64_t B = 1, T = 2048, H = 32, HV = 0 /* 0: = H */, K = 128, V = 128, BT = 64;
+  DType x_dtype = DType::bf16;
+  DType state_dtype = DType::f32;  // initial_state: float32, or x_dtype
+  std::vector<int64_t> seqlens;    // non-empty: varlen, B must be 1 and T = sum
+  bool pass_chunk_indices = false;
+  DType index_dtype = DType::i64;  // of cu_seqlens and chunk_indices
+  bool state_v_first = false;
+  bool use_g = false;               // the per-head gate g
+  bool use_gk = true;               // the per-channel gate gk
+  bool with_initial_state = true;   // initial_state given (else the scan starts from 0)
+  bool output_final_state = false;  // fla's switches: options of the problem, no effect
+  bool save_new_value = true;
+  uint64_t seed = 0;
+};
+
+// Inputs: u ~ N(0, 1); k rows N(0, 1) / sqrt(K) (about unit norm, like normalised keys) and w
+// rows N(0, 1) / sqrt(K BT), so that the scan's map S -> (decay - kᵀw) S stays near a
+// contraction for any K and BT (as DhuConfig's problems, whose map is the transpose); g, gk the
+// chunk-local cumsums (restarting at every chunk, varlen-aware) of per-token log2 decays
+// ln(a) / ln 2 with ln(a) drawn log-uniformly from [-1, -0.001], g per value head;
+// initial_state ~ N(0, 1). Outputs allocated and poisoned.
+HostProblem make_random_problem(const FwdHConfig& config);
+Status make_random_problem(const FwdHConfig& config,
+                           const std::function<Status(const HostProblem&)>& check_before_filling,
+                           HostProblem* out);
+
 }  // namespace kda::io

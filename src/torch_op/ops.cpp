@@ -11,6 +11,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,15 +31,23 @@ namespace kda::torch_op {
 
 namespace {
 
-// What an input of `type` takes, as the messages say it (tensors.hpp).
+// What an input of operator P of `type` takes, as the messages say it (tensors.hpp), naming P's
+// anchor (its table's first row: q, or chunk_fwd_h's k) where X is meant.
+template <typename P>
 const char* dtypes_of(ArgType type) {
+  static const std::array<std::string, 2> of_anchor = [] {
+    const std::string anchor = P::args()[0].info.name;
+    return std::array<std::string, 2>{
+        std::string(kDtypesX) + " (the dtype of " + anchor + ")",
+        std::string(kDtypesX) + " (the dtype of " + anchor + ", or float32)"};
+  }();
   switch (type) {
     case ArgType::x:
       return kDtypesX;
     case ArgType::of_q:
-      return kDtypesOfQ;
+      return of_anchor[0].c_str();
     case ArgType::of_q_or_f32:
-      return kDtypesOfQOrF32;
+      return of_anchor[1].c_str();
     case ArgType::of_h:
       return kDtypesOfH;
     case ArgType::index:
@@ -136,7 +145,7 @@ void run_boxed(const c10::OperatorHandle&, torch::jit::Stack* stack) {
     if (a.info.role == ArgRole::optional && value.isNone()) continue;
     // None for a required tensor is input_view's TypeError naming it.
     a.of(p) = input_view(value.isNone() ? at::Tensor() : value.toTensor(), op, a.info.name,
-                         dtypes_of(a.info.type));
+                         dtypes_of<P>(a.info.type));
   }
   laps.lap(probe::inputs);
   std::vector<OutputSpec<P>> specs;

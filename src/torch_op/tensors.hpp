@@ -16,11 +16,9 @@ bool dtype_code(at::ScalarType type, DType* out);
 
 // The dtypes an argument takes, as libkda's messages list them (the ctypes path's
 // _signatures.DTYPES_*): what a tensor of a dtype libkda has no code for (bool, int8, complex)
-// is told, instead of every dtype libkda has a code for.
+// is told, instead of every dtype libkda has a code for. X's rows ("... (the dtype of q)", with
+// the operator's anchor for q) are made per operator (ops.cpp, dtypes_of).
 inline constexpr const char* kDtypesX = "float16, bfloat16 or float32";
-inline constexpr const char* kDtypesOfQ = "float16, bfloat16 or float32 (the dtype of q)";
-inline constexpr const char* kDtypesOfQOrF32 =
-    "float16, bfloat16 or float32 (the dtype of q, or float32)";
 inline constexpr const char* kDtypesOfH = "float16, bfloat16 or float32 (the dtype of h)";
 inline constexpr const char* kDtypesF32 = "float32";
 inline constexpr const char* kDtypesIndex = "int32 or int64";

@@ -148,9 +148,12 @@ def test_signature_tables():
     # chunk_size, state_v_first) + 19 kda_tensors of 120 bytes, a 24-byte header (abi_version,
     # chunk_size, safe_gate) + 16 kda_tensors, a 56-byte header (abi_version, has_scale, scale,
     # chunk_size, five int32 switches, has_lower_bound, lower_bound) + 22 kda_tensors, a 32-byte
-    # header (abi_version, has_scale, scale, state_v_first, chunk_size) + 14 kda_tensors.
+    # header (abi_version, has_scale, scale, state_v_first, chunk_size) + 14 kda_tensors, a
+    # 24-byte header (abi_version, output_final_state, chunk_size, save_new_value, state_v_first)
+    # + 11 kda_tensors.
     assert [layout.size for layout in _abi.LAYOUTS] == [32 + 19 * 120, 24 + 16 * 120,
-                                                        56 + 22 * 120, 32 + 14 * 120]
+                                                        56 + 22 * 120, 32 + 14 * 120,
+                                                        24 + 11 * 120]
     assert [o.name for o in wy.options] == ["scale", "chunk_size", "state_v_first"]
     assert wy.params == (("scale", None), ("cu_seqlens", None), ("chunk_size", 64),
                          ("chunk_indices", None), ("state_v_first", False))
@@ -162,6 +165,20 @@ def test_signature_tables():
     assert [a.shape for a in dhu.outputs][:2] == [
         (("q", 0), ("chunks", None), ("w", 2), ("state_rows", None), ("state_cols", None)),
         (("seqs", None), ("w", 2), ("state_rows", None), ("state_cols", None))]
+    # The forward scan's first tensor is k (its anchor: X and the device), and fla's switches are
+    # options with fla's defaults.
+    fwd_h = _signatures.BY_FLA_NAME["chunk_gated_delta_rule_fwd_h"]
+    assert [a.name for a in fwd_h.inputs] == ["k", "w", "u"]
+    assert fwd_h.params == (("g", None), ("gk", None), ("initial_state", None),
+                            ("output_final_state", False), ("chunk_size", 64),
+                            ("save_new_value", True), ("state_v_first", False),
+                            ("cu_seqlens", None), ("chunk_indices", None))
+    assert [a.returned_as for a in fwd_h.outputs] == ["h", "v_new", "final_state"]
+    assert [a.shape for a in fwd_h.outputs] == [
+        (("k", 0), ("chunks", None), ("w", 2), ("state_rows", None), ("state_cols", None)),
+        (("u", 0), ("u", 1), ("u", 2), ("u", 3)),
+        (("seqs", None), ("w", 2), ("state_rows", None), ("state_cols", None))]
+    assert fwd_h.inputs[1].dtypes == "float16, bfloat16 or float32 (the dtype of k)"
 
 
 def test_the_library_tables_match_the_signatures():

@@ -158,8 +158,9 @@ class OpCli {
   // chunk_indices) by token rows, which holds for an operator whose outputs for a chunk read only
   // that chunk's rows and states.
   virtual std::vector<std::string> chunk_inputs() const { return {}; }
-  // False for an operator whose outputs for a chunk depend on other chunks (a state scan,
-  // chunk_bwd_dhu): the reference check then recomputes the whole problem, never a sample.
+  // False for an operator whose outputs for a chunk depend on other chunks (a state scan:
+  // chunk_bwd_dhu, chunk_fwd_h): the reference check then recomputes the whole problem, never a
+  // sample.
   virtual bool chunks_are_independent() const { return true; }
 };
 

@@ -281,7 +281,7 @@ Status parse_x_or_fp32(const std::string& option, const std::string& text, DType
   } else if (text == "fp32" || text == "float32") {
     *out = DType::f32;
   } else {
-    return usage(option + ": expected x (the dtype of q) or fp32, got '" + text + "'");
+    return usage(option + ": expected x (the dtype X) or fp32, got '" + text + "'");
   }
   return Status::Ok();
 }

@@ -164,9 +164,9 @@ Status check_against_reference(const io::OpIo& op, const OpCli& cli, io::HostPro
     for (const std::string& name : outputs) {
       report->errors.push_back({name, io::err_ratio(problem->get(name), ref.get(name)), bar});
     }
-    report->scope = "every row (all " + std::to_string(total) + " chunks x " +
-                    std::to_string(d.HV) + " heads" +
-                    (small ? ")" : "; never sampled: each chunk depends on the chunks after it)");
+    report->scope =
+        "every row (all " + std::to_string(total) + " chunks x " + std::to_string(d.HV) + " heads" +
+        (small ? ")" : "; never sampled: each chunk depends on other chunks of its sequence)");
     return Status::Ok();
   }
 

@@ -13,39 +13,9 @@
 
 namespace kda {
 
-namespace {
-
-// The chunks of the problem's sequences, as far as the inputs say without a device read (NT -1
-// with device-resident cu_seqlens and no chunk_indices, or anything check_chunks refuses).
-validation::ChunkCount chunk_count(const ChunkBwdDhuProblem& p) {
-  validation::ChunkCount chunks{-1, -1};
-  if (p.q.rank != 4 || p.chunk_size < 1) return chunks;
-  const int64_t B = p.q.shape[0], T = p.q.shape[1];
-  if (!p.cu_seqlens.empty_arg() && p.cu_seqlens.device.type != DeviceType::cpu &&
-      p.chunk_indices.empty_arg()) {
-    chunks.num_seqs = p.cu_seqlens.rank == 1 ? p.cu_seqlens.shape[0] - 1 : -1;
-    return chunks;
-  }
-  validation::ChunkCount counted;
-  if (!validation::check_chunks(p.cu_seqlens, p.chunk_indices, B, T, p.chunk_size, -1, &counted)
-           .ok()) {
-    return chunks;
-  }
-  return counted;
-}
-
-}  // namespace
-
 int64_t ChunkBwdDhuProblem::named_extent(std::string_view name) const {
-  if (name == "chunks") return chunk_count(*this).NT;
-  if (name == "seqs") {
-    if (!cu_seqlens.empty_arg()) return cu_seqlens.rank == 1 ? cu_seqlens.shape[0] - 1 : -1;
-    return q.rank == 4 ? q.shape[0] : -1;
-  }
-  const int64_t K = q.rank == 4 ? q.shape[3] : -1, V = do_.rank == 4 ? do_.shape[3] : -1;
-  if (name == "state_rows") return state_v_first ? V : K;
-  if (name == "state_cols") return state_v_first ? K : V;
-  return -1;
+  return validation::state_scan_extent(name, q, do_, cu_seqlens, chunk_indices, chunk_size,
+                                       state_v_first);
 }
 
 Status ChunkBwdDhuProblem::validate(ChunkBwdDhuDims* out) const {

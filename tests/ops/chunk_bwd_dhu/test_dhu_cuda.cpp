@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda_device.hpp"
+#include "cuda_op_check.hpp"
 #include "io/host_problem.hpp"
 #include "test_support.hpp"
 
@@ -167,32 +168,11 @@ TEST_P(DhuCuda, MatchesCpuRef) {
   HostProblem hp = kda::io::make_random_problem(config);
   if (c.int32_indices) kda::testing::use_int32_indices(hp);
   std::printf("  %s seed %llu\n", c.name.c_str(), static_cast<unsigned long long>(config.seed));
-  const HostProblem ref = kda::testing::reference_of(hp);
   const double bar = kda::io::op_of(hp).pass_bar(config.x_dtype);
-  std::vector<Kernel> kernels = {Kernel::simt};
-  if (c.tensor_cores) kernels = {Kernel::auto_, Kernel::sm80_mma, Kernel::simt};
-  for (Kernel kernel : kernels) {
-    SCOPED_TRACE(std::string("kernel ") + std::to_string(static_cast<int>(kernel)));
-    DeviceProblem dev(hp);
-    dev.poison_outputs();
-    const kda::Status s = dev.run(Backend::cuda, nullptr, kernel);
-    ASSERT_TRUE(s.ok()) << s.message;
-    const HostProblem got = dev.download_outputs();
-    std::printf("   kernel %d\n", static_cast<int>(kernel));
-    for (const std::string& name : hp.output_names()) {
-      const double ratio = kda::io::err_ratio(got.get(name), ref.get(name));
-      EXPECT_LE(ratio, bar) << name << " (seed " << config.seed << ")";  // NaN fails too
-      std::printf("    %-10s err_ratio %.2e (bar %.0e)\n", name.c_str(), ratio, bar);
-    }
-    std::string which;
-    EXPECT_TRUE(dev.inputs_unchanged(&which)) << which;
-    dev.poison_outputs();
-    ASSERT_TRUE(dev.run(Backend::cuda, nullptr, kernel).ok());
-    const HostProblem again = dev.download_outputs();
-    for (const std::string& name : hp.output_names()) {
-      EXPECT_EQ(again.get(name).bytes, got.get(name).bytes) << name << ": not the same bits";
-    }
-  }
+  kda::testing::check_kernels_against_cpu_ref(
+      hp, config.seed, bar,
+      c.tensor_cores ? std::vector<Kernel>{Kernel::auto_, Kernel::sm80_mma, Kernel::simt}
+                     : std::vector<Kernel>{Kernel::simt});
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& p) {

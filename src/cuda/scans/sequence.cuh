@@ -7,9 +7,9 @@
 #include <cstdint>
 
 #include "cuda/common/device_access.cuh"
-#include "ops/chunk_bwd_dhu/cuda/params.hpp"
+#include "cuda/scans/params.hpp"
 
-namespace kda::cuda::dhu {
+namespace kda::cuda::scans {
 
 struct SequenceSpan {
   int64_t batch;   // batch row of the token tensors and of dh (0 when varlen)
@@ -21,7 +21,7 @@ struct SequenceSpan {
 };
 
 // Sequence n; called by the whole block (the chunks before it are counted together).
-__device__ inline SequenceSpan resolve_sequence(const DhuParams& p, int64_t n) {
+__device__ inline SequenceSpan resolve_sequence(const ScanParams& p, int64_t n) {
   const int64_t bt = p.chunk_size;
   if (!p.varlen) return {n, 0, p.T, (p.T + bt - 1) / bt, 0, true};
   __shared__ unsigned long long chunks_before;
@@ -46,4 +46,4 @@ __device__ inline SequenceSpan resolve_sequence(const DhuParams& p, int64_t n) {
   return s;
 }
 
-}  // namespace kda::cuda::dhu
+}  // namespace kda::cuda::scans

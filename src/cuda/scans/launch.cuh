@@ -1,0 +1,104 @@
+#pragma once
+// The state scans' launches, shared by chunk_bwd_dhu and chunk_fwd_h (their cuda.cu files fill
+// ScanParams from their problems): the tensor-core kernel where it takes the problem
+// (mma_kernel_takes), else the general kernel; Kernel::simt always the general one, Kernel::
+// sm80_mma the tensor-core one or a refusal that says what it takes. One CTA per (sequence,
+// value head, slice of 32 value columns), on the caller's stream.
+
+#include <cuda_runtime.h>
+
+#include <initializer_list>
+#include <string>
+
+#include "cuda/common/cuda_status.hpp"
+#include "cuda/common/devices.hpp"
+#include "cuda/common/dispatch.hpp"
+#include "cuda/common/dtype_tag.cuh"
+#include "cuda/common/kernel_attributes.hpp"
+#include "cuda/scans/mma_kernel.cuh"
+#include "cuda/scans/simt_kernel.cuh"
+#include "kda/backend.hpp"
+
+namespace kda::cuda::scans {
+
+// Whether the tensor-core kernel takes a problem: 16-bit X, chunks of 64, K <= 128 and K, V
+// multiples of 8, every token tensor it copies in 16-byte row pieces, the states' output 16-byte
+// aligned (the values' output is written in 4-byte pairs).
+inline bool mma_kernel_takes(DType x, int64_t BT, int64_t K, int64_t V,
+                             std::initializer_list<const TensorView*> tiles,
+                             const TensorView& states) {
+  if (x == DType::f32 || BT != mma16::kL || K > mma16::kKPad || K % 8 != 0 || V % 8 != 0) {
+    return false;
+  }
+  for (const TensorView* t : tiles) {
+    if (row_copy_bytes(*t) != 16) return false;
+  }
+  return reinterpret_cast<uintptr_t>(states.data) % 16 == 0;
+}
+
+inline dim3 grid_of(const ScanParams& p, int slice) {
+  return dim3(static_cast<unsigned>(p.num_seqs * p.HV),
+              static_cast<unsigned>((p.V + slice - 1) / slice));
+}
+
+// The tensor-core or the general kernel of one direction (`op` names it in errors).
+template <typename X, bool kReverse>
+Status launch_scan(const ScanParams& p, bool mma, int device, cudaStream_t stream) {
+  const std::string op = kReverse ? "chunk_bwd_dhu" : "chunk_fwd_h";
+  if constexpr (!std::is_same_v<X, float>) {
+    if (mma) {
+      static const std::string name = op + "_mma_kernel<X=" + dtype_tag<X>() + ">";
+      auto* kernel = kReverse ? &mma16::chunk_bwd_dhu_mma_kernel<X> : nullptr;
+      if constexpr (!kReverse) kernel = &mma16::chunk_fwd_h_mma_kernel<X>;
+      if (Status s = ensure_max_dynamic_smem(reinterpret_cast<const void*>(kernel), device,
+                                             mma16::kSmemBytes, name.c_str());
+          !s.ok()) {
+        return s;
+      }
+      kernel<<<grid_of(p, mma16::kBV), mma16::kThreads, mma16::kSmemBytes, stream>>>(p);
+      return launch_status(name);
+    }
+  }
+  static const std::string name = op + "_simt_kernel<X=" + dtype_tag<X>() + ">";
+  const int bytes = simt_smem_bytes(p.K, p.chunk_size);
+  auto* kernel = kReverse ? &chunk_bwd_dhu_simt_kernel<X> : nullptr;
+  if constexpr (!kReverse) kernel = &chunk_fwd_h_simt_kernel<X>;
+  if (Status s = ensure_max_dynamic_smem(reinterpret_cast<const void*>(kernel), device, bytes,
+                                         name.c_str());
+      !s.ok()) {
+    return s;
+  }
+  kernel<<<grid_of(p, kSlice), kSimtThreads, bytes, stream>>>(p);
+  return launch_status(name);
+}
+
+// A scan of direction kReverse: the kernel choice, then the launch on `device` and `stream`.
+template <bool kReverse>
+Status run_scan(const ScanParams& p, DType x, bool mma_takes, Kernel kernel, int device,
+                void* stream) {
+  if (p.num_seqs == 0 || p.HV == 0) return Status::Ok();
+  const bool mma = kernel != Kernel::simt && mma_takes;
+  if (kernel == Kernel::sm80_mma && !mma) {
+    return {StatusCode::unsupported,
+            std::string("kernel: ") + (kReverse ? "chunk_bwd_dhu" : "chunk_fwd_h") +
+                "'s tensor-core kernel takes 16-bit X, chunk_size 64, K <= 128 and K, V "
+                "multiples of 8 with rows in 16-byte pieces; use auto or simt"};
+  }
+  return run_on_device(device, stream, [&] {
+    const auto cuda_stream = static_cast<cudaStream_t>(stream);
+    return dispatch_x_dtype(x, [&](auto tag) -> Status {
+      using X = typename decltype(tag)::type;
+      return launch_scan<X, kReverse>(p, mma, device, cuda_stream);
+    });
+  });
+}
+
+// A per-sequence state [N, HV, K, V] (or [.., V, K]) as S[k][v]; empty when absent.
+inline SeqStateView seq_state_view(const TensorView& t, bool state_v_first) {
+  if (t.empty_arg()) return {};
+  const int64_t stride_k = state_v_first ? t.strides[3] : t.strides[2];
+  const int64_t stride_v = state_v_first ? t.strides[2] : t.strides[3];
+  return {t.data, t.strides[0], t.strides[1], stride_k, stride_v};
+}
+
+}  // namespace kda::cuda::scans

@@ -1,0 +1,342 @@
+#pragma once
+// The state scans' tensor-core kernel, both directions, for 16-bit X, chunks of 64, K <= 128 and
+// V a multiple of 8, every tile row copyable in 16-byte pieces (mma_kernel_takes). One CTA of 8
+// warps per (sequence, value head, slice of 32 value columns) walks the sequence's chunks (the
+// reverse scan from the last, the forward scan from the first). Its slice of the state S
+// (128 x 32, K zero-padded) stays in registers as mma accumulators, warp w holding rows
+// 16 w .. 16 w + 15. Each step (simt_kernel.cuh has the math in full):
+//   S -> shared memory in X (the per-token product's operand, and the states' store)
+//   values = the per-token product (reverse dv + f kg·S, forward u − w·S), warp w: rows
+//            16 (w % 4), columns 16 (w / 4); stored, and as they enter the update to shared memory
+//   S = decay ⊙ S (+ scale qgᵀ·do, reverse) + Aᵀ·entering (reverse A = w and −dv2, forward kg)
+// qgᵀ·do does not depend on S and is issued before the chain's products. The next chunk's tiles
+// are copied (cp.async) while the current one runs, two stages.
+
+#include <cstdint>
+
+#include "cuda/common/device_access.cuh"
+#include "cuda/common/mma_fragments.cuh"
+#include "cuda/scans/params.hpp"
+#include "cuda/scans/sequence.cuh"
+
+namespace kda::cuda::scans::mma16 {
+
+using mma::ALayout;
+using mma::BLayout;
+
+constexpr int kL = 64;      // chunk size
+constexpr int kKPad = 128;  // K, zero-padded
+constexpr int kBV = 32;     // value columns per CTA
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kPitchK = kKPad + 8;  // tile pitches (elements): conflict-free ldmatrix rows
+constexpr int kPitchV = kBV + 8;
+
+// One stage of a chunk's tiles (element offsets into the X region of a stage): the per-token
+// product's A (reverse kg, forward w), the update's A (reverse w, forward kg), q (reverse), do
+// (reverse) and the values (reverse dv, forward u).
+constexpr int kFirst = 0;
+constexpr int kSecond = kFirst + kL * kPitchK;
+constexpr int kQ = kSecond + kL * kPitchK;
+constexpr int kDo = kQ + kL * kPitchK;
+constexpr int kValues = kDo + kL * kPitchV;
+constexpr int kStageX = kValues + kL * kPitchV;
+// Float region of a stage: gk at the chunk's last token (kKPad) and g per row (kL).
+constexpr int kStageFloats = kKPad + kL;
+constexpr int kStageBytes = kStageX * 2 + kStageFloats * 4;
+// After the two stages, in X: S twice (kKPad x kPitchV, one per step parity, so that a step's
+// states store can trail its products), S transposed twice for [.., V, K] states (kBV x
+// kPitchK), and the entering values (kL x kPitchV).
+constexpr int kSx = 2 * kStageBytes;
+constexpr int kSt = kSx + 2 * kKPad * kPitchV * 2;
+constexpr int kEntering = kSt + 2 * kBV * kPitchK * 2;
+constexpr int kSmemBytes = kEntering + kL * kPitchV * 2;
+
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(mma::smem_u32(dst)), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ int64_t at(const TokenView& v, int64_t b, int64_t t, int64_t head) {
+  return b * v.stride_batch + t * v.stride_token + head * v.stride_head;
+}
+
+// Rows [0, kL) of `cols` (a multiple of 8) 16-bit columns from src + row * stride_token (rows at
+// or past `len`, and columns past `valid_cols`, zero-filled) into dst (pitch `pitch`).
+template <typename X>
+__device__ __forceinline__ void copy_rows(X* dst, int pitch, const X* src, int64_t stride_token,
+                                          int len, int cols, int valid_cols) {
+  const int pieces = cols / 8;
+  for (int e = static_cast<int>(threadIdx.x); e < kL * pieces; e += kThreads) {
+    const int r = e / pieces, c = (e % pieces) * 8;
+    const bool inside = r < len && c < valid_cols;
+    mma::cp_async_16(dst + r * pitch + c, inside ? src + r * stride_token + c : src,
+                     inside ? 16 : 0);
+  }
+}
+
+template <typename X>
+struct Stage {
+  X* x;
+  float* gk_last;
+  float* g;
+  __device__ Stage(unsigned char* base, int index) {
+    unsigned char* s = base + index * kStageBytes;
+    x = reinterpret_cast<X*>(s);
+    gk_last = reinterpret_cast<float*>(s + kStageX * 2);
+    g = gk_last + kKPad;
+  }
+};
+
+// Issues the copies of chunk [t0, t0 + len) of batch row b into `st`.
+template <typename X, bool kReverse>
+__device__ __forceinline__ void prefetch(const ScanParams& p, const Stage<X>& st, int64_t b,
+                                         int64_t t0, int len, int64_t h, int64_t hv, int64_t v0) {
+  const int K = static_cast<int>(p.K);
+  const int valid_v = static_cast<int>(p.V - v0 < kBV ? p.V - v0 : kBV);
+  const X* k = static_cast<const X*>(p.k.data) + at(p.k, b, t0, h);
+  const X* w = static_cast<const X*>(p.w.data) + at(p.w, b, t0, hv);
+  copy_rows<X>(st.x + kFirst, kPitchK, kReverse ? k : w,
+               kReverse ? p.k.stride_token : p.w.stride_token, len, kKPad, K);
+  copy_rows<X>(st.x + kSecond, kPitchK, kReverse ? w : k,
+               kReverse ? p.w.stride_token : p.k.stride_token, len, kKPad, K);
+  if constexpr (kReverse) {
+    copy_rows<X>(st.x + kQ, kPitchK, static_cast<const X*>(p.q.data) + at(p.q, b, t0, h),
+                 p.q.stride_token, len, kKPad, K);
+    copy_rows<X>(st.x + kDo, kPitchV, static_cast<const X*>(p.do_.data) + at(p.do_, b, t0, hv) + v0,
+                 p.do_.stride_token, len, kBV, valid_v);
+  }
+  copy_rows<X>(st.x + kValues, kPitchV,
+               static_cast<const X*>(p.values.data) + at(p.values, b, t0, hv) + v0,
+               p.values.stride_token, len, kBV, valid_v);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int64_t last = t0 + len - 1;
+  // The gates only when given (the kernel reads them only then).
+  if (tid < kKPad && p.gk.data != nullptr) {
+    const bool inside = tid < K;
+    const float* src = static_cast<const float*>(p.gk.data) + at(p.gk, b, last, hv);
+    cp_async_4(st.gk_last + tid, inside ? src + tid * p.gk.stride_col : src, inside ? 4 : 0);
+  } else if (tid >= kKPad && tid < kKPad + kL && p.g.data != nullptr) {
+    const int r = tid - kKPad;
+    const bool inside = r < len;
+    const float* src = static_cast<const float*>(p.g.data) + b * p.g.stride_batch +
+                       t0 * p.g.stride_token + hv * p.g.stride_head;
+    cp_async_4(st.g + r, inside ? src + r * p.g.stride_token : src, inside ? 4 : 0);
+  }
+}
+
+// The states' store of chunk `chunk` in whole 16-byte pieces along the stored order: from S_x
+// (rows k) for [.., K, V], from S_t (rows v) for [.., V, K]; a warp's pieces are contiguous.
+template <typename X>
+__device__ __forceinline__ void store_states(const ScanParams& p, const X* S_x, const X* S_t,
+                                             int64_t b, int64_t chunk, int64_t hv, int64_t v0,
+                                             int valid_v) {
+  X* out = static_cast<X*>(const_cast<void*>(p.states.data)) + b * p.states.stride_batch +
+           chunk * p.states.stride_chunk + hv * p.states.stride_head;
+  const int K = static_cast<int>(p.K), tid = static_cast<int>(threadIdx.x);
+  if (p.states.stride_v == 1) {  // [.., K, V]: rows k, 32 columns
+    for (int e = tid; e < K * (kBV / 8); e += kThreads) {
+      const int k = e / (kBV / 8), col = 8 * (e % (kBV / 8));
+      if (col < valid_v) {
+        *reinterpret_cast<uint4*>(out + k * p.states.stride_k + v0 + col) =
+            *reinterpret_cast<const uint4*>(S_x + k * kPitchV + col);
+      }
+    }
+  } else {  // [.., V, K]: rows v, K columns
+    for (int e = tid; e < valid_v * (K / 8); e += kThreads) {
+      const int j = e / (K / 8), k0 = 8 * (e % (K / 8));
+      *reinterpret_cast<uint4*>(out + (v0 + j) * p.states.stride_v + k0) =
+          *reinterpret_cast<const uint4*>(S_t + j * kPitchK + k0);
+    }
+  }
+}
+
+// The whole walk of one CTA (the kernels below name the direction, so profiles tell them apart).
+template <typename X, bool kReverse>
+__device__ __forceinline__ void state_scan_mma(const ScanParams& p, unsigned char* smem) {
+  const int64_t n = blockIdx.x / p.HV, hv = blockIdx.x % p.HV, h = hv / p.heads_per_group;
+  const int64_t v0 = static_cast<int64_t>(blockIdx.y) * kBV;
+  const SequenceSpan seq = resolve_sequence(p, n);
+  if (!seq.valid) return;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int g8 = lane / 4, tq = lane % 4;
+  X* entering = reinterpret_cast<X*>(smem + kEntering);  // kL x kPitchV
+  const bool use_g = p.g.data != nullptr;
+  const bool v_first = p.states.stride_v != 1;
+  const int64_t b = seq.batch;
+  const int valid_v = static_cast<int>(p.V - v0 < kBV ? p.V - v0 : kBV);
+
+  // S's fragment: rows 16 warp + g8 (+ 8), columns 8 nt + 2 tq (+ 1).
+  float S[4][4];
+  const int row0 = 16 * warp;
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t k = row0 + g8 + 8 * (e / 2), v = v0 + 8 * nt + 2 * tq + (e & 1);
+      float x = 0.0f;
+      if (p.state_in.data != nullptr && k < p.K && v < p.V) {
+        const int64_t o = n * p.state_in.stride_seq + hv * p.state_in.stride_head +
+                          k * p.state_in.stride_k + v * p.state_in.stride_v;
+        x = p.state_in_is_f32 ? load_float<float>(p.state_in.data, o)
+                              : load_float<X>(p.state_in.data, o);
+      }
+      S[nt][e] = x;
+    }
+  }
+
+  auto chunk_of = [&](int64_t i) { return kReverse ? seq.chunks - 1 - i : i; };
+  auto chunk_len = [&](int64_t c) {
+    const int64_t t0 = seq.bos + c * kL;
+    return static_cast<int>(seq.eos - t0 < kL ? seq.eos - t0 : kL);
+  };
+  if (seq.chunks > 0) {
+    const int64_t c = chunk_of(0);
+    prefetch<X, kReverse>(p, Stage<X>(smem, 0), b, seq.bos + c * kL, chunk_len(c), h, hv, v0);
+  }
+  mma::cp_async_commit();
+  for (int64_t i = 0; i < seq.chunks; ++i) {
+    const int64_t c = chunk_of(i);
+    const int64_t t0 = seq.bos + c * kL;
+    const int len = chunk_len(c);
+    // S in X for the per-token product and the states' store, in this step's buffers (the
+    // step before last read them, and every warp finished that step before the last barrier).
+    X* S_x = reinterpret_cast<X*>(smem + kSx) + (i & 1) * kKPad * kPitchV;
+    X* S_t = reinterpret_cast<X*>(smem + kSt) + (i & 1) * kBV * kPitchK;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = row0 + g8 + 8 * half, col = 8 * nt + 2 * tq;
+        const uint32_t pair = mma::pack2<X>(S[nt][2 * half], S[nt][2 * half + 1]);
+        *reinterpret_cast<uint32_t*>(S_x + r * kPitchV + col) = pair;
+        if (v_first) {
+          S_t[col * kPitchK + r] = reinterpret_cast<const X*>(&pair)[0];
+          S_t[(col + 1) * kPitchK + r] = reinterpret_cast<const X*>(&pair)[1];
+        }
+      }
+    }
+    mma::cp_async_wait<0>();
+    __syncthreads();
+    const Stage<X> st(smem, static_cast<int>(i & 1));
+    const float g_last = use_g ? st.g[len - 1] : 0.0f;
+
+    // Reverse, with the per-head gate: do's rows take 2^g (the q side of fla's qg).
+    if (kReverse && use_g) {
+      for (int e = tid; e < kL * kBV / 2; e += kThreads) {
+        const int r = e / (kBV / 2), col = 2 * (e % (kBV / 2));
+        uint32_t* pair = reinterpret_cast<uint32_t*>(st.x + kDo + r * kPitchV + col);
+        const float2 x = mma::unpack2<X>(*pair);
+        const float f = exp2f(st.g[r]);
+        *pair = mma::pack2<X>(x.x * f, x.y * f);
+      }
+      __syncthreads();
+    }
+    // Reverse: qgᵀ·do, off the chain: rows 16 warp of K, 32 columns, over the chunk's rows.
+    float from_q[4][4] = {};
+    if constexpr (kReverse) {
+      mma::warp_mma<X, ALayout::kKM, BLayout::kKN, kL / 16, 4>(from_q, st.x + kQ + row0, kPitchK,
+                                                               st.x + kDo, kPitchV, lane);
+    }
+    // The per-token product: the warp's 16 x 16 tile of (kg or w)·S.
+    {
+      const int r0 = 16 * (warp % 4), c0 = 16 * (warp / 4);
+      // Two accumulators over K's halves: half the dependent chain of mma.sync.
+      float acc[2][4] = {}, upper[2][4] = {};
+      mma::warp_mma<X, ALayout::kMK, BLayout::kKN, kKPad / 32, 2>(acc, st.x + kFirst + r0 * kPitchK,
+                                                                  kPitchK, S_x + c0, kPitchV, lane);
+      mma::warp_mma<X, ALayout::kMK, BLayout::kKN, kKPad / 32, 2>(
+          upper, st.x + kFirst + r0 * kPitchK + kKPad / 2, kPitchK,
+          S_x + (kKPad / 2) * kPitchV + c0, kPitchV, lane);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[nt][e] += upper[nt][e];
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int r = r0 + g8 + 8 * half, col = c0 + 8 * nt + 2 * tq;
+          const float f = use_g ? exp2f(g_last - st.g[r]) : 1.0f;
+          const float2 value = mma::unpack2<X>(
+              *reinterpret_cast<const uint32_t*>(st.x + kValues + r * kPitchV + col));
+          const float a0 = acc[nt][2 * half], a1 = acc[nt][2 * half + 1];
+          const float total0 = kReverse ? value.x + f * a0 : value.x - a0;
+          const float total1 = kReverse ? value.y + f * a1 : value.y - a1;
+          const uint32_t stored = mma::pack2<X>(total0, total1);
+          uint32_t enters;
+          if constexpr (kReverse) {
+            const float2 s = mma::unpack2<X>(stored);
+            enters = mma::pack2<X>(-s.x, -s.y);  // exact: negation does not round
+          } else {
+            enters = mma::pack2<X>(total0 * f, total1 * f);
+          }
+          *reinterpret_cast<uint32_t*>(entering + r * kPitchV + col) = enters;
+          if (r < len && col < valid_v) {
+            *reinterpret_cast<uint32_t*>(static_cast<X*>(p.values_out) +
+                                         ((b * p.T + t0 + r) * p.HV + hv) * p.V + v0 + col) =
+                stored;
+          }
+        }
+      }
+    }
+    // Every warp is past the last step, so its stage can take the next chunk's tiles: issued
+    // after this step's first products, which wait for nothing else.
+    if (i + 1 < seq.chunks) {
+      const int64_t next = chunk_of(i + 1);
+      prefetch<X, kReverse>(p, Stage<X>(smem, static_cast<int>((i + 1) & 1)), b,
+                            seq.bos + next * kL, chunk_len(next), h, hv, v0);
+    }
+    mma::cp_async_commit();
+    __syncthreads();
+    // S = decay ⊙ S (+ scale qgᵀ·do) + Aᵀ·entering.
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int k = row0 + g8 + 8 * half;
+      const float decay = exp2f(g_last) * (p.gk.data != nullptr ? exp2f(st.gk_last[k]) : 1.0f);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int e = 2 * half + u;
+          S[nt][e] = kReverse ? fmaf(decay, S[nt][e], p.scale * from_q[nt][e]) : decay * S[nt][e];
+        }
+      }
+    }
+    mma::warp_mma<X, ALayout::kKM, BLayout::kKN, kL / 16, 4>(S, st.x + kSecond + row0, kPitchK,
+                                                             entering, kPitchV, lane);
+    // The states' store, off the chain: its buffers stay untouched until the step after next.
+    store_states<X>(p, S_x, S_t, b, seq.chunk0 + c, hv, v0, valid_v);
+  }
+  mma::cp_async_wait<0>();
+
+  // The state after the walk (float32).
+  float* out = static_cast<float*>(const_cast<void*>(p.state_out.data));
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t k = row0 + g8 + 8 * (e / 2), v = v0 + 8 * nt + 2 * tq + (e & 1);
+      if (k < p.K && v < p.V) {
+        out[n * p.state_out.stride_seq + hv * p.state_out.stride_head + k * p.state_out.stride_k +
+            v * p.state_out.stride_v] = S[nt][e];
+      }
+    }
+  }
+}
+
+template <typename X>
+__global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dhu_mma_kernel(const ScanParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  state_scan_mma<X, true>(p, smem);
+}
+
+template <typename X>
+__global__ void __launch_bounds__(kThreads, 1) chunk_fwd_h_mma_kernel(const ScanParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  state_scan_mma<X, false>(p, smem);
+}
+
+}  // namespace kda::cuda::scans::mma16

@@ -1,0 +1,200 @@
+// chunk_fwd_h's part of the host-side tooling (io/host_problem.hpp): its file checks, options,
+// bars and random problems. Compiled into kda_io, not libkda.
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/chunk_plan.hpp"
+#include "core/validate_args.hpp"
+#include "io/host_problem.hpp"
+#include "io/metadata.hpp"
+#include "io/op_io_support.hpp"
+
+namespace kda::io {
+
+namespace {
+
+using P = ChunkFwdHProblem;
+
+// A file may ask for outputs of at most this many times its inputs' bytes, plus kOutputSlack. A
+// valid problem of length-1 sequences needs up to about (x + 4) K V / ((K + V) x) + 1 <= 385
+// times (h and final_state per token against w and u, x bytes an element of X, k's heads fewer
+// than v's); one of empty sequences, whose final_state has no token to match, only within the
+// slack.
+constexpr double kOutputsPerInputByte = 512.0;
+constexpr double kOutputSlack = 64.0 * (1 << 20);
+
+Status expect_rank(const HostProblem& hp, const char* name, size_t rank, const char* symbolic) {
+  const HostTensor& t = hp.get(name);
+  if (t.shape.size() != rank) {
+    return file_error(std::string("input \"") + name + "\": expected rank " + std::to_string(rank) +
+                      " " + symbolic + ", got " + shape_text(t.shape));
+  }
+  return Status::Ok();
+}
+
+// The outputs take their sizes from k, w, u and the chunks (cu_seqlens, chunk_indices,
+// chunk_size): those must agree, and the outputs stay within kOutputsPerInputByte of the inputs,
+// before any is allocated, so a hostile file cannot make us allocate far more than it holds (the
+// states' HV K V per sequence and per chunk are not bounded by any one input).
+Status check_output_sizes(const HostProblem& hp) {
+  if (Status s = expect_rank(hp, "k", 4, "[B, T, H, K]"); !s.ok()) return s;
+  if (Status s = expect_rank(hp, "w", 4, "[B, T, HV, K]"); !s.ok()) return s;
+  if (Status s = expect_rank(hp, "u", 4, "[B, T, HV, V]"); !s.ok()) return s;
+  const std::vector<int64_t>& k = hp.get("k").shape;
+  const int64_t B = k[0], T = k[1], K = k[3], HV = hp.get("w").shape[2];
+  const int64_t V = hp.get("u").shape[3];
+  if (hp.get("w").shape != std::vector<int64_t>{B, T, HV, K}) {
+    return file_error("input \"w\": expected [B, T, HV, K] with B, T, K = " +
+                      shape_text({B, T, K}) + " from k, got " + shape_text(hp.get("w").shape));
+  }
+  if (hp.get("u").shape != std::vector<int64_t>{B, T, HV, V}) {
+    return file_error("input \"u\": expected [B, T, HV, V] with B, T, HV = " +
+                      shape_text({B, T, HV}) + " from k, w, got " + shape_text(hp.get("u").shape));
+  }
+  if (hp.has("cu_seqlens")) {
+    if (Status s = expect_rank(hp, "cu_seqlens", 1, "[N + 1]"); !s.ok()) return s;
+  }
+  if (hp.has("chunk_indices")) {
+    if (Status s = expect_rank(hp, "chunk_indices", 2, "[NT, 2]"); !s.ok()) return s;
+  }
+  const P p = hp.as<P>();
+  validation::ChunkCount chunks;
+  Status counted = validation::check_chunk_size(p.chunk_size);
+  if (counted.ok()) {
+    counted =
+        validation::check_chunks(p.cu_seqlens, p.chunk_indices, B, T, p.chunk_size, -1, &chunks);
+  }
+  if (!counted.ok()) return file_error("the chunks: " + counted.message);
+
+  const auto x = static_cast<double>(dtype_size(hp.get("k").dtype));
+  const double state = static_cast<double>(HV) * static_cast<double>(K) * static_cast<double>(V);
+  const double outputs = static_cast<double>(B) * static_cast<double>(chunks.NT) * state * x  // h
+                         + static_cast<double>(chunks.num_seqs) * state * 4  // final_state
+                         + static_cast<double>(hp.get("u").numel()) * x;     // v_new
+  double inputs = 0.0;
+  for (const auto& [name, t] : hp.tensors) inputs += static_cast<double>(t.bytes.size());
+  if (outputs > kOutputsPerInputByte * inputs + kOutputSlack) {
+    char text[160];
+    std::snprintf(text, sizeof text, "%.3g bytes, more than %g times the inputs' %.3g plus 64 MiB",
+                  outputs, kOutputsPerInputByte, inputs);
+    return file_error("the outputs would take " + std::string(text) + " (h " +
+                      shape_text({B, chunks.NT, HV, K, V}) + ", final_state for " +
+                      std::to_string(chunks.num_seqs) + " sequences)");
+  }
+  return Status::Ok();
+}
+
+// Metadata: every option by its table name (chunk_size absent: the table's 64).
+Status options_from_metadata(const Metadata& m, HostProblem* hp) {
+  return options_from_metadata_as<P>(m, {}, hp);
+}
+
+void options_to_metadata(const HostProblem& hp, Metadata* m) {
+  options_to_metadata_as<P>(hp, m);
+}
+
+// Every tensor of a generated problem at its size: inputs zero, cu_seqlens / chunk_indices set,
+// outputs allocated (h's chunk count from the host cu_seqlens) and poisoned. Throws
+// std::invalid_argument for bad seqlens.
+HostProblem allocate_problem(const FwdHConfig& c) {
+  HostProblem hp;
+  hp.op = P::kName;
+  hp.options = {{"chunk_size", c.BT},
+                {"state_v_first", c.state_v_first},
+                {"output_final_state", c.output_final_state},
+                {"save_new_value", c.save_new_value}};
+  int64_t B = c.B, T = c.T, N = c.B;
+  if (!c.seqlens.empty()) {
+    B = 1;
+    N = static_cast<int64_t>(c.seqlens.size());
+    T = add_varlen_index_tensors(c.seqlens, c.BT, c.index_dtype, c.pass_chunk_indices, &hp).first;
+  }
+  const int64_t HV = c.HV ? c.HV : c.H;
+  hp.tensors["k"] = HostTensor(c.x_dtype, {B, T, c.H, c.K});
+  hp.tensors["w"] = HostTensor(c.x_dtype, {B, T, HV, c.K});
+  hp.tensors["u"] = HostTensor(c.x_dtype, {B, T, HV, c.V});
+  if (c.use_g) hp.tensors["g"] = HostTensor(DType::f32, {B, T, HV});
+  if (c.use_gk) hp.tensors["gk"] = HostTensor(DType::f32, {B, T, HV, c.K});
+  if (c.with_initial_state) {
+    hp.tensors["initial_state"] =
+        HostTensor(c.state_dtype, c.state_v_first ? std::vector<int64_t>{N, HV, c.V, c.K}
+                                                  : std::vector<int64_t>{N, HV, c.K, c.V});
+  }
+  hp.allocate_outputs();
+  return hp;
+}
+
+// The inputs' random values, drawn in a fixed order from one generator seeded with c.seed.
+void fill_random(const FwdHConfig& c, HostProblem* hp) {
+  std::mt19937_64 rng(c.seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  auto fill = [&](const char* name, double rms) {
+    HostTensor& t = hp->get(name);
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) t.set(i, rms * normal(rng));
+  };
+  const HostTensor& k = hp->get("k");
+  const int64_t B = k.shape[0], T = k.shape[1], K = k.shape[3];
+  const int64_t HV = hp->get("w").shape[2];
+  fill("k", 1.0 / std::sqrt(static_cast<double>(K)));
+  fill("w", 1.0 / std::sqrt(static_cast<double>(K * c.BT)));
+  fill("u", 1.0);
+
+  // g [B, T, HV] and gk [B, T, HV, K]: per (value head, channel), the cumsum of log2 decays over
+  // each chunk's rows.
+  const TensorView cu = hp->has("cu_seqlens") ? hp->get("cu_seqlens").view() : TensorView{};
+  const int64_t NT = T == 0 ? 0 : (T + c.BT - 1) / c.BT;
+  const std::vector<ChunkTask> chunks = plan_chunks(cu, B, T, c.BT, NT);
+  constexpr double kLn2 = 0.6931471805599453;
+  for (const auto& [name, channels] : {std::pair{"g", int64_t{1}}, {"gk", K}}) {
+    if (!hp->has(name)) continue;
+    HostTensor& gate = hp->get(name);
+    for (const ChunkTask& ch : chunks) {
+      for (int64_t hv = 0; hv < HV; ++hv) {
+        for (int64_t j = 0; j < channels; ++j) {
+          double sum = 0.0;
+          for (int64_t t = ch.t0; t < ch.t0 + ch.len; ++t) {
+            sum += -std::exp(std::log(1e-3) * uniform(rng)) / kLn2;
+            gate.set(((ch.b * T + t) * HV + hv) * channels + j, sum);
+          }
+        }
+      }
+    }
+  }
+  if (hp->has("initial_state")) fill("initial_state", 1.0);
+}
+
+}  // namespace
+
+HostProblem make_random_problem(const FwdHConfig& c) {
+  HostProblem hp = allocate_problem(c);
+  fill_random(c, &hp);
+  return hp;
+}
+
+Status make_random_problem(const FwdHConfig& c,
+                           const std::function<Status(const HostProblem&)>& check_before_filling,
+                           HostProblem* out) {
+  return make_checked_random_problem(c, allocate_problem, fill_random, check_before_filling, out);
+}
+
+namespace {
+
+// SPEC-chunk-kda.md's per-token bars (the layer's), against the float64 reference.
+constexpr DtypeBars kPassBars{.f32 = 1e-5, .f16 = 2e-3, .bf16 = 8e-3};
+
+double fwd_h_bar(DType x_dtype) {
+  return kPassBars.of(x_dtype);
+}
+
+}  // namespace
+
+extern const OpIo kChunkFwdHIo = make_op_io<P>(check_output_sizes, options_from_metadata,
+                                               options_to_metadata, fwd_h_bar, fwd_h_bar);
+
+}  // namespace kda::io
