@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "core/element.hpp"
 #include "kda/tensor.hpp"
@@ -100,6 +101,29 @@ inline TileRef state_tile(const TensorView& t, int64_t h_batch, int64_t h_chunk,
   const int64_t offset = offset_of(t, h_batch, h_chunk, hv, 0, 0);
   return state_v_first ? TileRef{offset, K, t.strides[4], V, t.strides[3]}
                        : TileRef{offset, K, t.strides[3], V, t.strides[4]};
+}
+
+// The K x V state [n, hv] of a per-sequence [N, HV, K, V] view (a scan's initial or final state,
+// dht, dh0), walked transposed when the view is [N, HV, V, K] (state_v_first).
+inline TileRef sequence_state(const TensorView& t, int64_t n, int64_t hv, int64_t K, int64_t V,
+                              bool state_v_first) {
+  const int64_t offset = offset_of(t, n, hv, 0, 0);
+  return state_v_first ? TileRef{offset, K, t.strides[3], V, t.strides[2]}
+                       : TileRef{offset, K, t.strides[2], V, t.strides[3]};
+}
+
+// `tile` of `t` into `dst`, resized to the tile's elements.
+inline void gather(const TensorView& t, const TileRef& tile, std::vector<float>& dst) {
+  dst.resize(static_cast<size_t>(tile.rows * tile.cols));
+  gather_tile(t, tile, dst.data());
+}
+
+// x rounded to `dtype` (float16, bfloat16; float32 unchanged), as a float: where a float32
+// backend mirrors a GPU kernel's operand in X.
+inline float round_to(DType dtype, float x) {
+  if (dtype == DType::bf16) return bf16_bits_to_float(float_to_bf16_bits(x));
+  if (dtype == DType::f16) return f16_bits_to_float(float_to_f16_bits(x));
+  return x;
 }
 
 }  // namespace kda::cpu

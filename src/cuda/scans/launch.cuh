@@ -93,6 +93,26 @@ Status run_scan(const ScanParams& p, DType x, bool mma_takes, Kernel kernel, int
   });
 }
 
+// The sizes and the chunk walk of a validated problem (either scan's dims), and its gates.
+template <typename Dims>
+void fill_shape(const Dims& dims, const TensorView& g, const TensorView& gk,
+                const TensorView& cu_seqlens, ScanParams* p) {
+  if (dims.use_g) p->g = column_view(g);
+  if (dims.use_gk) p->gk = token_view(gk);
+  p->varlen = dims.varlen;
+  if (dims.varlen) p->cu_seqlens = index_view(cu_seqlens);
+  p->B = dims.B;
+  p->T = dims.T;
+  p->H = dims.H;
+  p->HV = dims.HV;
+  p->K = dims.K;
+  p->V = dims.V;
+  p->NT = dims.NT;
+  p->num_seqs = dims.num_seqs;
+  p->heads_per_group = dims.HV / dims.H;
+  p->chunk_size = static_cast<int>(dims.BT);
+}
+
 // A per-sequence state [N, HV, K, V] (or [.., V, K]) as S[k][v]; empty when absent.
 inline SeqStateView seq_state_view(const TensorView& t, bool state_v_first) {
   if (t.empty_arg()) return {};

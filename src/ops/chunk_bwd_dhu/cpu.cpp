@@ -37,26 +37,9 @@ struct Scratch {
   std::vector<float> kD;        // (V): one row's k·Dx
 };
 
-void gather(const TensorView& t, const cpu::TileRef& tile, std::vector<float>& dst) {
-  dst.resize(static_cast<size_t>(tile.rows * tile.cols));
-  cpu::gather_tile(t, tile, dst.data());
-}
-
-// x rounded to `dtype` (float16, bfloat16; float32 unchanged), as a float.
-float round_to(DType dtype, float x) {
-  if (dtype == DType::bf16) return bf16_bits_to_float(float_to_bf16_bits(x));
-  if (dtype == DType::f16) return f16_bits_to_float(float_to_f16_bits(x));
-  return x;
-}
-
-// The K x V state [n, hv] of a [N, HV, K, V] view (h0's shape: dht, dh0), walked transposed when
-// the view is [N, HV, V, K] (state_v_first).
-cpu::TileRef sequence_state(const TensorView& t, int64_t n, int64_t hv, int64_t K, int64_t V,
-                            bool state_v_first) {
-  const int64_t offset = offset_of(t, n, hv, 0, 0);
-  return state_v_first ? cpu::TileRef{offset, K, t.strides[3], V, t.strides[2]}
-                       : cpu::TileRef{offset, K, t.strides[2], V, t.strides[3]};
-}
+using cpu::gather;
+using cpu::round_to;
+using cpu::sequence_state;
 
 // One chunk of the scan: dh[c] = D; dv2 = dv + 2^(g_last - g) k·Dx; then
 // D = 2^(g_last) 2^(gk_last) ⊙ D + scale (2^g q)ᵀ do − wᵀ dv2 (dv2 as stored).

@@ -33,10 +33,7 @@ struct Scratch {
   std::vector<float> decay, kd, u_row;  // (K)
 };
 
-void gather(const TensorView& t, const cpu::TileRef& tile, std::vector<float>& dst) {
-  dst.resize(static_cast<size_t>(tile.rows * tile.cols));
-  cpu::gather_tile(t, tile, dst.data());
-}
+using cpu::gather;
 
 // Row i's entries j <= i of a [B, T, HV, BT] dA view into dst (L x L); the rest is zero.
 void gather_lower_inclusive(const TensorView& t, const ChunkTask& chunk, int64_t hv,

@@ -15,6 +15,7 @@
 #include "cuda_device.hpp"
 #include "cuda_op_check.hpp"
 #include "io/host_problem.hpp"
+#include "scan_cases.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -25,134 +26,18 @@ using kda::Kernel;
 using kda::io::DhuConfig;
 using kda::io::HostProblem;
 using kda::testing::DeviceProblem;
-using kda::testing::fresh_seed;
 
-struct Case {
-  std::string name;
-  DhuConfig config;
-  bool int32_indices = false;
-  bool tensor_cores = false;  // the tensor-core kernel takes it (run with auto and sm80_mma)
-};
-
-void PrintTo(const Case& c, std::ostream* out) {
-  *out << c.name;
-}
-
-DhuConfig base(DType x, int64_t K, int64_t V, int64_t BT) {
-  DhuConfig c;
-  c.B = 2;
-  c.T = 150;
-  c.H = 2;
-  c.K = K;
-  c.V = V;
-  c.BT = BT;
-  c.x_dtype = x;
-  return c;
-}
-
-// The tensor-core kernel's shape: 16-bit X, BT = 64, K <= 128 and K, V multiples of 8.
-DhuConfig mma_base(DType x = DType::bf16) {
-  DhuConfig c = base(x, 128, 128, 64);
-  c.B = 1;
-  c.T = 300;
-  return c;
-}
+using Case = kda::testing::ScanCase<DhuConfig>;
 
 std::vector<Case> full_cases() {
-  std::vector<Case> cases;
-  {
-    Case c{"mma_kimi_bf16_vfirst", mma_base()};
-    c.config.state_v_first = true;
-    c.tensor_cores = true;
-    cases.push_back(c);
-  }
-  {
-    Case c{"mma_fp16_b2_kfirst_scale", mma_base(DType::f16)};
-    c.config.B = 2;
-    c.config.T = 256;
-    c.config.scale = 0.3;
-    c.tensor_cores = true;
-    cases.push_back(c);
-  }
-  {
-    Case c{"mma_bf16_gdn_gate_g_no_gk", mma_base()};
-    c.config.use_g = true;
-    c.config.use_gk = false;
-    c.tensor_cores = true;
-    cases.push_back(c);
-  }
-  {
-    Case c{"mma_bf16_both_gates_no_dht_no_h0", mma_base()};
-    c.config.use_g = true;
-    c.config.with_dht = false;
-    c.config.with_h0 = false;
-    c.tensor_cores = true;
-    cases.push_back(c);
-  }
-  {
-    Case c{"mma_bf16_k64_v40_gva", base(DType::bf16, 64, 40, 64)};
-    c.config.HV = 4;
-    c.tensor_cores = true;
-    cases.push_back(c);
-  }
-  {
-    Case c{"mma_bf16_varlen_chunk_indices_i32", mma_base()};
-    c.config.seqlens = {1, 70, 64, 17, 130, 2};
-    c.config.T = 284;
-    c.config.pass_chunk_indices = true;
-    c.int32_indices = true;
-    c.tensor_cores = true;
-    cases.push_back(c);
-  }
-  {
-    Case c{"simt_fp32_bt32_k40_v24_vfirst", base(DType::f32, 40, 24, 32)};
-    c.config.state_v_first = true;
-    cases.push_back(c);
-  }
-  {
-    Case c{"simt_fp32_k128_gates_both", base(DType::f32, 128, 128, 64)};
-    c.config.B = 1;
-    c.config.use_g = true;
-    cases.push_back(c);
-  }
-  {
-    Case c{"simt_fp16_bt16_varlen_k20_v36", base(DType::f16, 20, 36, 16)};
-    c.config.B = 1;
-    c.config.seqlens = {1, 17, 33, 1, 20};
-    c.config.T = 72;
-    c.config.pass_chunk_indices = true;
-    cases.push_back(c);
-  }
-  {
-    Case c{"simt_bf16_k256_gva_h1_hv3", base(DType::bf16, 256, 48, 64)};
-    c.config.H = 1;
-    c.config.HV = 3;
-    c.config.T = 100;
-    cases.push_back(c);
-  }
-  return cases;
-}
-
-std::vector<Case> subset_cases() {
-  std::vector<Case> cases;
-  {
-    Case c{"mma_bf16_varlen_vfirst", mma_base()};
-    c.config.seqlens = {1, 90, 5};
-    c.config.T = 96;
-    c.config.pass_chunk_indices = true;
-    c.config.state_v_first = true;
-    c.config.use_g = true;
-    c.tensor_cores = true;
-    cases.push_back(c);
-  }
-  {
-    Case c{"simt_fp32_bt32_varlen", base(DType::f32, 40, 24, 32)};
-    c.config.B = 1;
-    c.config.seqlens = {1, 40, 3};
-    c.config.T = 44;
-    c.config.pass_chunk_indices = true;
-    cases.push_back(c);
-  }
+  std::vector<Case> cases = kda::testing::scan_full_cases<DhuConfig>([](DhuConfig& c) {
+    c.with_dht = false;
+    c.with_h0 = false;
+  });
+  Case scaled{"mma_fp16_scale_0_3", kda::testing::scan_mma_base<DhuConfig>(DType::f16)};
+  scaled.config.scale = 0.3;
+  scaled.tensor_cores = true;
+  cases.push_back(scaled);
   return cases;
 }
 
@@ -162,17 +47,7 @@ class DhuCuda : public ::testing::TestWithParam<Case> {};
 // unchanged; a second run gives the same bits.
 TEST_P(DhuCuda, MatchesCpuRef) {
   SKIP_WITHOUT_GPU();
-  const Case& c = GetParam();
-  DhuConfig config = c.config;
-  config.seed = fresh_seed();
-  HostProblem hp = kda::io::make_random_problem(config);
-  if (c.int32_indices) kda::testing::use_int32_indices(hp);
-  std::printf("  %s seed %llu\n", c.name.c_str(), static_cast<unsigned long long>(config.seed));
-  const double bar = kda::io::op_of(hp).pass_bar(config.x_dtype);
-  kda::testing::check_kernels_against_cpu_ref(
-      hp, config.seed, bar,
-      c.tensor_cores ? std::vector<Kernel>{Kernel::auto_, Kernel::sm80_mma, Kernel::simt}
-                     : std::vector<Kernel>{Kernel::simt});
+  kda::testing::check_scan_case(GetParam());
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& p) {
@@ -180,12 +55,14 @@ std::string case_name(const ::testing::TestParamInfo<Case>& p) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Full, DhuCuda, ::testing::ValuesIn(full_cases()), case_name);
-INSTANTIATE_TEST_SUITE_P(Subset, DhuCuda, ::testing::ValuesIn(subset_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Subset, DhuCuda,
+                         ::testing::ValuesIn(kda::testing::scan_subset_cases<DhuConfig>()),
+                         case_name);
 
 // The tensor-core kernel, asked for by name, refuses what it does not take, saying what it takes.
 TEST(DhuCudaRefusals, TensorCoreKernelNamesWhatItTakes) {
   SKIP_WITHOUT_GPU();
-  DhuConfig config = base(DType::f32, 64, 32, 64);
+  DhuConfig config = kda::testing::scan_base<DhuConfig>(DType::f32, 64, 32, 64);
   config.T = 64;
   HostProblem hp = kda::io::make_random_problem(config);
   DeviceProblem dev(hp);

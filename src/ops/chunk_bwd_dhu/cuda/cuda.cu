@@ -17,25 +17,12 @@ Status run_chunk_bwd_dhu_cuda(const ChunkBwdDhuProblem& problem, const ChunkBwdD
   p.w = token_view(problem.w);
   p.do_ = token_view(problem.do_);
   p.values = token_view(problem.dv);
-  if (dims.use_g) p.g = column_view(problem.g);
-  if (dims.use_gk) p.gk = token_view(problem.gk);
+  scans::fill_shape(dims, problem.g, problem.gk, problem.cu_seqlens, &p);
   p.state_in = scans::seq_state_view(problem.dht, v_first);
   p.state_in_is_f32 = !problem.dht.empty_arg() && problem.dht.dtype == DType::f32;
-  p.varlen = dims.varlen;
-  if (dims.varlen) p.cu_seqlens = index_view(problem.cu_seqlens);
   p.states = state_view(problem.dh, v_first);
   p.state_out = scans::seq_state_view(problem.dh0, v_first);
   p.values_out = problem.dv2.data;
-  p.B = dims.B;
-  p.T = dims.T;
-  p.H = dims.H;
-  p.HV = dims.HV;
-  p.K = dims.K;
-  p.V = dims.V;
-  p.NT = dims.NT;
-  p.num_seqs = dims.num_seqs;
-  p.heads_per_group = dims.HV / dims.H;
-  p.chunk_size = static_cast<int>(dims.BT);
   p.scale = static_cast<float>(dims.scale);
   const bool mma_takes = scans::mma_kernel_takes(
       dims.x_dtype, dims.BT, dims.K, dims.V,

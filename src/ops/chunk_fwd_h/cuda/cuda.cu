@@ -15,26 +15,13 @@ Status run_chunk_fwd_h_cuda(const ChunkFwdHProblem& problem, const ChunkFwdHDims
   p.k = token_view(problem.k);
   p.w = token_view(problem.w);
   p.values = token_view(problem.u);
-  if (dims.use_g) p.g = column_view(problem.g);
-  if (dims.use_gk) p.gk = token_view(problem.gk);
+  scans::fill_shape(dims, problem.g, problem.gk, problem.cu_seqlens, &p);
   p.state_in = scans::seq_state_view(problem.initial_state, v_first);
   p.state_in_is_f32 =
       !problem.initial_state.empty_arg() && problem.initial_state.dtype == DType::f32;
-  p.varlen = dims.varlen;
-  if (dims.varlen) p.cu_seqlens = index_view(problem.cu_seqlens);
   p.states = state_view(problem.h, v_first);
   p.state_out = scans::seq_state_view(problem.final_state, v_first);
   p.values_out = problem.v_new.data;
-  p.B = dims.B;
-  p.T = dims.T;
-  p.H = dims.H;
-  p.HV = dims.HV;
-  p.K = dims.K;
-  p.V = dims.V;
-  p.NT = dims.NT;
-  p.num_seqs = dims.num_seqs;
-  p.heads_per_group = dims.HV / dims.H;
-  p.chunk_size = static_cast<int>(dims.BT);
   const bool mma_takes = scans::mma_kernel_takes(dims.x_dtype, dims.BT, dims.K, dims.V,
                                                  {&problem.k, &problem.w, &problem.u}, problem.h);
   return scans::run_scan<false>(p, dims.x_dtype, mma_takes, kernel, problem.k.device.index, stream);
