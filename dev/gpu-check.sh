@@ -30,7 +30,9 @@
 #                     and bench/scans.py (ours beside fla's kernels, float64 errors, byte floor)
 #   chunk-kda         tests/python/test_chunk_kda.py (kda_kernels.chunk_kda beside fla, the golden-kda
 #                     files, the reductions over seeds) against the first carried fla release that
-#                     KDA_FLA_RELEASES picks (default: every release; the first is used)
+#                     KDA_FLA_RELEASES picks (default: every release; the first is used); three
+#                     tails (split, epilogue, epilogue with our scans): about 4 minutes on an H100,
+#                     so give it a call of its own
 #   bench             chunk_bwd_wy_dqkg timings per kernel (kda run, CUDA events)
 #   bench-py-intra    bench/run.py --op chunk_bwd_intra: ours and fla's Triton kernel (autotuned)
 #                     in one process, floor, err_ratio against float64
@@ -57,6 +59,8 @@
 #   ncu-epilogue      the same on one chunk_bwd_epilogue launch at B=1 T=2048 H=32 K=V=128 bf16, the
 #                     Kimi layer's call (gate, beta sigmoid, l2norm, V-first h in bf16: the bf16
 #                     kernel), on the default call's, and on its dA_log / ddt_bias kernel
+#   ncu-scans         the same on one launch of each state scan's tensor-core kernel (chunk_bwd_dhu,
+#                     chunk_fwd_h) at B=1 T=2048 H=32 K=V=128 bf16, V-first states
 #   ncu-wy            the same on one chunk_bwd_wy_dqkg launch at its model shape (B=1 T=2048
 #                     H=32 K=V=128 bf16, h float32): the data for issue 12's v3 design
 #   ncu-wy-fp32       the same in float32 (the 3xTF32 kernel)
@@ -499,7 +503,7 @@ if want chunk-kda; then
   for tree in "$releases"/*/; do
     picked_release "$tree" && [ -d "$tree/fla" ] || continue
     label=$(PYTHONPATH=$tree python3 -c 'import fla; print(fla.__version__)' 2>/dev/null)
-    bounded 400 env KDA_LIBRARY="$build/src/libkda.so" \
+    bounded 540 env KDA_LIBRARY="$build/src/libkda.so" \
       PYTHONPATH="${tree%/}:$PWD/python:$PWD/tests/python" python3 -m pytest -q -rsP \
       -p no:cacheprovider tests/python/test_chunk_kda.py >"$logs/chunk-kda-$label.log" 2>&1
     crc=$?
@@ -622,6 +626,13 @@ if want ncu-epilogue; then
   ncu_profile ncu-epilogue-reduce gate_params "ncu chunk_bwd_epilogue's dA_log/ddt_bias T=2048" \
     "$kda" run chunk_bwd_epilogue --shape 1,2048,32,128,128 --backend cuda --repeat 5 \
     --gate lower_bound --beta-sigmoid --state-v-first --h-dtype x
+fi
+# The state scans' tensor-core kernels at the model shape (T=2048: 32 steps, the chain's shape).
+if want ncu-scans; then
+  ncu_profile ncu-dhu chunk_bwd_dhu_mma "ncu chunk_bwd_dhu T=2048 bf16 V-first" \
+    "$kda" run chunk_bwd_dhu --shape 1,2048,32,128,128 --backend cuda --repeat 5 --state-v-first
+  ncu_profile ncu-fwd-h chunk_fwd_h_mma "ncu chunk_fwd_h T=2048 bf16 V-first" \
+    "$kda" run chunk_fwd_h --shape 1,2048,32,128,128 --backend cuda --repeat 5 --state-v-first
 fi
 # chunk_bwd_wy_dqkg's default kernel at the model shape (bf16, h float32).
 if want ncu-wy; then
