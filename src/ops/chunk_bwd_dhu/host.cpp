@@ -13,6 +13,7 @@
 #include "io/host_problem.hpp"
 #include "io/metadata.hpp"
 #include "io/op_io_support.hpp"
+#include "io/scan_file_checks.hpp"
 
 namespace kda::io {
 
@@ -20,77 +21,14 @@ namespace {
 
 using P = ChunkBwdDhuProblem;
 
-// A file may ask for outputs of at most this many times its inputs' bytes, plus kOutputSlack. A
-// valid problem of length-1 sequences needs up to about 3 K V / (K + 2 V) <= 256 times (dh and
-// dh0 per token against q, k, w, do, dv); one of empty sequences, whose dh0 has no token to
-// match, only within the slack.
+// A file may ask for outputs of at most this many times its inputs' bytes, plus 64 MiB
+// (io/scan_file_checks.hpp). A valid problem of length-1 sequences needs up to about 3 K V / (K +
+// 2 V) <= 256 times (dh and dh0 per token against q, k, w, do, dv); one of empty sequences, whose
+// dh0 has no token to match, only within the slack.
 constexpr double kOutputsPerInputByte = 256.0;
-constexpr double kOutputSlack = 64.0 * (1 << 20);
 
-Status expect_rank(const HostProblem& hp, const char* name, size_t rank, const char* symbolic) {
-  const HostTensor& t = hp.get(name);
-  if (t.shape.size() != rank) {
-    return file_error(std::string("input \"") + name + "\": expected rank " + std::to_string(rank) +
-                      " " + symbolic + ", got " + shape_text(t.shape));
-  }
-  return Status::Ok();
-}
-
-// The outputs take their sizes from q, w, do, dv and the chunks (cu_seqlens, chunk_indices,
-// chunk_size): those must agree, and the outputs stay within kOutputsPerInputByte of the inputs,
-// before any is allocated, so a hostile file cannot make us allocate far more than it holds (the
-// states' HV K V per sequence and per chunk are not bounded by any one input).
 Status check_output_sizes(const HostProblem& hp) {
-  if (Status s = expect_rank(hp, "q", 4, "[B, T, H, K]"); !s.ok()) return s;
-  if (Status s = expect_rank(hp, "w", 4, "[B, T, HV, K]"); !s.ok()) return s;
-  for (const char* name : {"do", "dv"}) {
-    if (Status s = expect_rank(hp, name, 4, "[B, T, HV, V]"); !s.ok()) return s;
-  }
-  const std::vector<int64_t>& q = hp.get("q").shape;
-  const int64_t B = q[0], T = q[1], K = q[3], HV = hp.get("w").shape[2];
-  const int64_t V = hp.get("do").shape[3];
-  if (hp.get("w").shape != std::vector<int64_t>{B, T, HV, K}) {
-    return file_error("input \"w\": expected [B, T, HV, K] with B, T, K = " +
-                      shape_text({B, T, K}) + " from q, got " + shape_text(hp.get("w").shape));
-  }
-  for (const char* name : {"do", "dv"}) {
-    if (hp.get(name).shape != std::vector<int64_t>{B, T, HV, V}) {
-      return file_error(std::string("input \"") + name +
-                        "\": expected [B, T, HV, V] = " + shape_text({B, T, HV, V}) +
-                        " (from q, w, do), got " + shape_text(hp.get(name).shape));
-    }
-  }
-  if (hp.has("cu_seqlens")) {
-    if (Status s = expect_rank(hp, "cu_seqlens", 1, "[N + 1]"); !s.ok()) return s;
-  }
-  if (hp.has("chunk_indices")) {
-    if (Status s = expect_rank(hp, "chunk_indices", 2, "[NT, 2]"); !s.ok()) return s;
-  }
-  const P p = hp.as<P>();
-  validation::ChunkCount chunks;
-  Status counted = validation::check_chunk_size(p.chunk_size);
-  if (counted.ok()) {
-    counted =
-        validation::check_chunks(p.cu_seqlens, p.chunk_indices, B, T, p.chunk_size, -1, &chunks);
-  }
-  if (!counted.ok()) return file_error("the chunks: " + counted.message);
-
-  const auto x = static_cast<double>(dtype_size(hp.get("q").dtype));
-  const double state = static_cast<double>(HV) * static_cast<double>(K) * static_cast<double>(V);
-  const double outputs = static_cast<double>(B) * static_cast<double>(chunks.NT) * state * x  // dh
-                         + static_cast<double>(chunks.num_seqs) * state * 4                   // dh0
-                         + static_cast<double>(hp.get("dv").bytes.size());                    // dv2
-  double inputs = 0.0;
-  for (const auto& [name, t] : hp.tensors) inputs += static_cast<double>(t.bytes.size());
-  if (outputs > kOutputsPerInputByte * inputs + kOutputSlack) {
-    char text[160];
-    std::snprintf(text, sizeof text, "%.3g bytes, more than %g times the inputs' %.3g plus 64 MiB",
-                  outputs, kOutputsPerInputByte, inputs);
-    return file_error("the outputs would take " + std::string(text) + " (dh " +
-                      shape_text({B, chunks.NT, HV, K, V}) + ", dh0 for " +
-                      std::to_string(chunks.num_seqs) + " sequences)");
-  }
-  return Status::Ok();
+  return check_scan_output_sizes<P>(hp, {"q", {"do", "dv"}, "dh", "dh0", kOutputsPerInputByte});
 }
 
 // Metadata: every option by its table name (chunk_size absent: the table's 64).

@@ -13,6 +13,7 @@
 #include "io/host_problem.hpp"
 #include "io/metadata.hpp"
 #include "io/op_io_support.hpp"
+#include "io/scan_file_checks.hpp"
 
 namespace kda::io {
 
@@ -20,73 +21,15 @@ namespace {
 
 using P = ChunkFwdHProblem;
 
-// A file may ask for outputs of at most this many times its inputs' bytes, plus kOutputSlack. A
-// valid problem of length-1 sequences needs up to about (x + 4) K V / ((K + V) x) + 1 <= 385
-// times (h and final_state per token against w and u, x bytes an element of X, k's heads fewer
-// than v's); one of empty sequences, whose final_state has no token to match, only within the
-// slack.
+// A file may ask for outputs of at most this many times its inputs' bytes, plus 64 MiB
+// (io/scan_file_checks.hpp). A valid problem of length-1 sequences needs up to about (x + 4) K V /
+// ((K + V) x) + 1 <= 385 times (h and final_state per token against w and u, x bytes an element of
+// X, k's heads fewer than v's); one of empty sequences, whose final_state has no token to match,
+// only within the slack.
 constexpr double kOutputsPerInputByte = 512.0;
-constexpr double kOutputSlack = 64.0 * (1 << 20);
 
-Status expect_rank(const HostProblem& hp, const char* name, size_t rank, const char* symbolic) {
-  const HostTensor& t = hp.get(name);
-  if (t.shape.size() != rank) {
-    return file_error(std::string("input \"") + name + "\": expected rank " + std::to_string(rank) +
-                      " " + symbolic + ", got " + shape_text(t.shape));
-  }
-  return Status::Ok();
-}
-
-// The outputs take their sizes from k, w, u and the chunks (cu_seqlens, chunk_indices,
-// chunk_size): those must agree, and the outputs stay within kOutputsPerInputByte of the inputs,
-// before any is allocated, so a hostile file cannot make us allocate far more than it holds (the
-// states' HV K V per sequence and per chunk are not bounded by any one input).
 Status check_output_sizes(const HostProblem& hp) {
-  if (Status s = expect_rank(hp, "k", 4, "[B, T, H, K]"); !s.ok()) return s;
-  if (Status s = expect_rank(hp, "w", 4, "[B, T, HV, K]"); !s.ok()) return s;
-  if (Status s = expect_rank(hp, "u", 4, "[B, T, HV, V]"); !s.ok()) return s;
-  const std::vector<int64_t>& k = hp.get("k").shape;
-  const int64_t B = k[0], T = k[1], K = k[3], HV = hp.get("w").shape[2];
-  const int64_t V = hp.get("u").shape[3];
-  if (hp.get("w").shape != std::vector<int64_t>{B, T, HV, K}) {
-    return file_error("input \"w\": expected [B, T, HV, K] with B, T, K = " +
-                      shape_text({B, T, K}) + " from k, got " + shape_text(hp.get("w").shape));
-  }
-  if (hp.get("u").shape != std::vector<int64_t>{B, T, HV, V}) {
-    return file_error("input \"u\": expected [B, T, HV, V] with B, T, HV = " +
-                      shape_text({B, T, HV}) + " from k, w, got " + shape_text(hp.get("u").shape));
-  }
-  if (hp.has("cu_seqlens")) {
-    if (Status s = expect_rank(hp, "cu_seqlens", 1, "[N + 1]"); !s.ok()) return s;
-  }
-  if (hp.has("chunk_indices")) {
-    if (Status s = expect_rank(hp, "chunk_indices", 2, "[NT, 2]"); !s.ok()) return s;
-  }
-  const P p = hp.as<P>();
-  validation::ChunkCount chunks;
-  Status counted = validation::check_chunk_size(p.chunk_size);
-  if (counted.ok()) {
-    counted =
-        validation::check_chunks(p.cu_seqlens, p.chunk_indices, B, T, p.chunk_size, -1, &chunks);
-  }
-  if (!counted.ok()) return file_error("the chunks: " + counted.message);
-
-  const auto x = static_cast<double>(dtype_size(hp.get("k").dtype));
-  const double state = static_cast<double>(HV) * static_cast<double>(K) * static_cast<double>(V);
-  const double outputs = static_cast<double>(B) * static_cast<double>(chunks.NT) * state * x  // h
-                         + static_cast<double>(chunks.num_seqs) * state * 4  // final_state
-                         + static_cast<double>(hp.get("u").numel()) * x;     // v_new
-  double inputs = 0.0;
-  for (const auto& [name, t] : hp.tensors) inputs += static_cast<double>(t.bytes.size());
-  if (outputs > kOutputsPerInputByte * inputs + kOutputSlack) {
-    char text[160];
-    std::snprintf(text, sizeof text, "%.3g bytes, more than %g times the inputs' %.3g plus 64 MiB",
-                  outputs, kOutputsPerInputByte, inputs);
-    return file_error("the outputs would take " + std::string(text) + " (h " +
-                      shape_text({B, chunks.NT, HV, K, V}) + ", final_state for " +
-                      std::to_string(chunks.num_seqs) + " sequences)");
-  }
-  return Status::Ok();
+  return check_scan_output_sizes<P>(hp, {"k", {"u"}, "h", "final_state", kOutputsPerInputByte});
 }
 
 // Metadata: every option by its table name (chunk_size absent: the table's 64).

@@ -415,7 +415,8 @@ TEST(DhuFile, OutputSizesAreBoundedByTheInputs) {
   HostProblem wrong_t = hp;
   wrong_t.tensors["dv"] = HostTensor(DType::f32, {2, 74, 2, 20});
   kda::Status s = op.check_output_sizes(wrong_t);
-  EXPECT_NE(s.message.find("input \"dv\": expected [B, T, HV, V] = [2, 75, 2, 20]"),
+  EXPECT_NE(s.message.find("input \"dv\": expected [B, T, HV, V] with B, T, HV = [2, 75, 2] "
+                           "from q, w and V = 20 from do"),
             std::string::npos)
       << s.message;
 
