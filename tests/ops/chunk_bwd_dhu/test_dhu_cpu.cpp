@@ -17,6 +17,7 @@
 #include "io/host_problem.hpp"
 #include "io/op_io_support.hpp"
 #include "ops/chunk_kda/layer_reference.hpp"
+#include "scan_cpu_support.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -28,41 +29,13 @@ using kda::io::DhuConfig;
 using kda::io::HostProblem;
 using kda::io::HostTensor;
 
-kda::Status run(HostProblem& hp, Backend backend) {
-  return kda::io::op_of(hp).run(hp.views(), hp, backend, nullptr, kda::Kernel::auto_);
-}
-
-double pass_bar(DType x_dtype) {
-  return kda::io::find_op(ChunkBwdDhuProblem::kName)->pass_bar(x_dtype);
-}
-
-const char* backend_text(Backend backend) {
-  return backend == Backend::cpu ? "cpu" : "cpu-ref";
-}
-
-// Sets t's elements, row-major, to `values`.
-void set_all(HostTensor& t, const std::vector<double>& values) {
-  ASSERT_EQ(t.numel(), static_cast<int64_t>(values.size()));
-  for (size_t i = 0; i < values.size(); ++i) t.set(static_cast<int64_t>(i), values[i]);
-}
-
-void expect_values(const HostTensor& t, const std::vector<double>& expected, const char* name) {
-  ASSERT_EQ(t.numel(), static_cast<int64_t>(expected.size())) << name;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    EXPECT_NEAR(t.at(static_cast<int64_t>(i)), expected[i], 1e-6) << name << "[" << i << "]";
-  }
-}
+using kda::testing::scans::backend_text;
+using kda::testing::scans::expect_values;
+using kda::testing::scans::run;
+using kda::testing::scans::set_all;
 
 DhuConfig tiny_config(int64_t T, int64_t K, int64_t V) {
-  DhuConfig c;
-  c.B = 1;
-  c.T = T;
-  c.H = 1;
-  c.K = K;
-  c.V = V;
-  c.BT = 16;
-  c.x_dtype = DType::f32;
-  return c;
+  return kda::testing::scans::tiny_config<DhuConfig>(T, K, V);
 }
 
 // One chunk of two rows, K = V = 1, both gates, dht, scale 0.5 (every value exact in float32):
@@ -243,10 +216,7 @@ DhuConfig small_config() {
 // The float32 cpu backend against cpu-ref on fresh random problems of every option: each output
 // written (the outputs start poisoned), within X's bar, the inputs unchanged.
 TEST(DhuCpu, MatchesCpuRefOnRandomProblems) {
-  struct Variant {
-    const char* what;
-    void (*edit)(DhuConfig&);
-  };
+  using Variant = kda::testing::scans::Variant<DhuConfig>;
   const Variant variants[] = {
       {"fixed length, K 36 V 20, BT 16, gk, h0, dht", [](DhuConfig&) {}},
       {"varlen with a length-1 and an empty sequence, chunk_indices in int32, GVA",
@@ -310,29 +280,7 @@ TEST(DhuCpu, MatchesCpuRefOnRandomProblems) {
          c.state_v_first = true;
        }},
   };
-  for (const Variant& v : variants) {
-    DhuConfig config = small_config();
-    config.seed = kda::testing::fresh_seed();
-    v.edit(config);
-    SCOPED_TRACE(std::string(v.what) + ", seed " + std::to_string(config.seed));
-    HostProblem ref = kda::io::make_random_problem(config);
-    ASSERT_TRUE(kda::testing::all_outputs_poisoned(ref));
-    HostProblem cpu = ref;
-    ASSERT_TRUE(run(ref, Backend::cpu_ref).ok());
-    const kda::Status s = run(cpu, Backend::cpu);
-    ASSERT_TRUE(s.ok()) << s.message;
-    for (const std::string& name : cpu.output_names()) {
-      const double ratio = kda::io::err_ratio(cpu.get(name), ref.get(name));
-      // NaN (an unwritten element) fails too.
-      EXPECT_LE(ratio, pass_bar(config.x_dtype)) << name;
-      std::printf("  %-52.52s %-8s err_ratio %.2e\n", v.what, name.c_str(), ratio);
-    }
-    for (const auto& [name, t] : ref.tensors) {
-      if (name.rfind("out.", 0) != 0) {
-        EXPECT_EQ(t.bytes, cpu.get(name).bytes) << name;
-      }
-    }
-  }
+  kda::testing::scans::expect_cpu_matches_cpu_ref<DhuConfig>(small_config(), variants);
 }
 
 // An empty sequence has no chunk: its dh0 is its dht, exactly, on both backends.

@@ -18,6 +18,7 @@
 #include "io/host_problem.hpp"
 #include "io/op_io_support.hpp"
 #include "ops/chunk_kda/layer_reference.hpp"
+#include "scan_cpu_support.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -29,41 +30,13 @@ using kda::io::FwdHConfig;
 using kda::io::HostProblem;
 using kda::io::HostTensor;
 
-kda::Status run(HostProblem& hp, Backend backend) {
-  return kda::io::op_of(hp).run(hp.views(), hp, backend, nullptr, kda::Kernel::auto_);
-}
-
-double pass_bar(DType x_dtype) {
-  return kda::io::find_op(ChunkFwdHProblem::kName)->pass_bar(x_dtype);
-}
-
-const char* backend_text(Backend backend) {
-  return backend == Backend::cpu ? "cpu" : "cpu-ref";
-}
-
-// Sets t's elements, row-major, to `values`.
-void set_all(HostTensor& t, const std::vector<double>& values) {
-  ASSERT_EQ(t.numel(), static_cast<int64_t>(values.size()));
-  for (size_t i = 0; i < values.size(); ++i) t.set(static_cast<int64_t>(i), values[i]);
-}
-
-void expect_values(const HostTensor& t, const std::vector<double>& expected, const char* name) {
-  ASSERT_EQ(t.numel(), static_cast<int64_t>(expected.size())) << name;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    EXPECT_NEAR(t.at(static_cast<int64_t>(i)), expected[i], 1e-6) << name << "[" << i << "]";
-  }
-}
+using kda::testing::scans::backend_text;
+using kda::testing::scans::expect_values;
+using kda::testing::scans::run;
+using kda::testing::scans::set_all;
 
 FwdHConfig tiny_config(int64_t T, int64_t K, int64_t V) {
-  FwdHConfig c;
-  c.B = 1;
-  c.T = T;
-  c.H = 1;
-  c.K = K;
-  c.V = V;
-  c.BT = 16;
-  c.x_dtype = DType::f32;
-  return c;
+  return kda::testing::scans::tiny_config<FwdHConfig>(T, K, V);
 }
 
 // One chunk of two rows, K = V = 1, both gates, an initial state (every value exact in float32):
@@ -228,10 +201,7 @@ FwdHConfig small_config() {
 // The float32 cpu backend against cpu-ref on fresh random problems of every option: each output
 // written (the outputs start poisoned), within X's bar, the inputs unchanged.
 TEST(FwdHCpu, MatchesCpuRefOnRandomProblems) {
-  struct Variant {
-    const char* what;
-    void (*edit)(FwdHConfig&);
-  };
+  using Variant = kda::testing::scans::Variant<FwdHConfig>;
   const Variant variants[] = {
       {"fixed length, K 36 V 20, BT 16, gk, initial_state", [](FwdHConfig&) {}},
       {"varlen with a length-1 and an empty sequence, chunk_indices in int32, GVA",
@@ -295,29 +265,7 @@ TEST(FwdHCpu, MatchesCpuRefOnRandomProblems) {
          c.state_v_first = true;
        }},
   };
-  for (const Variant& v : variants) {
-    FwdHConfig config = small_config();
-    config.seed = kda::testing::fresh_seed();
-    v.edit(config);
-    SCOPED_TRACE(std::string(v.what) + ", seed " + std::to_string(config.seed));
-    HostProblem ref = kda::io::make_random_problem(config);
-    ASSERT_TRUE(kda::testing::all_outputs_poisoned(ref));
-    HostProblem cpu = ref;
-    ASSERT_TRUE(run(ref, Backend::cpu_ref).ok());
-    const kda::Status s = run(cpu, Backend::cpu);
-    ASSERT_TRUE(s.ok()) << s.message;
-    for (const std::string& name : cpu.output_names()) {
-      const double ratio = kda::io::err_ratio(cpu.get(name), ref.get(name));
-      // NaN (an unwritten element) fails too.
-      EXPECT_LE(ratio, pass_bar(config.x_dtype)) << name;
-      std::printf("  %-52.52s %-16s err_ratio %.2e\n", v.what, name.c_str(), ratio);
-    }
-    for (const auto& [name, t] : ref.tensors) {
-      if (name.rfind("out.", 0) != 0) {
-        EXPECT_EQ(t.bytes, cpu.get(name).bytes) << name;
-      }
-    }
-  }
+  kda::testing::scans::expect_cpu_matches_cpu_ref<FwdHConfig>(small_config(), variants);
 }
 
 // fla's output_final_state and save_new_value only say whether fla returns final_state and
