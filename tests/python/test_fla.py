@@ -147,6 +147,60 @@ def test_flas_dispatch_runs_our_functions_with_its_keywords(cpu_backend, sig):
     assert all(calls[i].items() >= extra[i].items() for i in range(len(extra)))
 
 
+DHU = "chunk_gated_delta_rule_bwd_dhu"
+
+
+def _fla_reverse_scan():
+    """fla's reverse state scan as its 'common' dispatch wraps it."""
+    from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_bwd_dhu
+
+    return chunk_gated_delta_rule_bwd_dhu
+
+
+def test_reverse_scan_method_takes_flas_parameters():
+    """The reverse scan's backend method and verifier take fla's parameters: 0.5.2's, then the
+    keywords 0.6 added (chunk_offsets, use_graph)."""
+    backend_class = kfla._make_backend_class()
+    fla_fn = _fla_reverse_scan()
+    theirs = _parameters(getattr(fla_fn, "__wrapped__", fla_fn))
+    ours = _parameters(getattr(backend_class, DHU), skip=("self",))
+    assert ours[:len(theirs)] == theirs
+    assert ours[len(theirs):] in ([], [("chunk_offsets", None), ("use_graph", False)])
+    assert _parameters(getattr(backend_class, DHU + "_verifier"), skip=("self",)) == ours
+
+
+def test_flas_common_dispatch_runs_our_reverse_scan(monkeypatch):
+    """fla's 'common' dispatch (the wrapper on chunk_gated_delta_rule_bwd_dhu) reaches our
+    function when our backend is registered, which gives the public function's results (dh0
+    None without h0, as fla's); on the CPU, with the verifiers' rules for CPU tensors."""
+    if RELEASE.common_registry is None:
+        pytest.skip("this fla has no 'common' registry")
+    backend_class = kfla._make_backend_class(RELEASE.base_class, device_type="cpu")
+    monkeypatch.setattr(kfla, "CUDA_KERNELS", {DHU: True})
+    gen = torch.Generator().manual_seed(0)
+    B, T, H, HV, K, V, BT = 1, 100, 1, 2, 16, 24, 32
+    q, k = (torch.randn(B, T, H, K, generator=gen) / K for _ in range(2))
+    w = torch.randn(B, T, HV, K, generator=gen) / K
+    do, dv = (torch.randn(B, T, HV, V, generator=gen) for _ in range(2))
+    gk = -torch.rand(B, T, HV, K, generator=gen)
+    for t0 in range(0, T, BT):
+        gk[:, t0:t0 + BT] = gk[:, t0:t0 + BT].cumsum(1)
+    dht = torch.randn(B, HV, K, V, generator=gen)
+    call = dict(q=q, k=k, w=w, do=do, dv=dv, gk=gk, dht=dht, scale=0.5, chunk_size=BT)
+    want = kk.chunk_gated_delta_rule_bwd_dhu(**call)
+    RELEASE.register(backend_class())
+    recorded, restore = record_calls(backend_class, (DHU,))
+    try:
+        for h0 in (None, torch.zeros(B, HV, K, V)):
+            dh, dh0, dv2 = _fla_reverse_scan()(**call, h0=h0)
+            assert torch.equal(dh, want[0]) and torch.equal(dv2, want[2])
+            assert dh0 is None if h0 is None else torch.equal(dh0, want[1])
+    finally:
+        restore()
+        RELEASE.unregister(kfla.BACKEND_TYPE)
+    assert len(recorded[DHU]) == 2
+
+
 @pytest.fixture
 def enabled():
     kfla.enable()
