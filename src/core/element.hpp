@@ -75,6 +75,17 @@ inline int64_t offset_of(const TensorView& t, int64_t i0, int64_t i1, int64_t i2
   return offset_of(t, i0, i1, i2, i3) + i4 * t.strides[4];
 }
 
+// Element (k, v) of a per-sequence state [N, HV, K, V] (sequence n, head hv), or of a per-chunk
+// state [B, NT, HV, K, V] (batch row b, chunk c, head hv); both stored [.., V, K] when v_first.
+inline int64_t state_offset(const TensorView& t, bool v_first, int64_t n, int64_t hv, int64_t k,
+                            int64_t v) {
+  return v_first ? offset_of(t, n, hv, v, k) : offset_of(t, n, hv, k, v);
+}
+inline int64_t state_offset(const TensorView& t, bool v_first, int64_t b, int64_t c, int64_t hv,
+                            int64_t k, int64_t v) {
+  return v_first ? offset_of(t, b, c, hv, v, k) : offset_of(t, b, c, hv, k, v);
+}
+
 inline double load_double(const TensorView& t, int64_t offset) {
   switch (t.dtype) {
     case DType::f16:

@@ -3,6 +3,7 @@
 // message names the argument ("argument 'q': expected ...") and never reads past what the
 // descriptor proves exists. Operators' validate() functions compose them with their own rules.
 
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -107,17 +108,26 @@ Status check_states(const TensorView& h, const TensorView& dh, int64_t B, int64_
 // K and V: 1..256 (fla's front end caps both at 256).
 inline constexpr int64_t kMaxHeadDim = 256;
 
-// q [B, T, H, K] with K in 1..kMaxHeadDim and H >= 1, and k of q's shape: sets dims' B, T, H, K.
+// `name` [B, T, H, K] with K in 1..kMaxHeadDim and H >= 1 (an operator's q, or chunk_fwd_h's
+// k): sets dims' B, T, H, K.
+template <typename Dims>
+Status check_keys_shape(const char* name, const TensorView& t, Dims* dims) {
+  dims->B = t.shape[0];
+  dims->T = t.shape[1];
+  dims->H = t.shape[2];
+  dims->K = t.shape[3];
+  if (dims->K < 1 || dims->K > kMaxHeadDim) {
+    return fail(name,
+                "expected head dim K (last extent) in 1..256, got " + std::to_string(dims->K));
+  }
+  if (dims->H < 1) return fail(name, "expected at least one head (H >= 1), got H = 0");
+  return Status::Ok();
+}
+
+// q [B, T, H, K] (check_keys_shape), and k of q's shape: sets dims' B, T, H, K.
 template <typename Dims>
 Status check_queries_keys(const TensorView& q, const TensorView& k, Dims* dims) {
-  dims->B = q.shape[0];
-  dims->T = q.shape[1];
-  dims->H = q.shape[2];
-  dims->K = q.shape[3];
-  if (dims->K < 1 || dims->K > kMaxHeadDim) {
-    return fail("q", "expected head dim K (last extent) in 1..256, got " + std::to_string(dims->K));
-  }
-  if (dims->H < 1) return fail("q", "expected at least one head (H >= 1), got H = 0");
+  if (Status s = check_keys_shape("q", q, dims); !s.ok()) return s;
   return check_shape("k", k, {dims->B, dims->T, dims->H, dims->K}, "[B, T, H, K] (from q)");
 }
 
@@ -149,6 +159,78 @@ Status check_values_and_gates(
     return s;
   }
   return check_shape("beta", beta, {d.B, d.T, d.HV}, "[B, T, HV] (from q and v)");
+}
+
+// The state scans' sizes after the anchor's (dims holds B, T, H, K from `anchor`): w [B, T, HV,
+// K] with HV a positive multiple of H, the `values` [B, T, HV, V] with V in 1..kMaxHeadDim (the
+// first sets V), the optional gates g [B, T, HV] and gk [B, T, HV, K], chunk_size. Sets dims'
+// HV, V, BT. Messages name the anchor where the extents come from.
+template <typename Dims>
+Status check_scan_sizes(const char* anchor, const TensorView& w,
+                        std::initializer_list<std::pair<const char*, const TensorView*>> values,
+                        const TensorView& g, const TensorView& gk, int64_t chunk_size, Dims* dims) {
+  Dims& d = *dims;
+  const auto [first, first_view] = *values.begin();
+  d.HV = w.shape[2];
+  d.V = first_view->shape[3];
+  const std::string from = std::string("(from ") + anchor + ", w)";
+  if (d.HV < 1 || d.HV % d.H != 0) {
+    return fail("w", "expected value heads HV (dim 2) to be a positive multiple of H = " +
+                         std::to_string(d.H) + ", got HV = " + std::to_string(d.HV));
+  }
+  const std::string w_from = std::string("[B, T, HV, K] (B, T, K from ") + anchor + ")";
+  if (Status s = check_shape("w", w, {d.B, d.T, d.HV, d.K}, w_from.c_str()); !s.ok()) return s;
+  if (d.V < 1 || d.V > kMaxHeadDim) {
+    return fail(first, "expected head dim V (last extent) in 1..256, got " + std::to_string(d.V));
+  }
+  const std::string values_from = "[B, T, HV, V] " + from;
+  for (auto [name, view] : values) {
+    if (Status s = check_shape(name, *view, {d.B, d.T, d.HV, d.V}, values_from.c_str()); !s.ok())
+      return s;
+  }
+  if (!g.empty_arg()) {
+    const std::string g_from = "[B, T, HV] " + from;
+    if (Status s = check_shape("g", g, {d.B, d.T, d.HV}, g_from.c_str()); !s.ok()) return s;
+  }
+  if (!gk.empty_arg()) {
+    const std::string gk_from = "[B, T, HV, K] " + from;
+    if (Status s = check_shape("gk", gk, {d.B, d.T, d.HV, d.K}, gk_from.c_str()); !s.ok()) return s;
+  }
+  if (Status s = check_chunk_size(chunk_size); !s.ok()) return s;
+  d.BT = chunk_size;
+  return Status::Ok();
+}
+
+// The state scans' chunks and per-sequence states: fixed length or cu_seqlens, where the per-chunk
+// states' chunk count (`states`: their name) must be known before the run, so device-resident
+// cu_seqlens come with chunk_indices; then each given state of `seq_states` [N, HV, K, V]
+// ([.., V, K] with state_v_first). Sets dims' NT and num_seqs.
+template <typename Dims>
+Status check_scan_chunks_and_states(
+    const TensorView& cu_seqlens, const TensorView& chunk_indices, const char* states,
+    std::initializer_list<std::pair<const char*, const TensorView*>> seq_states, bool state_v_first,
+    Dims* dims) {
+  Dims& d = *dims;
+  if (d.varlen && cu_seqlens.device.type != DeviceType::cpu && chunk_indices.empty_arg()) {
+    return fail("chunk_indices", std::string("required with device-resident cu_seqlens: its rows "
+                                             "are ") +
+                                     states + "'s chunk count NT");
+  }
+  ChunkCount chunks;
+  if (Status s = check_chunks(cu_seqlens, chunk_indices, d.B, d.T, d.BT, -1, &chunks); !s.ok())
+    return s;
+  d.NT = chunks.NT;
+  d.num_seqs = chunks.num_seqs;
+  const std::array<int64_t, 4> state = state_v_first
+                                           ? std::array<int64_t, 4>{d.num_seqs, d.HV, d.V, d.K}
+                                           : std::array<int64_t, 4>{d.num_seqs, d.HV, d.K, d.V};
+  const char* symbolic =
+      state_v_first ? "[N, HV, V, K] (state_v_first; N sequences)" : "[N, HV, K, V] (N sequences)";
+  for (auto [name, view] : seq_states) {
+    if (view->empty_arg()) continue;
+    if (Status s = check_shape(name, *view, state, symbolic); !s.ok()) return s;
+  }
+  return Status::Ok();
 }
 
 // The chunks (fixed length or cu_seqlens; with device-resident cu_seqlens and no chunk_indices

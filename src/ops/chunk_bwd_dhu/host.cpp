@@ -14,6 +14,7 @@
 #include "io/metadata.hpp"
 #include "io/op_io_support.hpp"
 #include "io/scan_file_checks.hpp"
+#include "io/scan_random.hpp"
 
 namespace kda::io {
 
@@ -76,36 +77,15 @@ void fill_random(const DhuConfig& c, HostProblem* hp) {
     HostTensor& t = hp->get(name);
     for (int64_t i = 0, n = t.numel(); i < n; ++i) t.set(i, rms * normal(rng));
   };
-  const HostTensor& q = hp->get("q");
-  const int64_t B = q.shape[0], T = q.shape[1], K = q.shape[3];
-  const int64_t HV = hp->get("w").shape[2];
+  const int64_t K = hp->get("q").shape[3];
   fill("q", 1.0);
   fill("k", 1.0 / std::sqrt(static_cast<double>(K)));
   fill("w", 1.0 / std::sqrt(static_cast<double>(K * c.BT)));
   fill("do", 1.0);
   fill("dv", 1.0);
 
-  // g [B, T, HV] and gk [B, T, HV, K]: per (value head, channel), the cumsum of log2 decays over
-  // each chunk's rows.
-  const TensorView cu = hp->has("cu_seqlens") ? hp->get("cu_seqlens").view() : TensorView{};
-  const int64_t NT = T == 0 ? 0 : (T + c.BT - 1) / c.BT;
-  const std::vector<ChunkTask> chunks = plan_chunks(cu, B, T, c.BT, NT);
-  constexpr double kLn2 = 0.6931471805599453;
-  for (const auto& [name, channels] : {std::pair{"g", int64_t{1}}, {"gk", K}}) {
-    if (!hp->has(name)) continue;
-    HostTensor& gate = hp->get(name);
-    for (const ChunkTask& ch : chunks) {
-      for (int64_t hv = 0; hv < HV; ++hv) {
-        for (int64_t k = 0; k < channels; ++k) {
-          double sum = 0.0;
-          for (int64_t t = ch.t0; t < ch.t0 + ch.len; ++t) {
-            sum += -std::exp(std::log(1e-3) * uniform(rng)) / kLn2;
-            gate.set(((ch.b * T + t) * HV + hv) * channels + k, sum);
-          }
-        }
-      }
-    }
-  }
+  fill_scan_gates("q", c.BT, rng, uniform, hp);
+
   for (const char* name : {"h0", "dht"}) {
     if (hp->has(name)) fill(name, 1.0);
   }

@@ -2,8 +2,6 @@
 // docs/design.md "The state scans"), written once; each failure names the argument and what was
 // expected. And named_extent(): the outputs' extents no input has.
 
-#include <algorithm>
-#include <array>
 #include <cmath>
 #include <string>
 #include <string_view>
@@ -34,61 +32,18 @@ Status ChunkBwdDhuProblem::validate(ChunkBwdDhuDims* out) const {
 
   // --- sizes ----------------------------------------------------------------------------
   if (Status s = check_queries_keys(q, k, &d); !s.ok()) return s;
-  d.HV = w.shape[2];
-  d.V = do_.shape[3];
-  if (d.HV < 1 || d.HV % d.H != 0) {
-    return fail("w", "expected value heads HV (dim 2) to be a positive multiple of H = " +
-                         std::to_string(d.H) + ", got HV = " + std::to_string(d.HV));
-  }
-  if (Status s = check_shape("w", w, {d.B, d.T, d.HV, d.K}, "[B, T, HV, K] (B, T, K from q)");
+  if (Status s = check_scan_sizes("q", w, {{"do", &do_}, {"dv", &dv}}, g, gk, chunk_size, &d);
       !s.ok()) {
     return s;
   }
-  if (d.V < 1 || d.V > kMaxHeadDim) {
-    return fail("do", "expected head dim V (last extent) in 1..256, got " + std::to_string(d.V));
-  }
-  for (auto [name, view] : {std::pair{"do", &do_}, {"dv", &dv}}) {
-    if (Status s = check_shape(name, *view, {d.B, d.T, d.HV, d.V}, "[B, T, HV, V] (from q, w)");
-        !s.ok()) {
-      return s;
-    }
-  }
-  if (d.use_g) {
-    if (Status s = check_shape("g", g, {d.B, d.T, d.HV}, "[B, T, HV] (from q, w)"); !s.ok())
-      return s;
-  }
-  if (d.use_gk) {
-    if (Status s = check_shape("gk", gk, {d.B, d.T, d.HV, d.K}, "[B, T, HV, K] (from q, w)");
-        !s.ok()) {
-      return s;
-    }
-  }
-  if (Status s = check_chunk_size(chunk_size); !s.ok()) return s;
-  d.BT = chunk_size;
   if (Status s = check_float32_option("scale", scale); !s.ok()) return s;
   d.scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(d.K));
 
-  // --- chunks: fixed length or cu_seqlens. dh's chunk count must be known before the run, so
-  //     device-resident cu_seqlens come with chunk_indices. -------------------------------
-  if (d.varlen && cu_seqlens.device.type != DeviceType::cpu && chunk_indices.empty_arg()) {
-    return fail("chunk_indices",
-                "required with device-resident cu_seqlens: its rows are dh's chunk count NT");
-  }
-  ChunkCount chunks;
-  if (Status s = check_chunks(cu_seqlens, chunk_indices, d.B, d.T, d.BT, -1, &chunks); !s.ok())
+  // --- chunks, and the states h0 and dht [N, HV, K, V] ([.., V, K] with state_v_first) ---
+  if (Status s = check_scan_chunks_and_states(cu_seqlens, chunk_indices, "dh",
+                                              {{"h0", &h0}, {"dht", &dht}}, state_v_first, &d);
+      !s.ok()) {
     return s;
-  d.NT = chunks.NT;
-  d.num_seqs = chunks.num_seqs;
-
-  // --- the states: h0 and dht [N, HV, K, V] ([.., V, K] with state_v_first) -----------
-  const std::array<int64_t, 4> state = state_v_first
-                                           ? std::array<int64_t, 4>{d.num_seqs, d.HV, d.V, d.K}
-                                           : std::array<int64_t, 4>{d.num_seqs, d.HV, d.K, d.V};
-  const char* symbolic =
-      state_v_first ? "[N, HV, V, K] (state_v_first; N sequences)" : "[N, HV, K, V] (N sequences)";
-  for (auto [name, view] : {std::pair{"h0", &h0}, {"dht", &dht}}) {
-    if (view->empty_arg()) continue;
-    if (Status s = check_shape(name, *view, state, symbolic); !s.ok()) return s;
   }
 
   // --- outputs: contiguous, disjoint from each other and from every input ---------------

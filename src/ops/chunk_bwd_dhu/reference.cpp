@@ -23,12 +23,6 @@ namespace {
 using P = ChunkBwdDhuProblem;
 using D = ChunkBwdDhuDims;
 
-// Element (k, v) of the per-chunk state tensor dh [B, NT, HV, K, V] ([.., V, K] if v_first).
-int64_t state_offset(const TensorView& t, bool v_first, int64_t i0, int64_t i1, int64_t i2,
-                     int64_t k, int64_t v) {
-  return v_first ? offset_of(t, i0, i1, i2, v, k) : offset_of(t, i0, i1, i2, k, v);
-}
-
 void scan_sequence(const P& p, const D& d, const std::vector<ChunkTask>& tasks,
                    SequenceChunks chunks, int64_t n, int64_t hv) {
   const int64_t K = d.K, V = d.V, h = hv / (d.HV / d.H);
@@ -38,8 +32,7 @@ void scan_sequence(const P& p, const D& d, const std::vector<ChunkTask>& tasks,
   if (!p.dht.empty_arg()) {
     for (int64_t k = 0; k < K; ++k)
       for (int64_t v = 0; v < V; ++v)
-        at(k, v) = load_double(
-            p.dht, v_first ? offset_of(p.dht, n, hv, v, k) : offset_of(p.dht, n, hv, k, v));
+        at(k, v) = load_double(p.dht, state_offset(p.dht, v_first, n, hv, k, v));
   }
   std::vector<double> dv2(static_cast<size_t>(d.BT * V));
   for (int64_t i = chunks.end - 1; i >= chunks.begin; --i) {
@@ -84,8 +77,7 @@ void scan_sequence(const P& p, const D& d, const std::vector<ChunkTask>& tasks,
   }
   for (int64_t k = 0; k < K; ++k)
     for (int64_t v = 0; v < V; ++v)
-      store_float(p.dh0, v_first ? offset_of(p.dh0, n, hv, v, k) : offset_of(p.dh0, n, hv, k, v),
-                  static_cast<float>(at(k, v)));
+      store_float(p.dh0, state_offset(p.dh0, v_first, n, hv, k, v), static_cast<float>(at(k, v)));
 }
 
 }  // namespace
@@ -93,8 +85,7 @@ void scan_sequence(const P& p, const D& d, const std::vector<ChunkTask>& tasks,
 Status run_chunk_bwd_dhu_cpu_ref(const P& p, const D& d) {
   const std::vector<ChunkTask> tasks = plan_chunks(p.cu_seqlens, d);
   const std::vector<SequenceChunks> sequences = chunks_by_sequence(tasks, d.num_seqs);
-  struct NoScratch {};
-  cpu::parallel_for_units<NoScratch>(d.num_seqs * d.HV, [&](int64_t unit, NoScratch&) {
+  cpu::parallel_for_units<cpu::NoScratch>(d.num_seqs * d.HV, [&](int64_t unit, cpu::NoScratch&) {
     const int64_t n = unit / d.HV, hv = unit % d.HV;
     scan_sequence(p, d, tasks, sequences[static_cast<size_t>(n)], n, hv);
   });

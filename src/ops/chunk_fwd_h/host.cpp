@@ -14,6 +14,7 @@
 #include "io/metadata.hpp"
 #include "io/op_io_support.hpp"
 #include "io/scan_file_checks.hpp"
+#include "io/scan_random.hpp"
 
 namespace kda::io {
 
@@ -81,34 +82,13 @@ void fill_random(const FwdHConfig& c, HostProblem* hp) {
     HostTensor& t = hp->get(name);
     for (int64_t i = 0, n = t.numel(); i < n; ++i) t.set(i, rms * normal(rng));
   };
-  const HostTensor& k = hp->get("k");
-  const int64_t B = k.shape[0], T = k.shape[1], K = k.shape[3];
-  const int64_t HV = hp->get("w").shape[2];
+  const int64_t K = hp->get("k").shape[3];
   fill("k", 1.0 / std::sqrt(static_cast<double>(K)));
   fill("w", 1.0 / std::sqrt(static_cast<double>(K * c.BT)));
   fill("u", 1.0);
 
-  // g [B, T, HV] and gk [B, T, HV, K]: per (value head, channel), the cumsum of log2 decays over
-  // each chunk's rows.
-  const TensorView cu = hp->has("cu_seqlens") ? hp->get("cu_seqlens").view() : TensorView{};
-  const int64_t NT = T == 0 ? 0 : (T + c.BT - 1) / c.BT;
-  const std::vector<ChunkTask> chunks = plan_chunks(cu, B, T, c.BT, NT);
-  constexpr double kLn2 = 0.6931471805599453;
-  for (const auto& [name, channels] : {std::pair{"g", int64_t{1}}, {"gk", K}}) {
-    if (!hp->has(name)) continue;
-    HostTensor& gate = hp->get(name);
-    for (const ChunkTask& ch : chunks) {
-      for (int64_t hv = 0; hv < HV; ++hv) {
-        for (int64_t j = 0; j < channels; ++j) {
-          double sum = 0.0;
-          for (int64_t t = ch.t0; t < ch.t0 + ch.len; ++t) {
-            sum += -std::exp(std::log(1e-3) * uniform(rng)) / kLn2;
-            gate.set(((ch.b * T + t) * HV + hv) * channels + j, sum);
-          }
-        }
-      }
-    }
-  }
+  fill_scan_gates("k", c.BT, rng, uniform, hp);
+
   if (hp->has("initial_state")) fill("initial_state", 1.0);
 }
 

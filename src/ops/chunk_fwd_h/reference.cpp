@@ -23,19 +23,6 @@ namespace {
 using P = ChunkFwdHProblem;
 using D = ChunkFwdHDims;
 
-// Element (k, v) of a state of a [N, HV, K, V] view ([.., V, K] if v_first): initial_state,
-// final_state.
-int64_t sequence_state_offset(const TensorView& t, bool v_first, int64_t n, int64_t hv, int64_t k,
-                              int64_t v) {
-  return v_first ? offset_of(t, n, hv, v, k) : offset_of(t, n, hv, k, v);
-}
-
-// Element (k, v) of the per-chunk state tensor h [B, NT, HV, K, V] ([.., V, K] if v_first).
-int64_t chunk_state_offset(const TensorView& t, bool v_first, int64_t i0, int64_t i1, int64_t hv,
-                           int64_t k, int64_t v) {
-  return v_first ? offset_of(t, i0, i1, hv, v, k) : offset_of(t, i0, i1, hv, k, v);
-}
-
 void scan_sequence(const P& p, const D& d, const std::vector<ChunkTask>& tasks,
                    SequenceChunks chunks, int64_t n, int64_t hv) {
   const int64_t K = d.K, V = d.V, h = hv / (d.HV / d.H);
@@ -45,15 +32,15 @@ void scan_sequence(const P& p, const D& d, const std::vector<ChunkTask>& tasks,
   if (!p.initial_state.empty_arg()) {
     for (int64_t k = 0; k < K; ++k)
       for (int64_t v = 0; v < V; ++v)
-        at(k, v) = load_double(p.initial_state,
-                               sequence_state_offset(p.initial_state, v_first, n, hv, k, v));
+        at(k, v) =
+            load_double(p.initial_state, state_offset(p.initial_state, v_first, n, hv, k, v));
   }
   std::vector<double> x(static_cast<size_t>(d.BT * V));
   for (int64_t i = chunks.begin; i < chunks.end; ++i) {
     const ChunkTask& c = tasks[static_cast<size_t>(i)];
     for (int64_t k = 0; k < K; ++k)
       for (int64_t v = 0; v < V; ++v)
-        store_float(p.h, chunk_state_offset(p.h, v_first, c.h_batch, c.h_chunk, hv, k, v),
+        store_float(p.h, state_offset(p.h, v_first, c.h_batch, c.h_chunk, hv, k, v),
                     static_cast<float>(at(k, v)));
     const int64_t last = c.t0 + c.len - 1;
     const double g_last = d.use_g ? load_double(p.g, offset_of(p.g, c.b, last, hv)) : 0.0;
@@ -85,7 +72,7 @@ void scan_sequence(const P& p, const D& d, const std::vector<ChunkTask>& tasks,
   }
   for (int64_t k = 0; k < K; ++k)
     for (int64_t v = 0; v < V; ++v)
-      store_float(p.final_state, sequence_state_offset(p.final_state, v_first, n, hv, k, v),
+      store_float(p.final_state, state_offset(p.final_state, v_first, n, hv, k, v),
                   static_cast<float>(at(k, v)));
 }
 
