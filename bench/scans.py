@@ -73,7 +73,7 @@ def problem(B, T, seqlens, H, v_first, device, seed=0):
     k = randn(B, T, H, K, scale=K ** -0.5)
     w = randn(B, T, H, K, scale=K ** -0.5)
     do, dv = randn(B, T, H, V), randn(B, T, H, V)
-    _, starts, lens = chunk_starts(T, seqlens)
+    bounds, starts, lens = chunk_starts(T, seqlens)
     decay = -torch.rand(B, T, H, K, generator=gen, device=device) * 1.4427  # log2 per token
     gk = torch.empty_like(decay)
     for t0, n in zip(starts, lens):
@@ -85,7 +85,6 @@ def problem(B, T, seqlens, H, v_first, device, seed=0):
     cu = None
     ci = None
     if seqlens:
-        bounds, _, _ = chunk_starts(T, seqlens)
         cu = torch.tensor(bounds, dtype=torch.int32, device=device)
         ci = torch.tensor([(i, c) for i, n in enumerate(seqlens) for c in range(-(-n // BT))],
                           dtype=torch.int32, device=device)

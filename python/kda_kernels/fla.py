@@ -326,17 +326,18 @@ def _make_backend_class(base_class=None, device_type="cuda"):
                                                     chunk_size=64, chunk_indices=None,
                                                     chunk_offsets=None, use_graph=False,
                                                     **kwargs):
-            optional = dict(g=g, gk=gk, h0=h0, dht=dht)
-            given = {name: t for name, t in optional.items() if t is not None}
+            f32, device = torch.float32, q.device
             if (not kwargs and (use_graph is False or use_graph is True)
                     and (chunk_offsets is None or isinstance(chunk_offsets, Tensor))
-                    and all(getattr(t, "device", None) == q.device for t in given.values())
-                    and all(t.dtype == torch.float32 for t in (g, gk) if t is not None)
-                    and all(t.dtype in (q.dtype, torch.float32) for t in (h0, dht)
-                            if t is not None)
+                    and all(t is None or (getattr(t, "device", None) == device
+                                          and t.dtype == f32) for t in (g, gk))
+                    and all(t is None or (getattr(t, "device", None) == device
+                                          and t.dtype in (q.dtype, f32)) for t in (h0, dht))
                     and accept("chunk_gated_delta_rule_bwd_dhu", (q, k, w, do, dv), chunk_size,
                                cu_seqlens, chunk_indices)):
                 return True, None
+            given = {name: t for name, t in (("g", g), ("gk", gk), ("h0", h0), ("dht", dht))
+                     if t is not None}
             if kwargs:
                 return False, f"unknown arguments {sorted(kwargs)}"
             reason = _release_keywords_reason(chunk_offsets=chunk_offsets, use_graph=use_graph)

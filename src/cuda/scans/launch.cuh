@@ -41,15 +41,36 @@ inline dim3 grid_of(const ScanParams& p, int slice) {
               static_cast<unsigned>((p.V + slice - 1) / slice));
 }
 
-// The tensor-core or the general kernel of one direction (`op` names it in errors).
+// The kernels of one direction, named after its operator.
+template <typename X, bool kReverse>
+constexpr auto mma_kernel() {
+  if constexpr (kReverse) {
+    return &mma16::chunk_bwd_dhu_mma_kernel<X>;
+  } else {
+    return &mma16::chunk_fwd_h_mma_kernel<X>;
+  }
+}
+template <typename X, bool kReverse>
+constexpr auto simt_kernel() {
+  if constexpr (kReverse) {
+    return &chunk_bwd_dhu_simt_kernel<X>;
+  } else {
+    return &chunk_fwd_h_simt_kernel<X>;
+  }
+}
+
+inline constexpr const char* op_of(bool reverse) {
+  return reverse ? "chunk_bwd_dhu" : "chunk_fwd_h";
+}
+
+// The tensor-core or the general kernel of one direction.
 template <typename X, bool kReverse>
 Status launch_scan(const ScanParams& p, bool mma, int device, cudaStream_t stream) {
-  const std::string op = kReverse ? "chunk_bwd_dhu" : "chunk_fwd_h";
   if constexpr (!std::is_same_v<X, float>) {
     if (mma) {
-      static const std::string name = op + "_mma_kernel<X=" + dtype_tag<X>() + ">";
-      auto* kernel = kReverse ? &mma16::chunk_bwd_dhu_mma_kernel<X> : nullptr;
-      if constexpr (!kReverse) kernel = &mma16::chunk_fwd_h_mma_kernel<X>;
+      static const std::string name =
+          std::string(op_of(kReverse)) + "_mma_kernel<X=" + dtype_tag<X>() + ">";
+      constexpr auto kernel = mma_kernel<X, kReverse>();
       if (Status s = ensure_max_dynamic_smem(reinterpret_cast<const void*>(kernel), device,
                                              mma16::kSmemBytes, name.c_str());
           !s.ok()) {
@@ -59,10 +80,10 @@ Status launch_scan(const ScanParams& p, bool mma, int device, cudaStream_t strea
       return launch_status(name);
     }
   }
-  static const std::string name = op + "_simt_kernel<X=" + dtype_tag<X>() + ">";
+  static const std::string name =
+      std::string(op_of(kReverse)) + "_simt_kernel<X=" + dtype_tag<X>() + ">";
   const int bytes = simt_smem_bytes(p.K, p.chunk_size);
-  auto* kernel = kReverse ? &chunk_bwd_dhu_simt_kernel<X> : nullptr;
-  if constexpr (!kReverse) kernel = &chunk_fwd_h_simt_kernel<X>;
+  constexpr auto kernel = simt_kernel<X, kReverse>();
   if (Status s = ensure_max_dynamic_smem(reinterpret_cast<const void*>(kernel), device, bytes,
                                          name.c_str());
       !s.ok()) {
@@ -80,7 +101,7 @@ Status run_scan(const ScanParams& p, DType x, bool mma_takes, Kernel kernel, int
   const bool mma = kernel != Kernel::simt && mma_takes;
   if (kernel == Kernel::sm80_mma && !mma) {
     return {StatusCode::unsupported,
-            std::string("kernel: ") + (kReverse ? "chunk_bwd_dhu" : "chunk_fwd_h") +
+            std::string("kernel: ") + op_of(kReverse) +
                 "'s tensor-core kernel takes 16-bit X, chunk_size 64, K <= 128 and K, V "
                 "multiples of 8 with rows in 16-byte pieces; use auto or simt"};
   }
