@@ -9,8 +9,9 @@
 //   values = the per-token product (reverse dv + f kg·S, forward u − w·S), warp w: rows
 //            16 (w % 4), columns 16 (w / 4); stored, and as they enter the update to shared memory
 //   S = decay ⊙ S (+ scale qgᵀ·do, reverse) + Aᵀ·entering (reverse A = w and −dv2, forward kg)
-// qgᵀ·do does not depend on S and is issued before the chain's products. The next chunk's tiles
-// are copied (cp.async) while the current one runs, two stages.
+// qgᵀ·do does not depend on S and is issued after the per-token product. The next chunk's tiles
+// are copied (cp.async, one address per thread and tile, then a pointer step per pass) at the
+// step's start, so that they have the whole step to land; two stages.
 
 #include <cstdint>
 
@@ -62,17 +63,25 @@ __device__ __forceinline__ int64_t at(const TokenView& v, int64_t b, int64_t t, 
   return b * v.stride_batch + t * v.stride_token + head * v.stride_head;
 }
 
-// Rows [0, kL) of `cols` (a multiple of 8) 16-bit columns from src + row * stride_token (rows at
-// or past `len`, and columns past `valid_cols`, zero-filled) into dst (pitch `pitch`).
-template <typename X>
+// Rows [0, kL) of kCols (a multiple of 8) 16-bit columns from src + row * stride_token (rows at or
+// past `len`, and columns past `valid_cols`, zero-filled) into dst (pitch `pitch`). Thread t copies
+// the 16-byte piece t % (kCols / 8) of rows t / (kCols / 8) + j * (rows per pass): one address
+// computed per tile, then a pointer step per pass.
+template <typename X, int kCols>
 __device__ __forceinline__ void copy_rows(X* dst, int pitch, const X* src, int64_t stride_token,
-                                          int len, int cols, int valid_cols) {
-  const int pieces = cols / 8;
-  for (int e = static_cast<int>(threadIdx.x); e < kL * pieces; e += kThreads) {
-    const int r = e / pieces, c = (e % pieces) * 8;
-    const bool inside = r < len && c < valid_cols;
-    mma::cp_async_16(dst + r * pitch + c, inside ? src + r * stride_token + c : src,
-                     inside ? 16 : 0);
+                                          int len, int valid_cols) {
+  constexpr int kPieces = kCols / 8, kRowsPerPass = kThreads / kPieces;
+  static_assert(kThreads % kPieces == 0 && kL % kRowsPerPass == 0);
+  const int r0 = static_cast<int>(threadIdx.x) / kPieces;
+  const int c = (static_cast<int>(threadIdx.x) % kPieces) * 8;
+  const bool column_inside = c < valid_cols;
+  const X* from = src + r0 * stride_token + c;
+  X* to = dst + r0 * pitch + c;
+#pragma unroll
+  for (int j = 0; j < kL / kRowsPerPass; ++j) {
+    const bool inside = column_inside && r0 + j * kRowsPerPass < len;
+    mma::cp_async_16(to + j * kRowsPerPass * pitch, inside ? from : src, inside ? 16 : 0);
+    from += kRowsPerPass * stride_token;
   }
 }
 
@@ -97,19 +106,20 @@ __device__ __forceinline__ void prefetch(const ScanParams& p, const Stage<X>& st
   const int valid_v = static_cast<int>(p.V - v0 < kBV ? p.V - v0 : kBV);
   const X* k = static_cast<const X*>(p.k.data) + at(p.k, b, t0, h);
   const X* w = static_cast<const X*>(p.w.data) + at(p.w, b, t0, hv);
-  copy_rows<X>(st.x + kFirst, kPitchK, kReverse ? k : w,
-               kReverse ? p.k.stride_token : p.w.stride_token, len, kKPad, K);
-  copy_rows<X>(st.x + kSecond, kPitchK, kReverse ? w : k,
-               kReverse ? p.w.stride_token : p.k.stride_token, len, kKPad, K);
+  copy_rows<X, kKPad>(st.x + kFirst, kPitchK, kReverse ? k : w,
+                      kReverse ? p.k.stride_token : p.w.stride_token, len, K);
+  copy_rows<X, kKPad>(st.x + kSecond, kPitchK, kReverse ? w : k,
+                      kReverse ? p.w.stride_token : p.k.stride_token, len, K);
   if constexpr (kReverse) {
-    copy_rows<X>(st.x + kQ, kPitchK, static_cast<const X*>(p.q.data) + at(p.q, b, t0, h),
-                 p.q.stride_token, len, kKPad, K);
-    copy_rows<X>(st.x + kDo, kPitchV, static_cast<const X*>(p.do_.data) + at(p.do_, b, t0, hv) + v0,
-                 p.do_.stride_token, len, kBV, valid_v);
+    copy_rows<X, kKPad>(st.x + kQ, kPitchK, static_cast<const X*>(p.q.data) + at(p.q, b, t0, h),
+                        p.q.stride_token, len, K);
+    copy_rows<X, kBV>(st.x + kDo, kPitchV,
+                      static_cast<const X*>(p.do_.data) + at(p.do_, b, t0, hv) + v0,
+                      p.do_.stride_token, len, valid_v);
   }
-  copy_rows<X>(st.x + kValues, kPitchV,
-               static_cast<const X*>(p.values.data) + at(p.values, b, t0, hv) + v0,
-               p.values.stride_token, len, kBV, valid_v);
+  copy_rows<X, kBV>(st.x + kValues, kPitchV,
+                    static_cast<const X*>(p.values.data) + at(p.values, b, t0, hv) + v0,
+                    p.values.stride_token, len, valid_v);
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t last = t0 + len - 1;
   // The gates only when given (the kernel reads them only then).
@@ -219,6 +229,14 @@ __device__ __forceinline__ void state_scan_mma(const ScanParams& p, unsigned cha
     }
     mma::cp_async_wait<0>();
     __syncthreads();
+    // Every warp is past the last step, so its stage can take the next chunk's tiles: issued
+    // first, so that they have the whole step to land.
+    if (i + 1 < seq.chunks) {
+      const int64_t next = chunk_of(i + 1);
+      prefetch<X, kReverse>(p, Stage<X>(smem, static_cast<int>((i + 1) & 1)), b,
+                            seq.bos + next * kL, chunk_len(next), h, hv, v0);
+    }
+    mma::cp_async_commit();
     const Stage<X> st(smem, static_cast<int>(i & 1));
     const float g_last = use_g ? st.g[len - 1] : 0.0f;
 
@@ -232,12 +250,6 @@ __device__ __forceinline__ void state_scan_mma(const ScanParams& p, unsigned cha
         *pair = mma::pack2<X>(x.x * f, x.y * f);
       }
       __syncthreads();
-    }
-    // Reverse: qgᵀ·do, off the chain: rows 16 warp of K, 32 columns, over the chunk's rows.
-    float from_q[4][4] = {};
-    if constexpr (kReverse) {
-      mma::warp_mma<X, ALayout::kKM, BLayout::kKN, kL / 16, 4>(from_q, st.x + kQ + row0, kPitchK,
-                                                               st.x + kDo, kPitchV, lane);
     }
     // The per-token product: the warp's 16 x 16 tile of (kg or w)·S.
     {
@@ -282,14 +294,13 @@ __device__ __forceinline__ void state_scan_mma(const ScanParams& p, unsigned cha
         }
       }
     }
-    // Every warp is past the last step, so its stage can take the next chunk's tiles: issued
-    // after this step's first products, which wait for nothing else.
-    if (i + 1 < seq.chunks) {
-      const int64_t next = chunk_of(i + 1);
-      prefetch<X, kReverse>(p, Stage<X>(smem, static_cast<int>((i + 1) & 1)), b,
-                            seq.bos + next * kL, chunk_len(next), h, hv, v0);
+    // Reverse: qgᵀ·do, off the chain: issued after the per-token product (which the chain waits
+    // for), while other warps reach the barrier. Rows 16 warp of K, 32 columns, over the chunk.
+    float from_q[4][4] = {};
+    if constexpr (kReverse) {
+      mma::warp_mma<X, ALayout::kKM, BLayout::kKN, kL / 16, 4>(from_q, st.x + kQ + row0, kPitchK,
+                                                               st.x + kDo, kPitchV, lane);
     }
-    mma::cp_async_commit();
     __syncthreads();
     // S = decay ⊙ S (+ scale qgᵀ·do) + Aᵀ·entering.
 #pragma unroll
