@@ -10,13 +10,15 @@
 //            16 (w % 4), columns 16 (w / 4); stored, and as they enter the update to shared memory
 //   S = decay ⊙ S (+ scale qgᵀ·do, reverse) + Aᵀ·entering (reverse A = w and −dv2, forward kg)
 // qgᵀ·do does not depend on S and is issued after the per-token product. The next chunk's tiles
-// are copied (cp.async, one address per thread and tile, then a pointer step per pass) at the
-// step's start, so that they have the whole step to land; two stages.
+// are copied at the step's start, so that they have the whole step to land (two stages): the
+// K-wide ones (kg, w, q: 48 KB) by six bulk tensor copies from one thread, which keep the load
+// pipe free for the step's ldmatrix, the 32-column ones (do, the values) by cp.async.
 
 #include <cstdint>
 
 #include "cuda/common/device_access.cuh"
 #include "cuda/common/mma_fragments.cuh"
+#include "cuda/common/tma.cuh"
 #include "cuda/scans/params.hpp"
 #include "cuda/scans/sequence.cuh"
 
@@ -33,25 +35,74 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kPitchK = kKPad + 8;  // tile pitches (elements): conflict-free ldmatrix rows
 constexpr int kPitchV = kBV + 8;
 
-// One stage of a chunk's tiles (element offsets into the X region of a stage): the per-token
-// product's A (reverse kg, forward w), the update's A (reverse w, forward kg), q (reverse), do
-// (reverse) and the values (reverse dv, forward u).
+// One stage of a chunk's tiles (element offsets into the X region of a stage). The K-wide tiles
+// arrive by bulk tensor copies (TMA) with the 128-byte swizzle, as two halves of 64 columns
+// (kL rows of 128 bytes each, swizzled_at): the per-token product's A (reverse kg, forward w),
+// the update's A (reverse w, forward kg) and q (reverse). The value-wide tiles arrive by
+// cp.async at pitch kPitchV: do (reverse) and the values (reverse dv, forward u).
+constexpr int kHalfCols = 64;
+constexpr int kKTileElems = kL * kKPad;
 constexpr int kFirst = 0;
-constexpr int kSecond = kFirst + kL * kPitchK;
-constexpr int kQ = kSecond + kL * kPitchK;
-constexpr int kDo = kQ + kL * kPitchK;
+constexpr int kSecond = kFirst + kKTileElems;
+constexpr int kQ = kSecond + kKTileElems;
+constexpr int kDo = kQ + kKTileElems;
 constexpr int kValues = kDo + kL * kPitchV;
 constexpr int kStageX = kValues + kL * kPitchV;
 // Float region of a stage: gk at the chunk's last token (kKPad) and g per row (kL).
 constexpr int kStageFloats = kKPad + kL;
-constexpr int kStageBytes = kStageX * 2 + kStageFloats * 4;
+// Stages start 1024-byte aligned (the swizzle's period).
+constexpr int kStageBytes = (kStageX * 2 + kStageFloats * 4 + 1023) / 1024 * 1024;
 // After the two stages, in X: S twice (kKPad x kPitchV, one per step parity, so that a step's
 // states store can trail its products), S transposed twice for [.., V, K] states (kBV x
-// kPitchK), and the entering values (kL x kPitchV).
+// kPitchK), and the entering values (kL x kPitchV); then one barrier per stage, whose phase
+// completes when the stage's tensor copies have landed.
 constexpr int kSx = 2 * kStageBytes;
 constexpr int kSt = kSx + 2 * kKPad * kPitchV * 2;
 constexpr int kEntering = kSt + 2 * kBV * kPitchK * 2;
-constexpr int kSmemBytes = kEntering + kL * kPitchV * 2;
+constexpr int kBarriers = kEntering + kL * kPitchV * 2;
+// The launch asks for 1024 bytes more: the kernel aligns its base to 1024.
+constexpr int kSmemBytes = kBarriers + 2 * 8 + 1024;
+
+// The K-wide tiles the tensor copies bring per chunk (reverse kg, w, q; forward w, kg).
+template <bool kReverse>
+constexpr int kTensorTiles = kReverse ? 3 : 2;
+
+// Element (row, col) of a swizzled K-wide tile: half col / 64, row `row` of 128 bytes in it, its
+// 16-byte chunk (col % 64) / 8 stored at chunk ^ (row % 8), so that the 8 rows an ldmatrix reads
+// at one column hit 8 different bank groups.
+template <typename X>
+__device__ __forceinline__ const X* swizzled_at(const X* tile, int row, int col) {
+  const int chunk = (col % kHalfCols) / 8;
+  return tile + (col / kHalfCols) * (kL * kHalfCols) + row * kHalfCols + ((chunk ^ (row % 8)) * 8) +
+         col % 8;
+}
+
+// acc[nt] += A (16 x 16 kKSteps) · B (16 kKSteps x 8 kNTiles) for one warp, A from a swizzled
+// K-wide tile: kMK, A(m, k) = tile(row0 + m, col0 + k); kKM, A(m, k) = tile(row0 + k, col0 + m).
+// B at `b_origin` (pitch b_ld) as in mma::warp_mma.
+template <typename X, ALayout kA, BLayout kB, int kKSteps, int kNTiles>
+__device__ __forceinline__ void warp_mma_swizzled_a(float (&acc)[kNTiles][4], const X* a_tile,
+                                                    int row0, int col0, const X* b_origin, int b_ld,
+                                                    int lane) {
+  const int q = lane / 8, r = lane % 8;
+#pragma unroll
+  for (int s = 0; s < kKSteps; ++s) {
+    uint32_t a[4];
+    if constexpr (kA == ALayout::kMK) {
+      // matrices: (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
+      mma::ldmatrix_x4(a, swizzled_at(a_tile, row0 + r + (q % 2) * 8, col0 + 16 * s + (q / 2) * 8));
+    } else {
+      // stored rows are k: (k 0-7, m 0-7), (k 0-7, m 8-15), (k 8-15, m 0-7), (k 8-15, m 8-15)
+      mma::ldmatrix_x4_trans(
+          a, swizzled_at(a_tile, row0 + 16 * s + r + (q / 2) * 8, col0 + (q % 2) * 8));
+    }
+    uint32_t b[kNTiles][2];
+    mma::load_b<kB, kNTiles>(b, kB == BLayout::kNK ? b_origin + 16 * s : b_origin + 16 * s * b_ld,
+                             b_ld, lane);
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) mma::mma_16816<X>(acc[nt], a, b[nt]);
+  }
+}
 
 __device__ __forceinline__ void cp_async_4(void* dst, const void* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(mma::smem_u32(dst)), "l"(src),
@@ -90,11 +141,13 @@ struct Stage {
   X* x;
   float* gk_last;
   float* g;
+  uint64_t* landed;  // the stage's barrier: its tensor copies' bytes
   __device__ Stage(unsigned char* base, int index) {
     unsigned char* s = base + index * kStageBytes;
     x = reinterpret_cast<X*>(s);
     gk_last = reinterpret_cast<float*>(s + kStageX * 2);
     g = gk_last + kKPad;
+    landed = reinterpret_cast<uint64_t*>(base + kBarriers) + index;
   }
 };
 
@@ -104,15 +157,28 @@ __device__ __forceinline__ void prefetch(const ScanParams& p, const Stage<X>& st
                                          int64_t t0, int len, int64_t h, int64_t hv, int64_t v0) {
   const int K = static_cast<int>(p.K);
   const int valid_v = static_cast<int>(p.V - v0 < kBV ? p.V - v0 : kBV);
-  const X* k = static_cast<const X*>(p.k.data) + at(p.k, b, t0, h);
-  const X* w = static_cast<const X*>(p.w.data) + at(p.w, b, t0, hv);
-  copy_rows<X, kKPad>(st.x + kFirst, kPitchK, kReverse ? k : w,
-                      kReverse ? p.k.stride_token : p.w.stride_token, len, K);
-  copy_rows<X, kKPad>(st.x + kSecond, kPitchK, kReverse ? w : k,
-                      kReverse ? p.w.stride_token : p.k.stride_token, len, K);
+  // The K-wide tiles, whole boxes of kL rows from t0 (rows past the tensor's end come as
+  // zeros; rows past a varlen sequence's end belong to the next one, and the step keeps them
+  // out of the update), announced on the stage's barrier first.
+  if (threadIdx.x == 0) {
+    constexpr int kTiles = kTensorTiles<kReverse>;
+    tma::fence_proxy_async_shared();
+    tma::barrier_arrive_expect(st.landed, kTiles * kKTileElems * 2);
+    const int t = static_cast<int>(t0), bb = static_cast<int>(b);
+#pragma unroll
+    for (int tile = 0; tile < kTiles; ++tile) {
+      const TensorMapBytes& map = tile == 0 ? p.first_map : tile == 1 ? p.second_map : p.q_map;
+      // Reverse kg and q are per key head, w per value head; forward w per value head, kg per
+      // key head.
+      const int head = static_cast<int>(kReverse ? (tile == 1 ? hv : h) : (tile == 0 ? hv : h));
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        tma::copy_tile_4d(st.x + tile * kKTileElems + half * kL * kHalfCols, map, st.landed,
+                          half * kHalfCols, head, t, bb);
+      }
+    }
+  }
   if constexpr (kReverse) {
-    copy_rows<X, kKPad>(st.x + kQ, kPitchK, static_cast<const X*>(p.q.data) + at(p.q, b, t0, h),
-                        p.q.stride_token, len, K);
     copy_rows<X, kBV>(st.x + kDo, kPitchV,
                       static_cast<const X*>(p.do_.data) + at(p.do_, b, t0, hv) + v0,
                       p.do_.stride_token, len, valid_v);
@@ -154,10 +220,13 @@ __device__ __forceinline__ void store_states(const ScanParams& p, const X* S_x, 
       }
     }
   } else {  // [.., V, K]: rows v, K columns
-    for (int e = tid; e < valid_v * (K / 8); e += kThreads) {
-      const int j = e / (K / 8), k0 = 8 * (e % (K / 8));
-      *reinterpret_cast<uint4*>(out + (v0 + j) * p.states.stride_v + k0) =
-          *reinterpret_cast<const uint4*>(S_t + j * kPitchK + k0);
+    // (Pieces of kKPad columns, so that the division is by a constant.)
+    for (int e = tid; e < valid_v * (kKPad / 8); e += kThreads) {
+      const int j = e / (kKPad / 8), k0 = 8 * (e % (kKPad / 8));
+      if (k0 < K) {
+        *reinterpret_cast<uint4*>(out + (v0 + j) * p.states.stride_v + k0) =
+            *reinterpret_cast<const uint4*>(S_t + j * kPitchK + k0);
+      }
     }
   }
 }
@@ -176,6 +245,12 @@ __device__ __forceinline__ void state_scan_mma(const ScanParams& p, unsigned cha
   const bool v_first = p.states.stride_v != 1;
   const int64_t b = seq.batch;
   const int valid_v = static_cast<int>(p.V - v0 < kBV ? p.V - v0 : kBV);
+  if (tid == 0) {
+    tma::barrier_init(Stage<X>(smem, 0).landed);
+    tma::barrier_init(Stage<X>(smem, 1).landed);
+    tma::barrier_init_fence();
+  }
+  __syncthreads();
 
   // S's fragment: rows 16 warp + g8 (+ 8), columns 8 nt + 2 tq (+ 1).
   float S[4][4];
@@ -228,6 +303,8 @@ __device__ __forceinline__ void state_scan_mma(const ScanParams& p, unsigned cha
       }
     }
     mma::cp_async_wait<0>();
+    tma::barrier_wait(Stage<X>(smem, static_cast<int>(i & 1)).landed,
+                      static_cast<uint32_t>(i >> 1) & 1);
     __syncthreads();
     // Every warp is past the last step, so its stage can take the next chunk's tiles: issued
     // first, so that they have the whole step to land.
@@ -256,11 +333,10 @@ __device__ __forceinline__ void state_scan_mma(const ScanParams& p, unsigned cha
       const int r0 = 16 * (warp % 4), c0 = 16 * (warp / 4);
       // Two accumulators over K's halves: half the dependent chain of mma.sync.
       float acc[2][4] = {}, upper[2][4] = {};
-      mma::warp_mma<X, ALayout::kMK, BLayout::kKN, kKPad / 32, 2>(acc, st.x + kFirst + r0 * kPitchK,
-                                                                  kPitchK, S_x + c0, kPitchV, lane);
-      mma::warp_mma<X, ALayout::kMK, BLayout::kKN, kKPad / 32, 2>(
-          upper, st.x + kFirst + r0 * kPitchK + kKPad / 2, kPitchK,
-          S_x + (kKPad / 2) * kPitchV + c0, kPitchV, lane);
+      warp_mma_swizzled_a<X, ALayout::kMK, BLayout::kKN, kKPad / 32, 2>(acc, st.x + kFirst, r0, 0,
+                                                                        S_x + c0, kPitchV, lane);
+      warp_mma_swizzled_a<X, ALayout::kMK, BLayout::kKN, kKPad / 32, 2>(
+          upper, st.x + kFirst, r0, kKPad / 2, S_x + (kKPad / 2) * kPitchV + c0, kPitchV, lane);
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
@@ -285,7 +361,8 @@ __device__ __forceinline__ void state_scan_mma(const ScanParams& p, unsigned cha
           } else {
             enters = mma::pack2<X>(total0 * f, total1 * f);
           }
-          *reinterpret_cast<uint32_t*>(entering + r * kPitchV + col) = enters;
+          // Rows past the chunk's end (another sequence's tokens, or zeros) enter as zeros.
+          *reinterpret_cast<uint32_t*>(entering + r * kPitchV + col) = r < len ? enters : 0u;
           if (r < len && col < valid_v) {
             *reinterpret_cast<uint32_t*>(static_cast<X*>(p.values_out) +
                                          ((b * p.T + t0 + r) * p.HV + hv) * p.V + v0 + col) =
@@ -298,8 +375,8 @@ __device__ __forceinline__ void state_scan_mma(const ScanParams& p, unsigned cha
     // for), while other warps reach the barrier. Rows 16 warp of K, 32 columns, over the chunk.
     float from_q[4][4] = {};
     if constexpr (kReverse) {
-      mma::warp_mma<X, ALayout::kKM, BLayout::kKN, kL / 16, 4>(from_q, st.x + kQ + row0, kPitchK,
-                                                               st.x + kDo, kPitchV, lane);
+      warp_mma_swizzled_a<X, ALayout::kKM, BLayout::kKN, kL / 16, 4>(from_q, st.x + kQ, 0, row0,
+                                                                     st.x + kDo, kPitchV, lane);
     }
     __syncthreads();
     // S = decay ⊙ S (+ scale qgᵀ·do) + Aᵀ·entering.
@@ -316,8 +393,8 @@ __device__ __forceinline__ void state_scan_mma(const ScanParams& p, unsigned cha
         }
       }
     }
-    mma::warp_mma<X, ALayout::kKM, BLayout::kKN, kL / 16, 4>(S, st.x + kSecond + row0, kPitchK,
-                                                             entering, kPitchV, lane);
+    warp_mma_swizzled_a<X, ALayout::kKM, BLayout::kKN, kL / 16, 4>(S, st.x + kSecond, 0, row0,
+                                                                   entering, kPitchV, lane);
     // The states' store, off the chain: its buffers stay untouched until the step after next.
     store_states<X>(p, S_x, S_t, b, seq.chunk0 + c, hv, v0, valid_v);
   }
@@ -338,16 +415,25 @@ __device__ __forceinline__ void state_scan_mma(const ScanParams& p, unsigned cha
   }
 }
 
-template <typename X>
-__global__ void __launch_bounds__(kThreads, 1) chunk_bwd_dhu_mma_kernel(const ScanParams p) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  state_scan_mma<X, true>(p, smem);
+// The dynamic shared memory's base, rounded up to the swizzle's 1024-byte period (the launch asks
+// for 1024 bytes more).
+__device__ __forceinline__ unsigned char* aligned_smem(unsigned char* base) {
+  const uint32_t address = tma::smem_address(base);
+  return base + ((1024 - address % 1024) % 1024);
 }
 
 template <typename X>
-__global__ void __launch_bounds__(kThreads, 1) chunk_fwd_h_mma_kernel(const ScanParams p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    chunk_bwd_dhu_mma_kernel(const __grid_constant__ ScanParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  state_scan_mma<X, false>(p, smem);
+  state_scan_mma<X, true>(p, aligned_smem(smem));
+}
+
+template <typename X>
+__global__ void __launch_bounds__(kThreads, 1)
+    chunk_fwd_h_mma_kernel(const __grid_constant__ ScanParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  state_scan_mma<X, false>(p, aligned_smem(smem));
 }
 
 }  // namespace kda::cuda::scans::mma16

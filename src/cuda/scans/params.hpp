@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/tensor_map.hpp"
 #include "cuda/common/views.hpp"
 
 namespace kda::cuda::scans {
@@ -47,6 +48,10 @@ struct ScanParams {
   int64_t heads_per_group = 1;  // HV / H
   int chunk_size = 64;
   float scale = 1.0f;  // reverse only
+
+  // The tensor-core kernel's tile maps of its K-wide tiles (encode_tile_maps): the per-token
+  // product's A (reverse k, forward w), the update's A (reverse w, forward k), q (reverse).
+  TensorMapBytes first_map, second_map, q_map;
 };
 
 }  // namespace kda::cuda::scans

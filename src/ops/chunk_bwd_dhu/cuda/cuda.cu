@@ -24,9 +24,11 @@ Status run_chunk_bwd_dhu_cuda(const ChunkBwdDhuProblem& problem, const ChunkBwdD
   p.state_out = scans::seq_state_view(problem.dh0, v_first);
   p.values_out = problem.dv2.data;
   p.scale = static_cast<float>(dims.scale);
-  const bool mma_takes = scans::mma_kernel_takes(
-      dims.x_dtype, dims.BT, dims.K, dims.V,
-      {&problem.q, &problem.k, &problem.w, &problem.do_, &problem.dv}, problem.dh);
+  const bool mma_takes =
+      scans::mma_kernel_takes(dims.x_dtype, dims.BT, dims.K, dims.V,
+                              {&problem.q, &problem.k, &problem.w, &problem.do_, &problem.dv},
+                              problem.dh) &&
+      scans::encode_tile_maps(&p, problem.k, problem.w, &problem.q);
   return scans::run_scan<true>(p, dims.x_dtype, mma_takes, kernel, problem.q.device.index, stream);
 }
 

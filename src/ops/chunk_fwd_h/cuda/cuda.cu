@@ -23,7 +23,8 @@ Status run_chunk_fwd_h_cuda(const ChunkFwdHProblem& problem, const ChunkFwdHDims
   p.state_out = scans::seq_state_view(problem.final_state, v_first);
   p.values_out = problem.v_new.data;
   const bool mma_takes = scans::mma_kernel_takes(dims.x_dtype, dims.BT, dims.K, dims.V,
-                                                 {&problem.k, &problem.w, &problem.u}, problem.h);
+                                                 {&problem.k, &problem.w, &problem.u}, problem.h) &&
+                         scans::encode_tile_maps(&p, problem.w, problem.k, nullptr);
   return scans::run_scan<false>(p, dims.x_dtype, mma_takes, kernel, problem.k.device.index, stream);
 }
 
