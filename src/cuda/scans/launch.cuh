@@ -15,6 +15,7 @@
 #include "cuda/common/dispatch.hpp"
 #include "cuda/common/dtype_tag.cuh"
 #include "cuda/common/kernel_attributes.hpp"
+#include "cuda/common/token_tile_map.hpp"
 #include "cuda/scans/mma_kernel.cuh"
 #include "cuda/scans/simt_kernel.cuh"
 #include "kda/backend.hpp"
@@ -37,28 +38,16 @@ inline bool mma_kernel_takes(DType x, int64_t BT, int64_t K, int64_t V,
   return reinterpret_cast<uintptr_t>(states.data) % 16 == 0;
 }
 
-// The tile map of a [B, T, heads, K] tensor for the tensor-core kernel's K-wide tiles: boxes of
-// 64 columns x 64 tokens of one head, with the 128-byte swizzle (dims innermost first: columns,
-// heads, tokens, batch).
-inline bool encode_k_tile_map(TensorMapBytes* map, const TensorView& t) {
-  const auto elem = static_cast<uint64_t>(dtype_size(t.dtype));
-  const uint64_t dims[4] = {static_cast<uint64_t>(t.shape[3]), static_cast<uint64_t>(t.shape[2]),
-                            static_cast<uint64_t>(t.shape[1]), static_cast<uint64_t>(t.shape[0])};
-  const uint64_t strides[3] = {static_cast<uint64_t>(t.strides[2]) * elem,
-                               static_cast<uint64_t>(t.strides[1]) * elem,
-                               static_cast<uint64_t>(t.strides[0]) * elem};
-  const uint32_t box[4] = {mma16::kHalfCols, 1, mma16::kL, 1};
-  return t.strides[3] == 1 &&
-         encode_tile_map_4d(map, t.data, static_cast<int>(elem), t.dtype == DType::f16, dims,
-                            strides, box, TileSwizzle::bytes128);
-}
-
 // The tensor-core kernel's tile maps (reverse: k, w, q; forward: w, k, no q): false when one
 // cannot be encoded, and the general kernel then takes the problem.
 inline bool encode_tile_maps(ScanParams* p, const TensorView& first, const TensorView& second,
                              const TensorView* q) {
-  return encode_k_tile_map(&p->first_map, first) && encode_k_tile_map(&p->second_map, second) &&
-         (q == nullptr || encode_k_tile_map(&p->q_map, *q));
+  // Boxes of 64 columns x 64 tokens of one head, with the 128-byte swizzle.
+  const auto encode = [](TensorMapBytes* map, const TensorView& t) {
+    return encode_token_rows_map(map, t, mma16::kL, mma16::kHalfCols, TileSwizzle::bytes128);
+  };
+  return encode(&p->first_map, first) && encode(&p->second_map, second) &&
+         (q == nullptr || encode(&p->q_map, *q));
 }
 
 inline dim3 grid_of(const ScanParams& p, int slice) {

@@ -11,8 +11,9 @@
 //   S = decay ⊙ S (+ scale qgᵀ·do, reverse) + Aᵀ·entering (reverse A = w and −dv2, forward kg)
 // qgᵀ·do does not depend on S and is issued after the per-token product. The next chunk's tiles
 // are copied at the step's start, so that they have the whole step to land (two stages): the
-// K-wide ones (kg, w, q: 48 KB) by six bulk tensor copies from one thread, which keep the load
-// pipe free for the step's ldmatrix, the 32-column ones (do, the values) by cp.async.
+// K-wide ones (reverse kg, w, q: 48 KB; forward w, kg) by six or four bulk tensor copies from one
+// thread, which keep the load pipe free for the step's ldmatrix, the 32-column ones (do, the
+// values) by cp.async.
 
 #include <cstdint>
 
@@ -32,7 +33,9 @@ constexpr int kKPad = 128;  // K, zero-padded
 constexpr int kBV = 32;     // value columns per CTA
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kPitchK = kKPad + 8;  // tile pitches (elements): conflict-free ldmatrix rows
+// Pitches (elements) of the padded tiles, whose ldmatrix rows are conflict-free: K-wide rows (the
+// transposed state) and 32-column rows (do, the values, the state, the entering values).
+constexpr int kPitchK = kKPad + 8;
 constexpr int kPitchV = kBV + 8;
 
 // One stage of a chunk's tiles (element offsets into the X region of a stage). The K-wide tiles

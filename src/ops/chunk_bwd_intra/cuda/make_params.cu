@@ -3,26 +3,12 @@
 
 #include <cstdint>
 
+#include "cuda/common/token_tile_map.hpp"
 #include "ops/chunk_bwd_intra/cuda/make_params.hpp"
 
 namespace kda::cuda::intra {
 
 namespace {
-
-// A [B, T, heads, cols] tensor's tile map with boxes of `rows` tokens x `cols` columns of one
-// head (dims innermost first: columns, heads, tokens, batch).
-bool encode_rows_map(TensorMapBytes* map, const TensorView& t, int rows, int cols) {
-  if (t.strides[3] != 1) return false;
-  const auto elem = static_cast<uint64_t>(dtype_size(t.dtype));
-  const uint64_t dims[4] = {static_cast<uint64_t>(t.shape[3]), static_cast<uint64_t>(t.shape[2]),
-                            static_cast<uint64_t>(t.shape[1]), static_cast<uint64_t>(t.shape[0])};
-  const uint64_t strides[3] = {static_cast<uint64_t>(t.strides[2]) * elem,
-                               static_cast<uint64_t>(t.strides[1]) * elem,
-                               static_cast<uint64_t>(t.strides[0]) * elem};
-  const uint32_t box[4] = {static_cast<uint32_t>(cols), 1, static_cast<uint32_t>(rows), 1};
-  return encode_tile_map_4d(map, t.data, static_cast<int>(elem), t.dtype == DType::f16, dims,
-                            strides, box);
-}
 
 // The bulk-copy maps of IntraParams::maps (the tiles, and the incoming dq, dk, dg for their L2
 // prefetch). Sets tma_copies when every one encoded.
@@ -31,15 +17,15 @@ void encode_maps(const ChunkBwdIntraProblem& problem, const ChunkBwdIntraDims& d
   const int bt = static_cast<int>(dims.BT);
   const IntraStageMap map = intra_stage_map(bt, static_cast<int>(dtype_size(problem.q.dtype)));
   constexpr int kPass = IntraSmemLayout::kMaxPassChannels;
-  bool ok = encode_rows_map(&p->maps.q, problem.q, bt, map.ld_x) &&
-            encode_rows_map(&p->maps.k, problem.k, bt, map.ld_x) &&
-            encode_rows_map(&p->maps.g, problem.g, bt, map.ld_g) &&
-            encode_rows_map(&p->maps.dq, problem.dq, bt, kPass) &&
-            encode_rows_map(&p->maps.dk, problem.dk, bt, kPass) &&
-            encode_rows_map(&p->maps.dg, problem.dg, bt, kPass);
+  bool ok = encode_token_rows_map(&p->maps.q, problem.q, bt, map.ld_x) &&
+            encode_token_rows_map(&p->maps.k, problem.k, bt, map.ld_x) &&
+            encode_token_rows_map(&p->maps.g, problem.g, bt, map.ld_g) &&
+            encode_token_rows_map(&p->maps.dq, problem.dq, bt, kPass) &&
+            encode_token_rows_map(&p->maps.dk, problem.dk, bt, kPass) &&
+            encode_token_rows_map(&p->maps.dg, problem.dg, bt, kPass);
   for (int s = 0; ok && s < bt / 16; ++s) {
-    ok = encode_rows_map(&p->maps.dAqk[s], problem.dAqk, 16, intra_a_ld(s)) &&
-         encode_rows_map(&p->maps.dAkk[s], problem.dAkk, 16, intra_a_ld(s));
+    ok = encode_token_rows_map(&p->maps.dAqk[s], problem.dAqk, 16, intra_a_ld(s)) &&
+         encode_token_rows_map(&p->maps.dAkk[s], problem.dAkk, 16, intra_a_ld(s));
   }
   p->tma_copies = ok;
 }
