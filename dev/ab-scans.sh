@@ -5,9 +5,10 @@
 #   dev/ab-scans.sh [--rounds N] NAME=DIR[@VAR=VALUE...] ...
 # For each build: test_dhu_cuda and test_fwd_h_cuda (every test), then racecheck + synccheck on
 # test_dhu_cuda's Subset; then `kda run chunk_bwd_dhu` and `kda run chunk_fwd_h --repeat 30` at
-# B=1 T=8192 H=32 K=V=128 bf16, states K-first and V-first (inputs generated once by the base
-# build), the builds alternated N rounds (default 2). Under $OUT/ab-scans/: summary.txt and
-# logs.tar.gz, the summary printed last (dev/ab-builds.sh: KDA_AB_SECONDS, KDA_AB_SANITIZERS).
+# B=1 T=8192 H=32 K=V=128 bf16, states K-first and V-first, and on the varlen mix (V-first;
+# inputs generated once by the base build), the builds alternated N rounds (default 2). Under
+# $OUT/ab-scans/: summary.txt and logs.tar.gz, the summary printed last (dev/ab-builds.sh:
+# KDA_AB_SECONDS, KDA_AB_SANITIZERS).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 rounds=2
@@ -26,5 +27,7 @@ shape=(--shape "1,8192,32,128,128")
 for op in chunk_bwd_dhu chunk_fwd_h; do
   ab_kda_input "$op" kfirst "${shape[@]}"
   ab_kda_input "$op" vfirst "${shape[@]}" --state-v-first
-  ab_kda_rounds "$op" 30 30 "$rounds" kfirst vfirst
+  # The issues' varlen mix (six sequences, 8192 tokens), V-first.
+  ab_kda_input "$op" mix "${shape[@]}" --state-v-first --seqlens 1300,547,2048,963,271,3063
+  ab_kda_rounds "$op" 30 30 "$rounds" kfirst vfirst mix
 done
