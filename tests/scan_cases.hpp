@@ -3,7 +3,8 @@
 // cases over either operator's random-problem config (DhuConfig, FwdHConfig), so that both
 // kernels of both directions see the same options: the tensor-core kernel's shape with every
 // option (V-first states, fp16, the per-head gate, no incoming state, GVA with K = 64 and an odd
-// V, varlen with int32 indices), then the general kernel's (float32, BT 16 and 32, odd K and V,
+// V, varlen with int32 indices, K = 96, a chain of 1024 chunks, 200 short sequences), then the
+// general kernel's (float32, BT 16 and 32, odd K and V,
 // K = 256).
 
 #include <cstdio>
@@ -93,6 +94,37 @@ std::vector<ScanCase<Config>> scan_full_cases(const std::function<void(Config&)>
     c.config.T = 284;
     c.config.pass_chunk_indices = true;
     c.int32_indices = true;
+    cases.push_back(c);
+  }
+  {
+    // K = 96: the second 64-column box of the K-wide tiles lies partly past K (zero-filled).
+    C c{"mma_fp16_k96_v64", scan_base<Config>(DType::f16, 96, 64, 64)};
+    c.config.B = 1;
+    c.config.T = 200;
+    cases.push_back(c);
+  }
+  {
+    // A long chain: 1024 steps of one sequence per head (B·H = 8), small K and V so that the
+    // float64 reference stays a few seconds.
+    C c{"mma_bf16_long_t65536_h8_k32_v32_vfirst", scan_base<Config>(DType::bf16, 32, 32, 64)};
+    c.config.B = 1;
+    c.config.T = 65536;
+    c.config.H = 8;
+    c.config.state_v_first = true;
+    cases.push_back(c);
+  }
+  {
+    // Many short sequences (1 to 61 tokens), most of them a single partial chunk.
+    C c{"mma_bf16_many_short_seqs", scan_mma_base<Config>()};
+    c.config.H = 2;
+    c.config.seqlens.clear();
+    int64_t total = 0;
+    for (int i = 0; i < 200; ++i) {
+      c.config.seqlens.push_back((i * 37) % 61 + 1);
+      total += c.config.seqlens.back();
+    }
+    c.config.T = total;
+    c.config.pass_chunk_indices = true;
     cases.push_back(c);
   }
   for (C& c : cases) c.tensor_cores = true;
