@@ -20,7 +20,8 @@ scan), then one of two tails, as ``BACKWARD`` (or ``KDA_LAYER_BACKWARD`` at impo
 Both tails take the state scans from fla (``chunk_gated_delta_rule_fwd_h``,
 ``chunk_gated_delta_rule_bwd_dhu``) unless ``FORWARD_SCAN`` / ``REVERSE_SCAN`` (or
 ``KDA_LAYER_FORWARD_SCAN`` / ``KDA_LAYER_REVERSE_SCAN`` at import) is "kda": this library's
-chunk_fwd_h / chunk_bwd_dhu, not yet faster than fla's kernels (docs/performance.md).
+chunk_fwd_h / chunk_bwd_dhu, faster than fla's at one chain per SM in the forward direction, not
+yet on many sequences (docs/performance.md).
 
 ``STAGES`` is the split tail's list unless ``BACKWARD`` is "epilogue" ("auto" picks per call).
 The backward recomputes what fla's default call recomputes (fla's ``disable_recompute=False``).
