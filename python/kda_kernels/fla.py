@@ -11,10 +11,11 @@ For the calls handed back, fla's own backward dispatches its stages
 (fla/ops/kda/chunk_intra.py), both decorated ``@dispatch('kda')``, through its KDA backend
 registry: for each call it walks the registered backends by priority and takes the first whose
 verifier accepts the call and that implements the function; if none does, fla's own Triton
-kernel runs. The same backend implements those two as well, and fla's reverse state scan
-``chunk_gated_delta_rule_bwd_dhu`` (fla/ops/common/chunk_delta_h.py, ``@dispatch('common')``:
-the scan every delta-rule layer's backward shares, so fla's Gated DeltaNet trains on it too);
-no other fla function, so every other keeps its usual path. Their verifiers hand back to
+kernel runs. The same backend implements those two as well, and, when asked for by name
+(``enable(ops=...)``: it is not yet faster than fla's kernel everywhere, docs/performance.md),
+fla's reverse state scan ``chunk_gated_delta_rule_bwd_dhu`` (fla/ops/common/chunk_delta_h.py,
+``@dispatch('common')``: the scan every delta-rule layer's backward shares, so fla's Gated
+DeltaNet trains on it too); no other fla function, so every other keeps its usual path. Their verifiers hand back to
 fla every call this library has no kernel for: non-CUDA tensors, other dtypes, K or V > 256,
 chunk sizes other than 16/32/64, and any operator whose CUDA kernel the loaded libkda lacks
 (``enable()`` asks the library once, see ``CUDA_KERNELS``).
@@ -56,6 +57,10 @@ CUDA_KERNEL_NOTES = {}
 # other delta rules); the others (chunk_kda_bwd_epilogue) have no fla counterpart.
 STAGES = ("chunk_kda_bwd_wy_dqkg_fused", "chunk_kda_bwd_intra")
 COMMON_STAGES = ("chunk_gated_delta_rule_bwd_dhu",)
+# What enable() takes when not told (ops=None): every operator that is faster than fla's kernel
+# on the calls it serves. The reverse scan is not yet (2-7% slower at one chain per SM, about 2x
+# on many sequences: docs/performance.md), and it would run under every delta-rule layer.
+OPT_IN = COMMON_STAGES
 
 # Per operator: tensors that must have q's dtype, tensors that must be float32, tensors that may
 # be either (the verifiers' dtype rules; h / dh of chunk_bwd_wy_dqkg have a rule of their own).
@@ -512,11 +517,11 @@ def _functions():
 
 
 def _operator_names(ops):
-    """`ops` (None: every operator) checked against the operators this backend has, as a tuple
-    of fla names in _functions()' order."""
+    """`ops` (None: every operator but OPT_IN's) checked against the operators this backend
+    has, as a tuple of fla names in _functions()' order."""
     every = _functions()
     if ops is None:
-        return every
+        return tuple(name for name in every if name not in OPT_IN)
     if isinstance(ops, str):
         ops = (ops,)  # a lone name, not its characters
     ops = tuple(ops)
@@ -557,12 +562,12 @@ def enable(ops=None):
     one it serves (no ``cp_context``, ``disable_recompute``, ``return_intermediate_states`` or
     ``use_graph``: those go back to fla, which logs the reason), and fla's
     ``chunk_kda_bwd_wy_dqkg_fused`` and ``chunk_kda_bwd_intra`` (steps inside fla's own
-    backward, for the calls handed back) and ``chunk_gated_delta_rule_bwd_dhu`` (the reverse
-    state scan of every delta-rule layer) run on kda_kernels' CUDA kernels whenever the call is
-    one they have a kernel for (CUDA tensors, X in float16/bfloat16/float32, K, V <= 256,
-    chunk_size 16/32/64, and an operator whose CUDA kernel the loaded libkda has: checked here
-    once, by running a tiny problem of each, see ``CUDA_KERNELS``); other calls run fla's
-    Triton kernels as before. Calling it again is harmless; a call with other ``ops`` replaces
+    backward, for the calls handed back), and with ``ops`` naming it
+    ``chunk_gated_delta_rule_bwd_dhu`` (the reverse state scan of every delta-rule layer), run
+    on kda_kernels' CUDA kernels whenever the call is one they have a kernel for (CUDA tensors,
+    X in float16/bfloat16/float32, K, V <= 256, chunk_size 16/32/64, and an operator whose CUDA
+    kernel the loaded libkda has: checked here once, by running a tiny problem of each, see
+    ``CUDA_KERNELS``); other calls run fla's Triton kernels as before. Calling it again is harmless; a call with other ``ops`` replaces
     the previous choice.
 
     Parameters
@@ -570,7 +575,8 @@ def enable(ops=None):
     ops : iterable of str, optional
         The fla names of the functions to take over (``chunk_kda`` and the stage functions),
         e.g. ``("chunk_kda_bwd_wy_dqkg_fused",)``; fla runs its own for the others. None (the
-        default) takes every one kda_kernels has.
+        default) takes every one kda_kernels has but those in ``OPT_IN`` (the reverse state
+        scan, not yet faster than fla's everywhere), which only a name in ``ops`` takes.
 
     Raises
     ------
@@ -615,7 +621,7 @@ def is_enabled():
 
 
 def enabled_operators():
-    """The fla names of the operators the registered backend takes (all of them after
+    """The fla names of the operators the registered backend takes (all but OPT_IN's after
     ``enable()``, the chosen ones after ``enable(ops=...)``); () when not enabled."""
     try:
         release = _release()

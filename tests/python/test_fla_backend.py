@@ -443,7 +443,9 @@ def fake_fla(monkeypatch, request):
 
 
 def test_operator_names():
-    assert kfla._operator_names(None) == (WY, INTRA, DHU, LAYER)
+    # The reverse scan only by name (OPT_IN: not yet faster than fla's everywhere).
+    assert kfla._operator_names(None) == (WY, INTRA, LAYER)
+    assert kfla._operator_names((DHU, LAYER)) == (DHU, LAYER)
     assert kfla._operator_names((INTRA, WY)) == (WY, INTRA)  # _functions()' order
     assert kfla._operator_names(WY) == (WY,)  # a lone name, not its letters
     with pytest.raises(ValueError, match=r"unknown operator\(s\) \['chunk_bwd_intra'\]"):
@@ -472,6 +474,9 @@ def test_enable_a_subset_of_the_operators(fake_fla):
     assert kfla.enabled_operators() == (WY, INTRA)
     assert fake_fla._backends[kfla.BACKEND_TYPE].chunk_kda is None
     kfla.enable()
+    assert kfla.enabled_operators() == (WY, INTRA, LAYER)
+    assert fake_fla._backends[kfla.BACKEND_TYPE].chunk_gated_delta_rule_bwd_dhu is None
+    kfla.enable(ops=(WY, INTRA, DHU, LAYER))
     assert type(fake_fla._backends[kfla.BACKEND_TYPE]) is kfla._backend_class
     assert kfla.enabled_operators() == (WY, INTRA, DHU, LAYER)
     kfla.disable()
