@@ -411,10 +411,11 @@ def record_calls(cls, names):
     other than tensors (kept out so that no recorded call holds device memory) to a list.
     Returns (calls, restore): calls maps each name to its list, restore() puts the original
     methods back. fla's dispatch looks our backend's functions up on the registered instance,
-    so wrapping its class observes every call fla makes."""
+    so wrapping its class observes every call fla makes. A name whose attribute is None (an
+    operator the registered subset does not take: fla passes it by) stays None, with no calls."""
     import torch
 
-    originals = {name: getattr(cls, name) for name in names}
+    originals = {name: getattr(cls, name) for name in names if getattr(cls, name) is not None}
     calls = {name: [] for name in names}
 
     def recording(name, original):

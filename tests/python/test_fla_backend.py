@@ -16,7 +16,8 @@ from kda_kernels import _fla_release, _signatures  # noqa: E402
 
 # The operators fla dispatches (chunk_kda_bwd_epilogue has no fla counterpart).
 STAGE_SIGNATURES = [s for s in _signatures.SIGNATURES if s.fla_name in kfla.STAGES]
-from kda_testing import INTRA_OUTPUT_NAMES, torch_intra_problem, torch_problem  # noqa: E402
+from kda_testing import (INTRA_OUTPUT_NAMES, record_calls, torch_intra_problem,  # noqa: E402
+                         torch_problem)
 
 
 @pytest.fixture
@@ -484,6 +485,24 @@ def test_enable_a_subset_of_the_operators(fake_fla):
     assert fake_fla._backends == {}
     if fake_fla.cached_active:
         assert fake_fla._active is None  # 0.5.2's cached choice no longer names ours
+
+
+def test_record_calls_passes_over_operators_the_subset_leaves_out():
+    """record_calls (the fla peer run wraps every function of the registered class) leaves an
+    attribute that is None alone: wrapping it would hand fla's dispatch a function to call."""
+
+    class Backend:
+        def stage(self, x=1):
+            return x
+
+        scan = None
+
+    calls, restore = record_calls(Backend, ("stage", "scan"))
+    assert Backend.scan is None
+    assert Backend().stage(x=2) == 2
+    assert calls == {"stage": [{"x": 2}], "scan": []}
+    restore()
+    assert Backend.scan is None and Backend().stage() == 1
 
 
 @pytest.mark.parametrize("ops", [(WY,), (INTRA,), None], ids=["wy", "intra", "both"])
