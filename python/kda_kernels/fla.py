@@ -15,10 +15,10 @@ kernel runs. The same backend implements those two as well, and, when asked for 
 (``enable(ops=...)``: it is not yet faster than fla's kernel everywhere, docs/performance.md),
 fla's reverse state scan ``chunk_gated_delta_rule_bwd_dhu`` (fla/ops/common/chunk_delta_h.py,
 ``@dispatch('common')``: the scan every delta-rule layer's backward shares, so fla's Gated
-DeltaNet trains on it too); no other fla function, so every other keeps its usual path. Their verifiers hand back to
-fla every call this library has no kernel for: non-CUDA tensors, other dtypes, K or V > 256,
-chunk sizes other than 16/32/64, and any operator whose CUDA kernel the loaded libkda lacks
-(``enable()`` asks the library once, see ``CUDA_KERNELS``).
+DeltaNet trains on it too); no other fla function, so every other keeps its usual path. Their
+verifiers hand back to fla every call this library has no kernel for: non-CUDA tensors, other
+dtypes, K or V > 256, chunk sizes other than 16/32/64, and any operator whose CUDA kernel the
+loaded libkda lacks (``enable()`` asks the library once, see ``CUDA_KERNELS``).
 
 fla is optional: it is imported by ``enable()``, not by ``import kda_kernels``.
 
@@ -567,8 +567,8 @@ def enable(ops=None):
     on kda_kernels' CUDA kernels whenever the call is one they have a kernel for (CUDA tensors,
     X in float16/bfloat16/float32, K, V <= 256, chunk_size 16/32/64, and an operator whose CUDA
     kernel the loaded libkda has: checked here once, by running a tiny problem of each, see
-    ``CUDA_KERNELS``); other calls run fla's Triton kernels as before. Calling it again is harmless; a call with other ``ops`` replaces
-    the previous choice.
+    ``CUDA_KERNELS``); other calls run fla's Triton kernels as before. Calling it again is
+    harmless; a call with other ``ops`` replaces the previous choice.
 
     Parameters
     ----------
