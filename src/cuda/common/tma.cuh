@@ -75,6 +75,12 @@ __device__ __forceinline__ void prefetch_tile_4d(const TensorMapBytes& map, int 
                : "memory");
 }
 
+// `base` (dynamic shared memory) rounded up to the 128-byte swizzle's period, 1024 bytes: where
+// swizzled tiles may start. The launch asks for 1024 bytes more than the tiles need.
+__device__ __forceinline__ unsigned char* align_to_swizzle_period(unsigned char* base) {
+  return base + (1024 - smem_address(base) % 1024) % 1024;
+}
+
 // Orders this thread's earlier ordinary shared-memory writes before later bulk copies (the async
 // proxy) into the same bytes.
 __device__ __forceinline__ void fence_proxy_async_shared() {

@@ -418,25 +418,18 @@ __device__ __forceinline__ void state_scan_mma(const ScanParams& p, unsigned cha
   }
 }
 
-// The dynamic shared memory's base, rounded up to the swizzle's 1024-byte period (the launch asks
-// for 1024 bytes more).
-__device__ __forceinline__ unsigned char* aligned_smem(unsigned char* base) {
-  const uint32_t address = tma::smem_address(base);
-  return base + ((1024 - address % 1024) % 1024);
-}
-
 template <typename X>
 __global__ void __launch_bounds__(kThreads, 1)
     chunk_bwd_dhu_mma_kernel(const __grid_constant__ ScanParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  state_scan_mma<X, true>(p, aligned_smem(smem));
+  state_scan_mma<X, true>(p, tma::align_to_swizzle_period(smem));
 }
 
 template <typename X>
 __global__ void __launch_bounds__(kThreads, 1)
     chunk_fwd_h_mma_kernel(const __grid_constant__ ScanParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  state_scan_mma<X, false>(p, aligned_smem(smem));
+  state_scan_mma<X, false>(p, tma::align_to_swizzle_period(smem));
 }
 
 }  // namespace kda::cuda::scans::mma16

@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
 
   unsigned char* smem_base = smem;
   if constexpr (Tr::kWgmmaLoop) {
-    smem_base += (1024 - tma::smem_address(smem) % 1024) % 1024;  // the swizzle's period
+    smem_base = tma::align_to_swizzle_period(smem);
   }
   auto& sh = *reinterpret_cast<typename Tr::SharedLayout*>(smem_base);
   // The token tiles dO, Vn, dV: [BT][kTokLd], or with the wgmma loop swizzled atoms
