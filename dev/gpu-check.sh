@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check, for a fresh GPU machine with nothing of ours installed, in one command per device
 # call (dev/README.md says how the parts are split over calls):
-#   dev/gpu-check.sh [--parts LIST] [--deadline SECONDS] [--carry DIR] [--out DIR]
+#   dev/gpu-check.sh [--parts LIST] [--deadline SECONDS] [--carry DIR] [--out DIR] [--lib DIR]
 # LIST is a comma list of the parts below (default: python,tests,golden,sanitizer,reliability,
 # bench,bench-intra). Every step runs under a timeout cut to one deadline (default 470 s), so the call ends
 # inside the device tool's limit with its logs written; a step cut short says so in its row.
@@ -73,6 +73,10 @@
 #   ab                the same chunk_bwd_wy_dqkg shapes with a build of another commit
 #                     (.carry/old/kda, old command syntax) alternated with this one: before and
 #                     after in one run
+# --lib DIR points the library path and KDA_LIBRARY at the libkda in DIR (a folder holding
+# libkda.so.0.2, e.g. a build that dev/ab-scans.sh unpacked into .carry/ab/NAME earlier in the
+# same call) instead of the carried build's, so that `--parts scans --lib DIR` checks one
+# experiment whole; the test binaries and `kda` are the carried ones either way.
 # Needs .carry from dev/stage-carry.sh (carry [".carry"]). Writes $OUT/summary.txt and one
 # $OUT/logs.tar.gz of every log (the device tool brings back at most 8 files), and prints the
 # summary last, each row with the elapsed seconds at its end.
@@ -83,12 +87,14 @@ carry=.carry
 out=${OUT:-gpu-check-out}
 parts=python,tests,golden,sanitizer,reliability,bench,bench-intra
 budget=470
+lib=
 while [ $# -gt 0 ]; do
   case "$1" in
     --parts) parts=$2; shift 2 ;;
     --deadline) budget=$2; shift 2 ;;
     --carry) carry=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --lib) lib=$2; shift 2 ;;
     *) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -124,7 +130,15 @@ bounded() {
 }
 
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-export LD_LIBRARY_PATH="$build/src:${LD_LIBRARY_PATH:-}"
+# The library every part loads: the carried build's, or --lib's.
+lib=$(cd "${lib:-$build/src}" && pwd) || exit 2
+libkda=$lib/libkda.so
+[ -e "$libkda" ] || libkda=$lib/libkda.so.0.2
+if [ ! -e "$libkda" ]; then
+  echo "gpu-check: no libkda.so or libkda.so.0.2 in $lib" >&2
+  exit 2
+fi
+export LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
 export KDA_GOLDEN_DIR=$carry/golden/golden
 export KDA_INTRA_GOLDEN_DIR=$carry/golden/golden-intra
 export KDA_LAYER_GOLDEN_DIR=$carry/golden/golden-kda
@@ -152,7 +166,7 @@ if want python; then
   (
     site=/tmp/kda-site
     rm -rf "$site"
-    bounded 60 env KDA_LIBRARY="$build/src/libkda.so" python3 -m pip install \
+    bounded 60 env KDA_LIBRARY="$libkda" python3 -m pip install \
       --no-build-isolation --no-index --no-deps --target "$site" ./python >"$logs/pip.log" 2>&1
     prc=$?
     row "pip install ./python --no-index" "$([ $prc -eq 0 ] && echo PASS || echo "FAIL (rc $prc)")"
@@ -350,7 +364,7 @@ if want scans; then
   rm -f "$logs/.scan"
   # Ours beside fla's Triton kernels in one process (KDA_SCANS_ARGS: bench/scans.py options).
   # shellcheck disable=SC2086
-  bounded "${KDA_SCANS_SECONDS:-200}" env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$carry:python" \
+  bounded "${KDA_SCANS_SECONDS:-200}" env KDA_LIBRARY="$libkda" PYTHONPATH="$carry:python" \
     python3 bench/scans.py ${KDA_SCANS_ARGS:-} >"$logs/scans_py.log" 2>&1
   row "bench/scans.py (rc $?)" "see scans_py.log"
   sed -n '/^| scan/,$p' "$logs/scans_py.log" >>"$summary"
@@ -470,7 +484,7 @@ fi
 bench_bw=()
 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200 || bench_bw=(--bandwidth measured)
 if want bench-py-intra; then
-  bounded 240 env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$carry:python" python3 bench/run.py \
+  bounded 240 env KDA_LIBRARY="$libkda" PYTHONPATH="$carry:python" python3 bench/run.py \
     --op chunk_bwd_intra "${bench_bw[@]}" --kernels auto --fresh --out "$logs/bench-py-intra" \
     >"$logs/bench-py-intra.log" 2>&1
   brc=$?
@@ -479,7 +493,7 @@ fi
 
 # --- chunk_bwd_wy_dqkg beside fla's Triton kernel pinned to its tuned configs -----------------
 if want bench-py-wy; then
-  bounded "${KDA_BENCH_WY_SECONDS:-240}" env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$carry:python" python3 bench/run.py \
+  bounded "${KDA_BENCH_WY_SECONDS:-240}" env KDA_LIBRARY="$libkda" PYTHONPATH="$carry:python" python3 bench/run.py \
     --op chunk_bwd_wy_dqkg --fla-configs "$carry/fla_best_configs_h200.json" "${bench_bw[@]}" \
     --cases "${KDA_BENCH_WY_CASES:-model-bf16,model-bf16-hx,model-fp32,varlen-bf16,long-bf16}" \
     --kernels auto --fresh --out "$logs/bench-py-wy" >"$logs/bench-py-wy.log" 2>&1
@@ -503,7 +517,7 @@ if want chunk-kda; then
   for tree in "$releases"/*/; do
     picked_release "$tree" && [ -d "$tree/fla" ] || continue
     label=$(PYTHONPATH=$tree python3 -c 'import fla; print(fla.__version__)' 2>/dev/null)
-    bounded 540 env KDA_LIBRARY="$build/src/libkda.so" \
+    bounded 540 env KDA_LIBRARY="$libkda" \
       PYTHONPATH="${tree%/}:$PWD/python:$PWD/tests/python" python3 -m pytest -q -rsP \
       -p no:cacheprovider tests/python/test_chunk_kda.py >"$logs/chunk-kda-$label.log" 2>&1
     crc=$?
@@ -529,7 +543,7 @@ if want fla; then
     label=$(PYTHONPATH=$tree python3 -c 'import fla; print(fla.__version__)' 2>/dev/null)
     [ "$tree" = "$carry" ] && label="$label-source"
     path="$tree:$PWD/python:$PWD/tests/python"
-    bounded 200 env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$path" python3 -m pytest \
+    bounded 200 env KDA_LIBRARY="$libkda" PYTHONPATH="$path" python3 -m pytest \
       -q -rsP -p no:cacheprovider tests/python/test_fla.py tests/python/test_fla_layer.py \
       >"$logs/fla-$label.log" 2>&1
     frc=$?
@@ -541,7 +555,7 @@ if want fla; then
     # pytest's cache (kept in the logs) remembers the failures for the baseline run below.
     cache=(-o "cache_dir=$logs/fla-peer-cache-$label")
     (cd "$carry/fla-peer" && bounded "${KDA_FLA_PEER_SECONDS:-150}" env \
-      KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH="$path" KDA_PEER_CALLS_DIR="$calls" \
+      KDA_LIBRARY="$libkda" PYTHONPATH="$path" KDA_PEER_CALLS_DIR="$calls" \
       python3 -m pytest -q -rfs "${cache[@]}" -p fla_peer_plugin -n "${KDA_FLA_PEER_WORKERS:-4}" \
       tests/ops/test_kda.py) >"$logs/fla-peer-$label.log" 2>&1
     prc=$?
@@ -577,7 +591,7 @@ if want layer; then
       >"$logs/cudnn-install.log" 2>&1 || row "cuDNN-frontend install" "FAIL: see cudnn-install.log"
   fi
   # shellcheck disable=SC2086  # the options are words
-  bounded "${KDA_LAYER_SECONDS:-240}" env KDA_LIBRARY="$build/src/libkda.so" \
+  bounded "${KDA_LAYER_SECONDS:-240}" env KDA_LIBRARY="$libkda" \
     PYTHONPATH="${cudnn_site:+$cudnn_site:}$carry:python" \
     python3 bench/layer.py --fla-configs "$carry/fla_best_configs_h200.json" --out "$logs/layer" \
     ${KDA_LAYER_ARGS:-} >"$logs/layer.log" 2>&1
@@ -664,7 +678,7 @@ if want host-perf; then
     uname -r
   } >"$logs/host_perf.log" 2>&1
   if [ -n "$perf_bin" ]; then
-    bounded 150 env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH=python perf record -g -F 4999 \
+    bounded 150 env KDA_LIBRARY="$libkda" PYTHONPATH=python perf record -g -F 4999 \
       -o "$logs/host_perf.data" python3 bench/host_cost.py --device cuda --op chunk_bwd_wy_dqkg \
       --torch-op compiled >>"$logs/host_perf.log" 2>&1
     perf report -i "$logs/host_perf.data" --no-children --sort dso,sym --stdio 2>/dev/null |
@@ -682,7 +696,7 @@ fi
 if want host-cost; then
   for ((hround = 1; hround <= ${KDA_HOST_COST_ROUNDS:-1}; hround++)); do
     for op in chunk_bwd_wy_dqkg chunk_bwd_intra; do
-      bounded 120 env KDA_LIBRARY="$build/src/libkda.so" PYTHONPATH=python python3 \
+      bounded 120 env KDA_LIBRARY="$libkda" PYTHONPATH=python python3 \
         bench/host_cost.py --device cuda --op "$op" >"$logs/host_cost_$op.$hround.log" 2>&1
       hrc=$?
       row "host_cost.py --device cuda --op $op (#$hround)" "$([ $hrc -eq 0 ] && echo PASS || echo "FAIL (rc $hrc)"): see host_cost_$op.$hround.log"
