@@ -1,7 +1,8 @@
 // fuzz_problem: every operator's validation and CPU backends through both faces of the library.
 // The first input byte picks the operator (its value modulo the number of operators, in the order
-// of kOperators below: 0 chunk_bwd_wy_dqkg, 1 chunk_bwd_intra, 2 chunk_bwd_epilogue; an empty
-// input is chunk_bwd_wy_dqkg's); the rest decodes into that operator's problem descriptor (small
+// of kOperators below: 0 chunk_bwd_wy_dqkg, 1 chunk_bwd_intra, 2 chunk_bwd_epilogue,
+// 3 chunk_bwd_prep; an empty input is chunk_bwd_wy_dqkg's); the rest decodes into that operator's
+// problem descriptor (small
 // B, T, H, HV, K, BT, dtypes, strides, cu_seqlens, chunk_indices, and the operator's own sizes and
 // options: V, state_v_first, scale; safe_gate; the layer's activation switches, A_log and
 // dt_bias), sometimes broken on purpose (shapes, ranks, dtypes,
@@ -56,7 +57,7 @@ struct Slot {
   TensorView Problem::*member;
   bool is_output;
   bool is_index;     // cu_seqlens, chunk_indices
-  bool is_optional;  // may be omitted (index tensors, chunk_bwd_epilogue's A_log and dt_bias)
+  bool is_optional;  // may be omitted (index tensors, A_log and dt_bias)
 };
 #define KDA_FUZZ_SLOT(member, name, role, type, rank, rule, doc)                                  \
   KDA_WHEN_TENSOR_##role({name, &Problem::member, role == KDA_ARG_OUTPUT, type == KDA_TYPE_INDEX, \
@@ -255,6 +256,31 @@ Plan decode_epilogue_plan(FuzzedDataProvider& fdp) {
   return p;
 }
 
+// chunk_bwd_prep: the layer's sizes and switches (the epilogue's, without h, dh and scale); A_log
+// and dt_bias planned only with the gate in the kernel (A_log may be left out with a lower bound).
+Plan decode_prep_plan(FuzzedDataProvider& fdp) {
+  Plan p;
+  p.H = fdp.ConsumeIntegralInRange<int64_t>(1, 2);
+  p.HV = p.H * fdp.ConsumeIntegralInRange<int64_t>(1, 3);
+  p.K = fdp.PickValueInArray(kHeadDims);
+  p.V = fdp.PickValueInArray(kHeadDims);
+  p.BT = fdp.PickValueInArray({int64_t{16}, int64_t{32}, int64_t{64}});
+  p.x = fdp.PickValueInArray(kXDtypes);
+  p.beta_dtype = fdp.ConsumeBool() ? p.x : DType::f32;
+  p.g_dtype = fdp.ConsumeBool() ? p.x : DType::f32;
+  p.l2norm = fdp.ConsumeBool();
+  p.gate_in_kernel = fdp.ConsumeBool();
+  p.beta_sigmoid = fdp.ConsumeBool();
+  p.allow_neg_eigval = p.beta_sigmoid && fdp.ConsumeBool();
+  if (p.gate_in_kernel) {
+    if (fdp.ConsumeBool()) p.lower_bound = fdp.PickValueInArray({-5.0, -1.0, -0.25});
+    p.has_A_log = !p.lower_bound || fdp.ConsumeBool();
+    p.has_dt_bias = fdp.ConsumeBool();
+  }
+  decode_chunks(fdp, p);
+  return p;
+}
+
 struct Intended {
   std::vector<int64_t> shape;
   DType dtype;
@@ -295,6 +321,17 @@ Intended intended_epilogue(const Plan& p, const std::string& name) {
   if (name == "dt_bias") return {{p.HV * p.K}, DType::f32};
   if (name == "out.ddt_bias") return {{p.HV, p.K}, DType::f32};
   return intended_shared(p, name);
+}
+
+// chunk_bwd_prep's: its inputs are the epilogue's where they share names; A and Aqk alike; its
+// outputs per value head.
+Intended intended_prep(const Plan& p, const std::string& name) {
+  const std::vector<int64_t> gk{p.B, p.T, p.HV, p.K};
+  if (name == "Aqk") return {{p.B, p.T, p.HV, p.BT}, p.x};
+  if (name == "out.gk") return {gk, DType::f32};
+  if (name == "out.w" || name == "out.qg" || name == "out.kg") return {gk, p.x};
+  if (name == "out.u" || name == "out.dv") return {{p.B, p.T, p.HV, p.V}, p.x};
+  return intended_epilogue(p, name);
 }
 
 // --- the operators ------------------------------------------------------------------------
@@ -542,6 +579,112 @@ struct Epilogue {
   static kda_status c_validate(const Problem& problem) {
     const kda_chunk_bwd_epilogue_problem c_problem = kda::testing::to_c(problem);
     return kda_chunk_bwd_epilogue_validate(&c_problem);
+  }
+};
+
+struct Prep {
+  using Problem = kda::ChunkBwdPrepProblem;
+  static constexpr Slot<Problem> kSlots[] = {KDA_CHUNK_BWD_PREP_ARGS(KDA_FUZZ_SLOT)};
+  static constexpr int kNumSlots = static_cast<int>(std::size(kSlots));
+  static constexpr int kQ = slot_named(kSlots, "q"), kG = slot_named(kSlots, "g");
+  static constexpr int kBeta = slot_named(kSlots, "beta"), kA = slot_named(kSlots, "A");
+  static constexpr int kAqk = slot_named(kSlots, "Aqk");
+  static constexpr int kALog = slot_named(kSlots, "A_log");
+  static constexpr int kDtBias = slot_named(kSlots, "dt_bias");
+  static constexpr int kCu = slot_named(kSlots, "cu_seqlens");
+  static constexpr int kCi = slot_named(kSlots, "chunk_indices");
+  static constexpr const char* kCValidate = "kda_chunk_bwd_prep_validate()";
+
+  static Plan decode_plan(FuzzedDataProvider& fdp) { return decode_prep_plan(fdp); }
+  static Intended intended(const Plan& p, const std::string& name) {
+    return intended_prep(p, name);
+  }
+  static bool given_optional(const Plan& p, const std::string& name) {
+    return (name == "A_log" && p.has_A_log) || (name == "dt_bias" && p.has_dt_bias);
+  }
+  static void set_options(const Plan& p, Problem& problem) {
+    problem.chunk_size = p.BT;
+    problem.use_qk_l2norm_in_kernel = p.l2norm;
+    problem.use_gate_in_kernel = p.gate_in_kernel;
+    problem.use_beta_sigmoid_in_kernel = p.beta_sigmoid;
+    problem.allow_neg_eigval = p.allow_neg_eigval;
+    problem.lower_bound = p.lower_bound;
+  }
+  // perturb()'s cases 10 and 11: lower_bound to an extreme, or a switch flipped.
+  static void perturb_option(FuzzedDataProvider& fdp, int which, Problem& problem) {
+    if (which == 10) {
+      problem.lower_bound = fdp.PickValueInArray({std::numeric_limits<double>::quiet_NaN(),
+                                                  -std::numeric_limits<double>::infinity(), 1e300,
+                                                  -3.5e38, 0.0, 2.0});
+      return;
+    }
+    switch (fdp.ConsumeIntegralInRange(0, 3)) {
+      case 0:
+        problem.use_gate_in_kernel = !problem.use_gate_in_kernel;
+        break;
+      case 1:
+        problem.use_beta_sigmoid_in_kernel = !problem.use_beta_sigmoid_in_kernel;
+        break;
+      case 2:
+        problem.allow_neg_eigval = !problem.allow_neg_eigval;
+        break;
+      default:
+        problem.use_qk_l2norm_in_kernel = !problem.use_qk_l2norm_in_kernel;
+        break;
+    }
+  }
+  // The rules of the options and of A_log / dt_bias, restated ("" if none breaks).
+  static std::string judge_options(const Plan& /*p*/, const Problem& problem) {
+    std::string why;
+    const bool has_A_log = !problem.A_log.empty_arg(), has_bias = !problem.dt_bias.empty_arg();
+    if (!problem.use_gate_in_kernel) {
+      if (has_A_log || has_bias) why += "A_log or dt_bias without the gate in the kernel; ";
+      if (problem.lower_bound) why += "lower_bound without the gate in the kernel; ";
+    } else {
+      if (!has_A_log && !problem.lower_bound) why += "the gate without A_log or lower_bound; ";
+      if (problem.lower_bound && !(*problem.lower_bound < 0.0)) why += "lower_bound >= 0; ";
+      if (problem.lower_bound &&
+          !(std::fabs(*problem.lower_bound) <= std::numeric_limits<float>::max())) {
+        why += "lower_bound not finite in float32; ";
+      }
+    }
+    if (problem.allow_neg_eigval && !problem.use_beta_sigmoid_in_kernel) {
+      why += "allow_neg_eigval without the beta sigmoid; ";
+    }
+    return why;
+  }
+  // No tensor has a chunk dimension: every extent is checked against another tensor's.
+  static bool defines_nt(const std::string& /*name*/, int /*d*/) { return false; }
+  static double draw(int s, uint64_t& rng, bool extreme_gates) {
+    if (s == kG) {
+      // The gate's raw input, or per-token natural-log decays (0 or -60 when extreme).
+      if (extreme_gates) return splitmix64(rng) % 2 ? 0.0 : -60.0;
+      return uniform(rng, -4.0, 0.5);
+    }
+    if (s == kBeta) return uniform(rng, -3.0, 3.0);
+    if (s == kA || s == kAqk) return uniform(rng, -1.0, 1.0);
+    if (s == kALog) return uniform(rng, -1.0, 2.0);
+    if (s == kDtBias) return uniform(rng, -1.0, 1.0);
+    return uniform(rng, -2.0, 2.0);
+  }
+  static constexpr bool kCumulativeGates = false;
+  static std::string describe_options(const Problem& problem) {
+    return std::string("l2norm ") + (problem.use_qk_l2norm_in_kernel ? "1" : "0") + ", gate " +
+           (problem.use_gate_in_kernel ? "1" : "0") + ", lower_bound " +
+           (problem.lower_bound ? std::to_string(*problem.lower_bound) : std::string("None")) +
+           ", beta_sigmoid " + (problem.use_beta_sigmoid_in_kernel ? "1" : "0") +
+           ", allow_neg_eigval " + (problem.allow_neg_eigval ? "1" : "0");
+  }
+  // Without the gate in the kernel g is taken as the per-token log decay: a positive one makes
+  // 2^gk grow without bound, so only the gate in the kernel (never positive) is moderate, with a
+  // moderate lower bound; then every factor 2^gk, 2^(gk_last - gk) is at most 1.
+  static bool moderate_options(const Problem& problem) {
+    return problem.use_gate_in_kernel &&
+           (!problem.lower_bound || std::fabs(*problem.lower_bound) <= 16.0);
+  }
+  static kda_status c_validate(const Problem& problem) {
+    const kda_chunk_bwd_prep_problem c_problem = kda::testing::to_c(problem);
+    return kda_chunk_bwd_prep_validate(&c_problem);
   }
 };
 
@@ -1228,7 +1371,7 @@ void fuzz_one(const uint8_t* data, size_t size) {
 // The operators, in the order the first input byte picks them (its value modulo their count):
 // append new ones, so that the committed corpus (first bytes 0 and 1) keeps its meaning.
 constexpr void (*kOperators[])(const uint8_t*, size_t) = {fuzz_one<WyDqkg>, fuzz_one<Intra>,
-                                                          fuzz_one<Epilogue>};
+                                                          fuzz_one<Epilogue>, fuzz_one<Prep>};
 
 }  // namespace
 

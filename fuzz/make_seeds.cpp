@@ -1,10 +1,10 @@
 // Writes seeds of the fuzzers, committed under fuzz/corpus/<target>/:
 //   - fuzz_safetensors: a few small valid files of the operators that reach every part of the
 //     reader and of problem_from_safetensors, and one that names a tensor twice;
-//   - fuzz_problem (with a second directory): chunk_bwd_intra's and chunk_bwd_epilogue's starting
-//     inputs, the byte (1, 2) that picks the operator followed by fixed pseudo-random bytes (the
-//     harness decodes any bytes into a problem; the corpus then grows from them,
-//     KDA_FUZZ_UPDATE_CORPUS=1 fuzz/run.sh).
+//   - fuzz_problem (with a second directory): chunk_bwd_intra's, chunk_bwd_epilogue's and
+//     chunk_bwd_prep's starting inputs, the byte (1, 2, 3) that picks the operator followed by
+//     fixed pseudo-random bytes (the harness decodes any bytes into a problem; the corpus then
+//     grows from them, KDA_FUZZ_UPDATE_CORPUS=1 fuzz/run.sh).
 // Rerun it only when the file layout or the harness's decoding changes:
 //   build-fuzz/fuzz/fuzz_make_seeds fuzz/corpus/fuzz_safetensors [fuzz/corpus/fuzz_problem]
 
@@ -262,11 +262,12 @@ int main(int argc, char** argv) {
   write("problem_fwd_h_varlen_bf16.safetensors", solved(fwd_h_varlen));
 
   if (argc == 3) {
-    // chunk_bwd_intra and chunk_bwd_epilogue are operators 1 and 2 of fuzz_problem; 8 inputs of
-    // 96 bytes each.
+    // chunk_bwd_intra, chunk_bwd_epilogue and chunk_bwd_prep are operators 1, 2 and 3 of
+    // fuzz_problem; 8 inputs of 96 bytes each.
     for (uint64_t seed = 1; seed <= 8; ++seed) {
       write_bytes_in(argv[2], "intra_seed_" + std::to_string(seed), problem_input(1, seed, 96));
       write_bytes_in(argv[2], "epilogue_seed_" + std::to_string(seed), problem_input(2, seed, 96));
+      write_bytes_in(argv[2], "prep_seed_" + std::to_string(seed), problem_input(3, seed, 96));
     }
   }
   return ok ? 0 : 1;

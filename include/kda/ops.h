@@ -1,7 +1,8 @@
 /* The operators of libkda: the one list every registry is built from (the C ABI's codes,
  * declarations and tables, kda::run, the tooling's and the command line's registries, the torch
  * ops, the build's source folders, Python's tables). A new operator is one #include of its table
- * and one row here:
+ * and one row at the end here (a row's position is its code KDA_OP_<UP>, which the C ABI keeps
+ * stable):
  *   X(UP, op, Cxx, fla_name, spec)
  *   UP        upper-case name: KDA_OP_<UP> is its code, KDA_<UP>_ARGS its table
  *   op        its name: kda_<op>_problem and kda_<op>_run, src/ops/<op>/, `kda run <op>`
@@ -15,6 +16,7 @@
 #include "kda/ops/chunk_bwd_dhu_args.h"
 #include "kda/ops/chunk_bwd_epilogue_args.h"
 #include "kda/ops/chunk_bwd_intra_args.h"
+#include "kda/ops/chunk_bwd_prep_args.h"
 #include "kda/ops/chunk_bwd_wy_dqkg_args.h"
 #include "kda/ops/chunk_fwd_h_args.h"
 
@@ -24,7 +26,8 @@
   X(CHUNK_BWD_INTRA, chunk_bwd_intra, ChunkBwdIntra, "chunk_kda_bwd_intra", "SPEC-chunk-bwd-intra.md") \
   X(CHUNK_BWD_EPILOGUE, chunk_bwd_epilogue, ChunkBwdEpilogue, "chunk_kda_bwd_epilogue", "docs/design.md") \
   X(CHUNK_BWD_DHU, chunk_bwd_dhu, ChunkBwdDhu, "chunk_gated_delta_rule_bwd_dhu", "docs/design.md") \
-  X(CHUNK_FWD_H, chunk_fwd_h, ChunkFwdH, "chunk_gated_delta_rule_fwd_h", "docs/design.md")
+  X(CHUNK_FWD_H, chunk_fwd_h, ChunkFwdH, "chunk_gated_delta_rule_fwd_h", "docs/design.md") \
+  X(CHUNK_BWD_PREP, chunk_bwd_prep, ChunkBwdPrep, "chunk_kda_bwd_prep", "docs/design.md")
 /* clang-format on */
 
 #endif /* KDA_OPS_H_ */

@@ -211,6 +211,64 @@ Examples
 ...     q, k, g, beta, dAqk, dAkk, dq, dk, db, dg, chunk_size=64)  # doctest: +SKIP
 """
 
+DOCS["chunk_kda_bwd_prep"] = """KDA layer backward, first pass: gk, w, u, qg, kg and the intra-chunk dv for the state scans.
+
+Per chunk and value head hv (query/key head hv // (HV // H)), from the layer's raw inputs, the
+forward's Akk and Aqk and do, in one pass: the gate's activation and its chunk-local cumsum in
+log2 space (gk = cumsum(gate) / ln 2), the beta sigmoid and l2norm where the layer runs them in
+the kernel, then w = A (beta k̂ 2^gk), u = A (beta v), qg = q̂ 2^gk, kg = k̂ 2^(gk_last − gk) (fla's
+recompute_w_u_fwd; last = the chunk's last token) and dv = Aqkᵀ do (fla's chunk_kda_bwd_dAv).
+What the two state scans (chunk_gated_delta_rule_fwd_h, chunk_gated_delta_rule_bwd_dhu) read.
+X below is one of float16, bfloat16, float32. 'cpu-ref' computes it in float64, 'cpu' in
+float32.
+
+Parameters
+----------
+q, k : array, shape [B, T, H, K], dtype X
+    The layer's queries and keys, before l2norm.
+v : array, shape [B, T, HV, V], dtype X
+g : array, shape [B, T, HV, K], dtype X or float32
+    Per-token natural-log decays, or with use_gate_in_kernel the gate's raw input.
+beta : array, shape [B, T, HV], dtype X or float32
+    Or its logits with use_beta_sigmoid_in_kernel.
+A : array, shape [B, T, HV, BT], dtype X
+    The forward's Akk; row t's columns are positions inside t's chunk, read lower-inclusive
+    (j <= i, the diagonal included). Entries above the diagonal, and columns past a short
+    chunk's end, are never read.
+Aqk : array, shape [B, T, HV, BT], dtype X
+    The forward's Aqk (scale already in it), read like A.
+do : array, shape [B, T, HV, V], dtype X
+    The gradient by the layer's output o.
+A_log : array, shape [HV], float32, optional
+dt_bias : array, shape [HV * K], float32, optional
+    Only with use_gate_in_kernel (A_log required unless lower_bound is set).
+cu_seqlens : array, shape [N + 1], int32 or int64, optional
+    Sequence boundaries of N sequences packed along T (then B must be 1).
+chunk_size : int, default 64
+    BT: 16, 32 or 64; must equal A.shape[-1] and Aqk.shape[-1].
+chunk_indices : array, shape [NT, 2], int32 or int64, optional
+    (sequence id, chunk id within the sequence) for every chunk; derived from cu_seqlens
+    when omitted.
+use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+lower_bound
+    The layer's options, as fla's chunk_kda takes them.
+backend : {None, 'cuda', 'cpu', 'cpu-ref'}, keyword-only
+kernel : {'auto'}, keyword-only
+
+Returns
+-------
+gk : array, shape [B, T, HV, K], float32
+    The decay's chunk-local cumulative sum, in log2 space.
+w : array, shape [B, T, HV, K], dtype X
+u : array, shape [B, T, HV, V], dtype X
+qg, kg : array, shape [B, T, HV, K], dtype X
+dv : array, shape [B, T, HV, V], dtype X
+    The intra-chunk part of the value gradient, Aqkᵀ · do.
+
+Outputs are new contiguous arrays of the inputs' kind, on q's device; no input is written.
+
+""" + _RAISES
+
 DOCS["chunk_kda_bwd_epilogue"] = """KDA layer backward, last pass: the gradients of the layer's raw inputs from the scans'.
 
 Per chunk and query/key head, from the layer's raw inputs, the forward's Akk and what the two

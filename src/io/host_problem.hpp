@@ -240,6 +240,31 @@ Status make_random_problem(const EpilogueConfig& config,
                            const std::function<Status(const HostProblem&)>& check_before_filling,
                            HostProblem* out);
 
+// ---- chunk_bwd_prep's random problems (ops/chunk_bwd_prep/host.cpp) -------------------------
+
+struct PrepConfig {
+  int64_t B = 1, T = 2048, H = 32, HV = 0 /* 0: = H */, K = 128, V = 128, BT = 64;
+  DType x_dtype = DType::bf16;
+  DType beta_dtype = DType::f32;  // f32, or x_dtype for "beta in X"
+  std::vector<int64_t> seqlens;   // non-empty: varlen, B must be 1 and T = sum
+  bool pass_chunk_indices = false;
+  bool l2norm = true;         // use_qk_l2norm_in_kernel
+  std::string gate = "none";  // "none" (g: log decays), "softplus" or "lower_bound" (-5)
+  bool beta_sigmoid = false;  // use_beta_sigmoid_in_kernel
+  bool allow_neg_eigval = false;
+  std::vector<double> A_log;  // with the gate in the kernel: A_log of value head i is
+                              // A_log[i % size]; empty: drawn U(0, 2)
+  uint64_t seed = 0;
+};
+
+// Inputs: q, k, v, do ~ N(0, 1); A and Aqk ~ N(0, 0.1) in every column (full BT columns, the
+// entries the operator does not read included), A's diagonal 1; g, beta, A_log and dt_bias as
+// EpilogueConfig's. Outputs allocated and poisoned.
+HostProblem make_random_problem(const PrepConfig& config);
+Status make_random_problem(const PrepConfig& config,
+                           const std::function<Status(const HostProblem&)>& check_before_filling,
+                           HostProblem* out);
+
 // ---- chunk_bwd_dhu's random problems (ops/chunk_bwd_dhu/host.cpp) ----------------------------
 
 struct DhuConfig {

@@ -1,5 +1,7 @@
 #pragma once
-// The epilogue kernel's reads of its inputs into shared memory and its elementwise activations:
+// The epilogue kernel's reads of its inputs into shared memory and its elementwise activations
+// (chunk_bwd_prep's kernel reads its inputs with them too: the activations take any parameter
+// block with the epilogue's field names for g, beta and the gate's options):
 // L x 32 blocks of the per-token tensors, 32 x 32 blocks of the states, the gate's cumulative
 // natural-log decay for a block of channels, beta. Every function is called by the whole block
 // of 256 threads; thread t takes column t % 32 of rows t / 32, t / 32 + 8, ... (a warp one row
@@ -130,8 +132,8 @@ __device__ __forceinline__ float softplusf(float x) {
 // Calls fn(gate) once with gate(x) -> GateValue for the problem's gate form (identity without
 // the gate in the kernel, the safe gate with a lower bound, else softplus), e^A_log taken once:
 // a loop inside fn is compiled once per form and runs one form's code only.
-template <typename Fn>
-__device__ __forceinline__ void with_gate_form(const EpilogueParams& p, float A_log, Fn fn) {
+template <typename Params, typename Fn>
+__device__ __forceinline__ void with_gate_form(const Params& p, float A_log, Fn fn) {
   const float s = p.A_log != nullptr ? __expf(A_log) : 1.0f;
   if (!p.gate_in_kernel) {
     fn([](float x) { return GateValue{x, 1.0f}; });
@@ -146,7 +148,8 @@ __device__ __forceinline__ void with_gate_form(const EpilogueParams& p, float A_
   }
 }
 
-__device__ __forceinline__ GateValue gate_value(const EpilogueParams& p, float x, float A_log) {
+template <typename Params>
+__device__ __forceinline__ GateValue gate_value(const Params& p, float x, float A_log) {
   const float s = p.A_log != nullptr ? __expf(A_log) : 1.0f;
   if (p.has_lower_bound) {
     const float sg = sigmoidf(s * x);
@@ -162,9 +165,8 @@ struct BetaValue {
   float d_raw;
 };
 
-template <typename X>
-__device__ __forceinline__ BetaValue beta_value(const EpilogueParams& p, int64_t b, int64_t t,
-                                                int64_t hv) {
+template <typename X, typename Params>
+__device__ __forceinline__ BetaValue beta_value(const Params& p, int64_t b, int64_t t, int64_t hv) {
   const BetaView& bv = p.beta;
   const float raw = load_x_or_f32<X>(
       bv.data, b * bv.stride_batch + t * bv.stride_token + hv * bv.stride_head, bv.is_f32);
@@ -174,9 +176,9 @@ __device__ __forceinline__ BetaValue beta_value(const EpilogueParams& p, int64_t
 }
 
 // The gate's raw input (g + dt_bias) or, without the gate in the kernel, the decay itself.
-template <typename X>
-__device__ __forceinline__ float gate_input(const EpilogueParams& p, int64_t b, int64_t t,
-                                            int64_t hv, int64_t col) {
+template <typename X, typename Params>
+__device__ __forceinline__ float gate_input(const Params& p, int64_t b, int64_t t, int64_t hv,
+                                            int64_t col) {
   const TokenView& g = p.g;
   float x = load_x_or_f32<X>(
       g.data, b * g.stride_batch + t * g.stride_token + hv * g.stride_head + col * g.stride_col,
@@ -188,10 +190,9 @@ __device__ __forceinline__ float gate_input(const EpilogueParams& p, int64_t b, 
 // dst = the cumulative natural-log decay G of channels col0 .. col0 + 31 over the chunk's rows
 // (rows past `rows` repeat the last one, so that every decay the kernel takes stays finite;
 // channels past K are 0).
-template <typename X, int kL>
-__device__ __forceinline__ void gate_block(float* dst, const EpilogueParams& p, int64_t b,
-                                           int64_t t0, int64_t hv, int64_t col0, int rows,
-                                           float A_log) {
+template <typename X, int kL, typename Params>
+__device__ __forceinline__ void gate_block(float* dst, const Params& p, int64_t b, int64_t t0,
+                                           int64_t hv, int64_t col0, int rows, float A_log) {
   constexpr int kPerThread = kL * 32 / kThreads;
   float x[kPerThread];
 #pragma unroll

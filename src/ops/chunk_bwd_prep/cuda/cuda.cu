@@ -1,0 +1,108 @@
+// chunk_bwd_prep's CUDA backend: one kernel (kernel.cuh) for every problem, on the tensors'
+// device and the caller's stream: TF32 tensor-core products (3xTF32 for float32 X), any K and V,
+// chunk sizes 16, 32 and 64. Kernel::simt is refused (there is no simt kernel).
+
+#include <cuda_runtime.h>
+
+#include <string>
+#include <type_traits>
+
+#include "cuda/common/cuda_status.hpp"
+#include "cuda/common/devices.hpp"
+#include "cuda/common/dispatch.hpp"
+#include "cuda/common/dtype_tag.cuh"
+#include "cuda/common/kernel_attributes.hpp"
+#include "ops/chunk_bwd_prep/backends.hpp"
+#include "ops/chunk_bwd_prep/cuda/kernel.cuh"
+
+namespace kda::cuda::prep {
+
+namespace {
+
+PrepParams make_params(const ChunkBwdPrepProblem& problem, const ChunkBwdPrepDims& dims) {
+  PrepParams p;
+  p.q = token_view(problem.q);
+  p.k = token_view(problem.k);
+  p.v = token_view(problem.v);
+  p.do_ = token_view(problem.do_);
+  p.g = token_view(problem.g);
+  p.g_is_f32 = problem.g.dtype == DType::f32;
+  p.A = token_view(problem.A);
+  p.Aqk = token_view(problem.Aqk);
+  p.beta = beta_view(problem.beta);
+  p.chunks =
+      chunk_layout(problem.cu_seqlens, problem.chunk_indices, dims.T, dims.NT, dims.num_seqs);
+  if (!problem.A_log.empty_arg()) {
+    p.A_log = static_cast<const float*>(problem.A_log.data);
+    p.A_log_stride = problem.A_log.strides[0];
+  }
+  if (!problem.dt_bias.empty_arg()) {
+    p.dt_bias = static_cast<const float*>(problem.dt_bias.data);
+    p.dt_bias_stride = problem.dt_bias.strides[0];
+  }
+  p.gk = static_cast<float*>(problem.gk.data);
+  p.w = problem.w.data;
+  p.u = problem.u.data;
+  p.qg = problem.qg.data;
+  p.kg = problem.kg.data;
+  p.dv = problem.dv.data;
+  p.B = dims.B;
+  p.T = dims.T;
+  p.H = dims.H;
+  p.HV = dims.HV;
+  p.K = dims.K;
+  p.V = dims.V;
+  p.heads_per_group = dims.HV / dims.H;
+  p.num_chunks = dims.varlen ? dims.NT : dims.B * dims.NT;
+  p.chunk_size = static_cast<int>(dims.BT);
+  p.l2norm = problem.use_qk_l2norm_in_kernel;
+  p.gate_in_kernel = problem.use_gate_in_kernel;
+  p.beta_sigmoid = problem.use_beta_sigmoid_in_kernel;
+  p.neg_eigval = problem.allow_neg_eigval;
+  p.has_lower_bound = problem.lower_bound.has_value();
+  p.lower_bound = p.has_lower_bound ? static_cast<float>(*problem.lower_bound) : 0.0f;
+  return p;
+}
+
+template <typename X, int kL>
+Status launch(const PrepParams& p, int device, cudaStream_t stream) {
+  using Split = std::conditional_t<std::is_same_v<X, float>, mma::Tf32x3Split, mma::Tf32Split<1>>;
+  static const std::string name =
+      std::string("chunk_bwd_prep_kernel<X=") + dtype_tag<X>() + ", BT=" + std::to_string(kL) + ">";
+  if (p.num_chunks == 0 || p.HV == 0) return Status::Ok();
+  constexpr int bytes = Smem<kL>::bytes;
+  const void* kernel = reinterpret_cast<const void*>(&chunk_bwd_prep_kernel<X, kL, Split>);
+  if (Status s = ensure_max_dynamic_smem(kernel, device, bytes, name.c_str()); !s.ok()) return s;
+  const auto grid = static_cast<unsigned>(p.num_chunks * p.HV);
+  chunk_bwd_prep_kernel<X, kL, Split><<<grid, kThreads, bytes, stream>>>(p);
+  return launch_status(name);
+}
+
+}  // namespace
+
+}  // namespace kda::cuda::prep
+
+namespace kda::detail {
+
+Status run_chunk_bwd_prep_cuda(const ChunkBwdPrepProblem& problem, const ChunkBwdPrepDims& dims,
+                               Kernel kernel, void* stream) {
+  using namespace kda::cuda;
+  if (kernel == Kernel::simt) {
+    return {StatusCode::unsupported,
+            "kernel: chunk_bwd_prep has one CUDA kernel, on the tensor cores (sm80_mma or auto); "
+            "there is no simt kernel"};
+  }
+  const prep::PrepParams params = prep::make_params(problem, dims);
+  const int device = problem.q.device.index;
+  return run_on_device(device, stream, [&] {
+    const auto cuda_stream = static_cast<cudaStream_t>(stream);
+    return dispatch_x_dtype(dims.x_dtype, [&](auto tag) {
+      using X = typename decltype(tag)::type;
+      return dispatch_int<16, 32, 64>("chunk_size", dims.BT, [&](auto bt) {
+        return prep::launch<X, decltype(bt)::value>(params, device, cuda_stream);
+      });
+    });
+  });
+}
+
+}  // namespace kda::detail

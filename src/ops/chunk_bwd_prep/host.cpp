@@ -1,0 +1,162 @@
+// chunk_bwd_prep's part of the host-side tooling (io/host_problem.hpp): its outputs, options,
+// file checks, bars and random problems. Compiled into kda_io, not libkda.
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/host_problem.hpp"
+#include "io/metadata.hpp"
+#include "io/op_io_support.hpp"
+
+namespace kda::io {
+
+namespace {
+
+using P = ChunkBwdPrepProblem;
+
+// The outputs take their sizes from q and v: those must agree before any is allocated, so a
+// hostile file cannot make us allocate far more than it holds.
+Status check_output_sizes(const HostProblem& p) {
+  const HostTensor& q = p.get("q");
+  const HostTensor& v = p.get("v");
+  if (q.shape.size() != 4)
+    return file_error("input \"q\": expected rank 4 [B, T, H, K], got " + shape_text(q.shape));
+  if (v.shape.size() != 4 || v.shape[0] != q.shape[0] || v.shape[1] != q.shape[1]) {
+    return file_error("input \"v\": expected [B, T, HV, V] with B, T = " +
+                      shape_text({q.shape[0], q.shape[1]}) + " from q, got " + shape_text(v.shape));
+  }
+  return Status::Ok();
+}
+
+// Metadata: chunk_size (absent: A.shape[-1]) and every other option by its table name.
+Status options_from_metadata(const Metadata& m, HostProblem* hp) {
+  const HostTensor& A = hp->get("A");
+  if (A.shape.empty()) return file_error("input \"A\" is a scalar; expected [B, T, HV, BT]");
+  return options_from_metadata_as<P>(m, {{"chunk_size", A.shape.back()}}, hp);
+}
+
+void options_to_metadata(const HostProblem& hp, Metadata* m) {
+  options_to_metadata_as<P>(hp, m);
+}
+
+HostProblem allocate_problem(const PrepConfig& c) {
+  if (c.gate != "none" && c.gate != "softplus" && c.gate != "lower_bound") {
+    throw std::invalid_argument("gate: expected none, softplus or lower_bound, got " + c.gate);
+  }
+  HostProblem hp;
+  hp.op = P::kName;
+  const bool gate_in_kernel = c.gate != "none";
+  hp.options = {{"chunk_size", c.BT},
+                {"use_qk_l2norm_in_kernel", c.l2norm},
+                {"use_gate_in_kernel", gate_in_kernel},
+                {"use_beta_sigmoid_in_kernel", c.beta_sigmoid},
+                {"allow_neg_eigval", c.allow_neg_eigval}};
+  if (c.gate == "lower_bound") hp.options["lower_bound"] = std::optional<double>(-5.0);
+  int64_t B = c.B, T = c.T;
+  if (!c.seqlens.empty()) {
+    B = 1;
+    T = add_varlen_index_tensors(c.seqlens, c.BT, DType::i64, c.pass_chunk_indices, &hp).first;
+  }
+  const int64_t HV = c.HV == 0 ? c.H : c.HV;
+  for (const char* name : {"q", "k"}) hp.tensors[name] = HostTensor(c.x_dtype, {B, T, c.H, c.K});
+  for (const char* name : {"v", "do"}) hp.tensors[name] = HostTensor(c.x_dtype, {B, T, HV, c.V});
+  hp.tensors["g"] = HostTensor(DType::f32, {B, T, HV, c.K});
+  hp.tensors["beta"] = HostTensor(c.beta_dtype, {B, T, HV});
+  for (const char* name : {"A", "Aqk"}) hp.tensors[name] = HostTensor(c.x_dtype, {B, T, HV, c.BT});
+  if (gate_in_kernel) {
+    hp.tensors["A_log"] = HostTensor(DType::f32, {HV});
+    hp.tensors["dt_bias"] = HostTensor(DType::f32, {HV * c.K});
+  }
+  hp.allocate_outputs();
+  return hp;
+}
+
+// Each token's position in its chunk (chunks restart at every sequence with seqlens).
+std::vector<int64_t> positions_in_chunks(const PrepConfig& c, int64_t T) {
+  std::vector<int64_t> position(static_cast<size_t>(T));
+  if (c.seqlens.empty()) {
+    for (int64_t t = 0; t < T; ++t) position[static_cast<size_t>(t)] = t % c.BT;
+    return position;
+  }
+  int64_t bos = 0;
+  for (const int64_t len : c.seqlens) {
+    for (int64_t t = 0; t < len; ++t) position[static_cast<size_t>(bos + t)] = t % c.BT;
+    bos += len;
+  }
+  return position;
+}
+
+void fill_random(const PrepConfig& c, HostProblem* hp) {
+  std::mt19937_64 rng(c.seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  for (const char* name : {"q", "k", "v", "do"}) {
+    HostTensor& t = hp->get(name);
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) t.set(i, normal(rng));
+  }
+  // A (the forward's Akk: unit diagonal) and Aqk, every column drawn (the operator reads only
+  // j <= i inside the chunk). A's diagonal: column == the token's position in its chunk.
+  const std::vector<int64_t> position = positions_in_chunks(c, hp->get("q").shape[1]);
+  for (const char* name : {"A", "Aqk"}) {
+    HostTensor& t = hp->get(name);
+    const bool unit_diagonal = std::string_view(name) == "A";
+    const int64_t HV = t.shape[2], BT = t.shape[3];
+    const int64_t T = static_cast<int64_t>(position.size());
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) {
+      const double drawn = 0.1 * normal(rng);
+      const int64_t token = i / (BT * HV) % T, col = i % BT;
+      t.set(i, unit_diagonal && col == position[static_cast<size_t>(token)] ? 1.0 : drawn);
+    }
+  }
+  HostTensor& g = hp->get("g");
+  for (int64_t i = 0, n = g.numel(); i < n; ++i) {
+    g.set(i, c.gate == "none" ? -std::exp(std::log(1e-3) * uniform(rng)) : normal(rng));
+  }
+  HostTensor& beta = hp->get("beta");
+  for (int64_t i = 0, n = beta.numel(); i < n; ++i) {
+    beta.set(i, c.beta_sigmoid ? normal(rng) : 0.05 + 0.9 * uniform(rng));
+  }
+  if (hp->has("A_log")) {
+    HostTensor& A_log = hp->get("A_log");
+    for (int64_t i = 0, n = A_log.numel(); i < n; ++i) {
+      const double drawn = 2.0 * uniform(rng);  // drawn either way: the other inputs stay the same
+      A_log.set(i, c.A_log.empty() ? drawn : c.A_log[static_cast<size_t>(i) % c.A_log.size()]);
+    }
+    HostTensor& dt_bias = hp->get("dt_bias");
+    for (int64_t i = 0, n = dt_bias.numel(); i < n; ++i) dt_bias.set(i, 0.5 * normal(rng));
+  }
+}
+
+}  // namespace
+
+HostProblem make_random_problem(const PrepConfig& c) {
+  HostProblem hp = allocate_problem(c);
+  fill_random(c, &hp);
+  return hp;
+}
+
+Status make_random_problem(const PrepConfig& c,
+                           const std::function<Status(const HostProblem&)>& check_before_filling,
+                           HostProblem* out) {
+  return make_checked_random_problem(c, allocate_problem, fill_random, check_before_filling, out);
+}
+
+namespace {
+
+// The epilogue's per-token bars (SPEC-chunk-kda.md's), against the float64 reference.
+constexpr DtypeBars kPassBars{.f32 = 1e-5, .f16 = 2e-3, .bf16 = 8e-3};
+
+double prep_bar(DType x_dtype) {
+  return kPassBars.of(x_dtype);
+}
+
+}  // namespace
+
+extern const OpIo kChunkBwdPrepIo = make_op_io<P>(check_output_sizes, options_from_metadata,
+                                                  options_to_metadata, prep_bar, prep_bar);
+
+}  // namespace kda::io

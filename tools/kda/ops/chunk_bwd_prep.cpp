@@ -1,0 +1,99 @@
+// chunk_bwd_prep's part of `kda run`: --shape B,T,H,K,V and the options of its generated problems
+// (--heads-v, --no-l2norm, --gate, --beta-sigmoid, --allow-neg-eigval), and its printout.
+
+#include <cmath>
+
+#include "op_cli.hpp"
+
+namespace kda::cli {
+
+namespace {
+
+using P = ChunkBwdPrepProblem;
+
+constexpr const char* kShapeNames[] = {"B", "T", "H", "K", "V"};
+
+// Bytes of every input and output, in double so absurd shapes cannot overflow.
+double problem_bytes(const io::PrepConfig& c) {
+  const double HV = static_cast<double>(c.HV ? c.HV : c.H);
+  const double BT = static_cast<double>(c.BT);
+  const double rows = static_cast<double>(c.B) * static_cast<double>(c.T);  // tokens
+  const double H = static_cast<double>(c.H), K = static_cast<double>(c.K);
+  const double V = static_cast<double>(c.V);
+  const auto x = static_cast<double>(dtype_size(c.x_dtype));
+  const auto bs = static_cast<double>(dtype_size(c.beta_dtype));
+  return rows * (2 * H * K * x        // q, k
+                 + 4 * HV * V * x     // v, do; u, dv
+                 + 2 * HV * K * 4     // g, gk
+                 + 3 * HV * K * x     // w, qg, kg
+                 + HV * bs            // beta
+                 + 2 * HV * BT * x);  // A, Aqk
+}
+
+class PrepCli final : public OpCli {
+ public:
+  std::span<const char* const> shape_names() const override { return kShapeNames; }
+  const char* shape_example() const override { return "1,2048,32,128,128"; }
+
+  void add_options(CLI::App* command, const GeneratedOption& generated) override {
+    generated(add_heads_v_option(command, &heads_v_));
+    generated(command->add_flag("--no-l2norm", no_l2norm_, "q, k not l2-normalised in the layer"));
+    generated(command
+                  ->add_option("--gate", gate_,
+                               "none (g: log decays), softplus or lower_bound (-5): the gate in "
+                               "the kernel")
+                  ->capture_default_str());
+    generated(command->add_flag("--beta-sigmoid", beta_sigmoid_, "beta holds logits"));
+    generated(command->add_flag("--allow-neg-eigval", allow_neg_eigval_,
+                                "with --beta-sigmoid: 2 sigmoid(beta)"));
+  }
+
+  Status generate(const GeneratedBasics& b, const CheckBeforeFilling& check,
+                  io::HostProblem* out) const override {
+    io::PrepConfig c;
+    set_generated_basics(b, heads_v_, &c);
+    c.V = b.dims[4];
+    if (gate_ != "none" && gate_ != "softplus" && gate_ != "lower_bound") {
+      return invalid_argument("--gate: expected none, softplus or lower_bound, got '" + gate_ +
+                              "'");
+    }
+    c.l2norm = !no_l2norm_;
+    c.gate = gate_;
+    c.beta_sigmoid = beta_sigmoid_;
+    c.allow_neg_eigval = allow_neg_eigval_;
+    if (Status s = check_host_memory(problem_bytes(c)); !s.ok()) return s;
+    return io::make_random_problem(c, check, out);
+  }
+
+  Status summarize(const io::HostProblem& hp, ProblemSummary* out) const override {
+    const P p = hp.as<P>();
+    ChunkBwdPrepDims d;
+    if (Status s = p.validate(&d); !s.ok()) return s;
+    *out = summary_of_dims(d);
+    out->sizes = state_problem_sizes(d);
+    out->details.emplace_back("dtypes", "X=" + std::string(dtype_name(d.x_dtype)) +
+                                            " beta=" + std::string(dtype_name(p.beta.dtype)) +
+                                            " g=" + std::string(dtype_name(p.g.dtype)));
+    const auto yes = [](bool on) { return on ? "true" : "false"; };
+    out->details.emplace_back("layer", std::string("l2norm=") + yes(p.use_qk_l2norm_in_kernel) +
+                                           " gate_in_kernel=" + yes(p.use_gate_in_kernel) +
+                                           " beta_sigmoid=" + yes(p.use_beta_sigmoid_in_kernel) +
+                                           " allow_neg_eigval=" + yes(p.allow_neg_eigval));
+    return Status::Ok();
+  }
+
+ private:
+  int64_t heads_v_ = 0;  // 0: HV = H
+  bool no_l2norm_ = false;
+  std::string gate_ = "none";
+  bool beta_sigmoid_ = false;
+  bool allow_neg_eigval_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<OpCli> make_chunk_bwd_prep_cli() {
+  return std::make_unique<PrepCli>();
+}
+
+}  // namespace kda::cli
