@@ -165,15 +165,20 @@ HeadSequenceGradients chunked_recurrence(const HeadSequence& s, double scale, in
   Matrix S(K, V);
   S.values = s.S0;
   r.Akk.assign(static_cast<size_t>(s.len * chunk_size), 0.0);
+  r.Aqk.assign(r.Akk.size(), 0.0);
   r.v_new.assign(static_cast<size_t>(s.len * V), 0.0);
   r.S.assign(chunks.size() * KV, 0.0);
   for (size_t n = 0; n < chunks.size(); ++n) {
     Chunk& c = chunks[n];
     S = forward_chunk(c, s, scale, std::move(S), r);
-    // The stage tensors the epilogue reads: Akk's rows, v_new, the state at the chunk's start.
+    // The stage tensors the backward's operators read: Akk's and Aqk's rows, v_new, the state at
+    // the chunk's start.
     std::copy(c.S.values.begin(), c.S.values.end(), r.S.begin() + static_cast<ptrdiff_t>(n * KV));
     for (int64_t i = 0; i < c.L; ++i) {
-      for (int64_t j = 0; j < c.L; ++j) r.Akk[(c.t0 + i) * chunk_size + j] = c.Akk(i, j);
+      for (int64_t j = 0; j < c.L; ++j) {
+        r.Akk[(c.t0 + i) * chunk_size + j] = c.Akk(i, j);
+        r.Aqk[(c.t0 + i) * chunk_size + j] = c.Aqk(i, j);
+      }
       for (int64_t v = 0; v < V; ++v) r.v_new[(c.t0 + i) * V + v] = c.Vn(i, v);
     }
   }

@@ -187,6 +187,7 @@ LayerOutputs layer_reference(const LayerShape& sh, const LayerInputs& in, const 
       total += chunks_of(seq.len);
     }
     out.Akk.assign(static_cast<size_t>(sh.B * T * HV * chunk_size), 0.0);
+    out.Aqk.assign(out.Akk.size(), 0.0);
     out.v_new.assign(in.v.size(), 0.0);
     out.dv_scan.assign(in.v.size(), 0.0);
     out.h.assign(static_cast<size_t>(total * HV * K * V), 0.0);
@@ -257,8 +258,9 @@ LayerOutputs layer_reference(const LayerShape& sh, const LayerInputs& in, const 
         }
         for (int64_t t = 0; t < seq.len; ++t) {
           const int64_t tt = seq.t0 + t;
-          std::copy_n(r.Akk.begin() + t * chunk_size, chunk_size,
-                      out.Akk.begin() + ((seq.b * T + tt) * HV + hv) * chunk_size);
+          const int64_t row = ((seq.b * T + tt) * HV + hv) * chunk_size;
+          std::copy_n(r.Akk.begin() + t * chunk_size, chunk_size, out.Akk.begin() + row);
+          std::copy_n(r.Aqk.begin() + t * chunk_size, chunk_size, out.Aqk.begin() + row);
           std::copy_n(r.v_new.begin() + t * V, V, out.v_new.begin() + v_at(seq.b, tt, hv));
           std::copy_n(r.dv_scan.begin() + t * V, V, out.dv_scan.begin() + v_at(seq.b, tt, hv));
         }

@@ -55,8 +55,9 @@ struct LayerOutputs {
   // reads (empty for the token recurrence): Akk [B, T, HV, BT] (columns past a short chunk 0);
   // h, dh [B, NT, HV, K, V] (K-first; B = 1 and NT the chunks of all sequences when varlen):
   // the state at each chunk's start and the gradient by the state at its end; v_new and the
-  // reverse scan's dv [B, T, HV, V].
-  std::vector<double> Akk, h, dh, v_new, dv_scan;
+  // reverse scan's dv [B, T, HV, V]; Aqk [B, T, HV, BT] (scale included), what the backward's
+  // first pass (chunk_bwd_prep) reads beside Akk.
+  std::vector<double> Akk, Aqk, h, dh, v_new, dv_scan;
 };
 
 // One (sequence, value head) of the recurrence (step 4 and its backward), on the activated
@@ -88,9 +89,9 @@ struct HeadSequenceGradients {
   std::vector<double> dgate;   // [len, K] by each token's natural-log decay
   std::vector<double> dbeta;   // [len] by the activated beta
   std::vector<double> dS0;     // [K, V]
-  // Chunked only: per chunk of the sequence, its Akk rows [len, BT], its states S, dS [K, V]
-  // (start; gradient by the end), and v_new, the reverse scan's dv [len, V].
-  std::vector<double> Akk, S, dS, v_new, dv_scan;
+  // Chunked only: per chunk of the sequence, its Akk and Aqk rows [len, BT], its states S, dS
+  // [K, V] (start; gradient by the end), and v_new, the reverse scan's dv [len, V].
+  std::vector<double> Akk, Aqk, S, dS, v_new, dv_scan;
 };
 
 // Token by token: the recurrence as SPEC-chunk-kda.md writes it.
