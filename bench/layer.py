@@ -19,7 +19,9 @@ For each shape (B x T x H, K = V = 128, bfloat16) and each mode, on one set of i
 - ``layer-epilogue``: the same with ``kda_kernels._layer.BACKWARD = "epilogue"`` (fla's scans,
   then our fused epilogue: ``_layer.EPILOGUE_STAGES``);
 - ``layer-epilogue-kda-scans``: the same with our state scans (``_layer.FORWARD_SCAN`` and
-  ``REVERSE_SCAN = "kda"``: chunk_fwd_h, chunk_bwd_dhu), for the scans' before and after.
+  ``REVERSE_SCAN = "kda"``: chunk_fwd_h, chunk_bwd_dhu), for the scans' before and after;
+- ``layer-library``: every stage of the backward ours (``_layer.use_library_stages()``:
+  chunk_bwd_prep, both state scans, the epilogue: ``_layer.LIBRARY_STAGES``).
 
 it measures
 
@@ -107,10 +109,12 @@ from layer_chart import short_name  # noqa: E402
 
 WY = "chunk_kda_bwd_wy_dqkg_fused"
 INTRA = "chunk_kda_bwd_intra"
-MODES = ("fla", "wy", "both", "layer", "layer-epilogue", "layer-epilogue-kda-scans", "cudnn")
+MODES = ("fla", "wy", "both", "layer", "layer-epilogue", "layer-epilogue-kda-scans",
+         "layer-library", "cudnn")
 MODE_OPS = {"fla": (), "wy": (WY,), "both": (WY, INTRA), "layer": (WY, INTRA, "chunk_kda"),
             "layer-epilogue": (WY, INTRA, "chunk_kda"),
-            "layer-epilogue-kda-scans": (WY, INTRA, "chunk_kda"), "cudnn": ()}
+            "layer-epilogue-kda-scans": (WY, INTRA, "chunk_kda"),
+            "layer-library": (WY, INTRA, "chunk_kda"), "cudnn": ()}
 # The modes each call runs by default: cuDNN-frontend's sm90 engine serves only --call cudnn (its
 # backward declines the gate, the beta sigmoid and l2norm in the kernel).
 DEFAULT_MODES = {"test": ("fla", "wy", "both", "layer"),
@@ -790,9 +794,11 @@ def set_mode(mode, kfla):
     if "chunk_kda" in MODE_OPS[mode]:
         from kda_kernels import _layer
 
-        _layer.BACKWARD = "epilogue" if mode.startswith("layer-epilogue") else "split"
-        scans = "kda" if mode == "layer-epilogue-kda-scans" else "fla"
-        _layer.FORWARD_SCAN = _layer.REVERSE_SCAN = scans
+        library = mode == "layer-library"
+        _layer.BACKWARD = "epilogue" if mode.startswith("layer-epilogue") or library else "split"
+        _layer.use_library_stages(library)
+        if mode == "layer-epilogue-kda-scans":
+            _layer.FORWARD_SCAN = _layer.REVERSE_SCAN = "kda"
 
 
 def run_mode(mode, layer, args, reference, tuning):

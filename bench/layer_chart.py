@@ -33,6 +33,7 @@ OUR_NAMESPACE = "kda::cuda::"
 MODE_LABELS = {"fla": "fla's kernels", "wy": "kda: WY op", "both": "kda: WY + intra",
                "layer": "kda: chunk_kda, split", "layer-epilogue": "kda: chunk_kda, epilogue",
                "layer-epilogue-kda-scans": "kda: chunk_kda, epilogue, our scans",
+               "layer-library": "kda: chunk_kda, every stage ours",
                "cudnn": "cuDNN-frontend sm90"}
 
 WIDTH = 900

@@ -24,15 +24,19 @@
 #   epilogue          test_epilogue_cuda (chunk_bwd_epilogue: random problems against cpu-ref, the
 #                     golden-kda files, refusals), the four sanitizers on its Subset, and `kda run`
 #                     timings at the model shape (default call and the Kimi layer's call)
+#   prep              chunk_bwd_prep (the backward's first pass): test_prep_cuda (random problems
+#                     of every option against cpu-ref), the four sanitizers on its Subset, `kda
+#                     run` at the model shape (default call and the Kimi layer's)
 #   scans             the state scans, chunk_bwd_dhu and chunk_fwd_h: test_dhu_cuda and
 #                     test_fwd_h_cuda (random problems of every option against cpu-ref, both
 #                     kernels), the four sanitizers on each Subset, `kda run` at the model shape
 #                     and bench/scans.py (ours beside fla's kernels, float64 errors, byte floor)
 #   chunk-kda         tests/python/test_chunk_kda.py (kda_kernels.chunk_kda beside fla, the golden-kda
 #                     files, the reductions over seeds) against the first carried fla release that
-#                     KDA_FLA_RELEASES picks (default: every release; the first is used); three
-#                     tails (split, epilogue, epilogue with our scans): about 4 minutes on an H100,
-#                     so give it a call of its own
+#                     KDA_FLA_RELEASES picks (default: every release; the first is used); four
+#                     tails (split, epilogue, epilogue with our scans, every stage ours): about 4
+#                     minutes on an H100 for the first three, so give it a call of its own (KDA_CHUNK_KDA_ARGS: more pytest options,
+#                     e.g. "-k library" for the tail whose every stage is ours)
 #   bench             chunk_bwd_wy_dqkg timings per kernel (kda run, CUDA events)
 #   bench-py-intra    bench/run.py --op chunk_bwd_intra: ours and fla's Triton kernel (autotuned)
 #                     in one process, floor, err_ratio against float64
@@ -149,6 +153,7 @@ test_wy=$build/tests/ops/chunk_bwd_wy_dqkg/test_wy_cuda
 test_intra=$build/tests/ops/chunk_bwd_intra/test_intra_cuda
 test_epilogue=$build/tests/ops/chunk_bwd_epilogue/test_epilogue_cuda
 test_dhu=$build/tests/ops/chunk_bwd_dhu/test_dhu_cuda
+test_prep=$build/tests/ops/chunk_bwd_prep/test_prep_cuda
 test_fwd_h=$build/tests/ops/chunk_fwd_h/test_fwd_h_cuda
 reliability=$build/tests/test_cuda_reliability
 {
@@ -340,6 +345,24 @@ if want epilogue; then
   rm -f "$logs/.epi"
 fi
 
+if want prep; then
+  run_shards 200 "$logs/test_prep_cuda.log" "$test_prep" --gtest_color=no
+  gtest_row "test_prep_cuda (chunk_bwd_prep)" "$logs/test_prep_cuda.log" $?
+  for tool in memcheck racecheck synccheck initcheck; do
+    sanitize "sanitizer $tool, prep subset" "$tool" "$test_prep" 'Subset/*'
+  done
+  for call in "--gate none" "--gate lower_bound --beta-sigmoid"; do
+    echo "== kda run chunk_bwd_prep --shape 1,8192,32,128,128 $call" >>"$logs/prep_bench.log"
+    # shellcheck disable=SC2086
+    bounded 60 "$kda" run chunk_bwd_prep --shape 1,8192,32,128,128 --backend cuda --repeat 20 \
+      $call >"$logs/.prep" 2>&1
+    prc=$?
+    cat "$logs/.prep" >>"$logs/prep_bench.log"
+    row "chunk_bwd_prep B=1 T=8192 H=32 bf16 $call" "rc $prc: $(grep -m1 -E 'median' "$logs/.prep" | tr -s ' ')"
+  done
+  rm -f "$logs/.prep"
+fi
+
 if want scans; then
   for scan in dhu fwd_h; do
     tbin=$test_dhu
@@ -517,9 +540,11 @@ if want chunk-kda; then
   for tree in "$releases"/*/; do
     picked_release "$tree" && [ -d "$tree/fla" ] || continue
     label=$(PYTHONPATH=$tree python3 -c 'import fla; print(fla.__version__)' 2>/dev/null)
+    # shellcheck disable=SC2086
     bounded 540 env KDA_LIBRARY="$libkda" \
       PYTHONPATH="${tree%/}:$PWD/python:$PWD/tests/python" python3 -m pytest -q -rsP \
-      -p no:cacheprovider tests/python/test_chunk_kda.py >"$logs/chunk-kda-$label.log" 2>&1
+      -p no:cacheprovider ${KDA_CHUNK_KDA_ARGS:-} tests/python/test_chunk_kda.py \
+      >"$logs/chunk-kda-$label.log" 2>&1
     crc=$?
     row "test_chunk_kda.py against fla $label" \
       "$([ $crc -eq 0 ] && echo PASS || echo "FAIL (rc $crc)"): $(grep -E 'passed|failed' "$logs/chunk-kda-$label.log" | tail -1)"

@@ -21,7 +21,10 @@ Both tails take the state scans from fla (``chunk_gated_delta_rule_fwd_h``,
 ``chunk_gated_delta_rule_bwd_dhu``) unless ``FORWARD_SCAN`` / ``REVERSE_SCAN`` (or
 ``KDA_LAYER_FORWARD_SCAN`` / ``KDA_LAYER_REVERSE_SCAN`` at import) is "kda": this library's
 chunk_fwd_h / chunk_bwd_dhu, faster than fla's at one chain per SM in the forward direction, not
-yet on many sequences (docs/performance.md).
+yet on many sequences (docs/performance.md). The epilogue tail takes what the scans read (the
+gate's cumsum, l2norm, w, u, qg, kg and dAv's dv) from fla's stages unless ``PREP`` (or
+``KDA_LAYER_PREP``) is "kda": this library's chunk_bwd_prep, one pass per chunk. With all three
+"kda" (``use_library_stages()``) the backward runs none of fla's kernels.
 
 ``STAGES`` is the split tail's list unless ``BACKWARD`` is "epilogue" ("auto" picks per call).
 The backward recomputes what fla's default call recomputes (fla's ``disable_recompute=False``).
@@ -86,6 +89,24 @@ def _scan_choice(variable):
 
 FORWARD_SCAN = _scan_choice("KDA_LAYER_FORWARD_SCAN")
 REVERSE_SCAN = _scan_choice("KDA_LAYER_REVERSE_SCAN")
+# Where the epilogue tail's first pass runs: "fla" (EPILOGUE_STAGES' first five rows) or "kda"
+# (chunk_bwd_prep).
+PREP = _scan_choice("KDA_LAYER_PREP")
+
+# With BACKWARD = "epilogue", PREP and both scans "kda": every stage is this library's.
+LIBRARY_STAGES = (
+    ("prep: chunk_kda_bwd_prep (gate + cumsum, l2norm, w, u, qg, kg, dAv's dv)", "kda_kernels"),
+    ("forward state scan: chunk_gated_delta_rule_fwd_h (h, v_new)", "kda_kernels"),
+    ("reverse state scan: chunk_gated_delta_rule_bwd_dhu (dh, dh0, dv)", "kda_kernels"),
+    EPILOGUE_STAGES[-1],
+)
+
+
+def use_library_stages(on=True):
+    """Every stage of the epilogue tail this library's (on) or the default's (fla's first pass
+    and scans): sets PREP, FORWARD_SCAN and REVERSE_SCAN."""
+    global PREP, FORWARD_SCAN, REVERSE_SCAN
+    PREP = FORWARD_SCAN = REVERSE_SCAN = "kda" if on else "fla"
 
 
 def epilogue_is_fast(q, v, chunk_size):
@@ -302,6 +323,43 @@ def _scans(f, q, k, v, g, beta, Akk, Aqk, h0, cu_seqlens, chunk_indices, do, dht
     return h, v_new, dAqk, dh, dh0 if h0 is not None else None, dv
 
 
+def _library_first_stages(q, k, v, g_input, beta_raw, Akk, Aqk, do, A_log32, bias32, h0, dht,
+                          cu_seqlens, chunk_indices, opt):
+    """PREP = "kda": chunk_bwd_prep (gk, w, u, qg, kg and the intra-chunk dv from the raw
+    inputs), then the state scans on its outputs (ours or fla's, as FORWARD_SCAN and
+    REVERSE_SCAN say). Returns h, v_new, dh, dh0 and the reverse scan's dv."""
+    from . import _torch_op
+
+    BT, svf = opt.chunk_size, opt.state_v_first
+    kernel = _api._kernel("auto")
+    gate = opt.use_gate_in_kernel
+    prep = _torch_op.OPS["chunk_kda_bwd_prep"].run
+    gk, w, u, qg, kg, dv = prep(
+        q, k, v, g_input, beta_raw, Akk, Aqk, do, A_log32, bias32, cu_seqlens, BT, chunk_indices,
+        opt.use_qk_l2norm_in_kernel, gate, opt.use_beta_sigmoid_in_kernel, opt.allow_neg_eigval,
+        opt.lower_bound if gate else None, "cuda", kernel)
+    if FORWARD_SCAN == "kda":
+        forward_scan = _torch_op.OPS["chunk_gated_delta_rule_fwd_h"].run
+        h, v_new, _ = forward_scan(kg, w, u, None, gk, h0, False, BT, True, svf, cu_seqlens,
+                                   chunk_indices, "cuda", kernel)
+    else:
+        f = _fla_pieces.load()
+        h, v_new, _ = f.chunk_gated_delta_rule_fwd_h(
+            k=kg, w=w, u=u, gk=gk, initial_state=h0, output_final_state=False,
+            cu_seqlens=cu_seqlens, chunk_indices=chunk_indices, chunk_size=BT, state_v_first=svf)
+    del u
+    if REVERSE_SCAN == "kda":
+        reverse_scan = _torch_op.OPS["chunk_gated_delta_rule_bwd_dhu"].run
+        dh, dh0, dv = reverse_scan(qg, kg, w, do, dv, None, gk, h0, dht, opt.scale, svf,
+                                   cu_seqlens, BT, chunk_indices, "cuda", kernel)
+        return h, v_new, dh, dh0 if h0 is not None else None, dv
+    f = _fla_pieces.load()
+    dh, dh0, dv = f.chunk_gated_delta_rule_bwd_dhu(
+        q=qg, k=kg, w=w, gk=gk, h0=h0, dht=dht, do=do, dv=dv, scale=opt.scale,
+        cu_seqlens=cu_seqlens, chunk_size=BT, chunk_indices=chunk_indices, state_v_first=svf)
+    return h, v_new, dh, dh0, dv
+
+
 def _gate_cumsum(f, g_cumsum, g_input, A_log, dt_bias, cu_seqlens, chunk_indices, opt):
     """The chunk-local cumsum of the log2 decays that fla's stages read: recomputed from the raw
     gate input when the gate is in the kernel (fla does the same)."""
@@ -316,24 +374,30 @@ def layer_backward_epilogue(q, k, v, g_cumsum, g_input, beta_raw, beta, A_log, d
                             Akk, h0, cu_seqlens, chunk_indices, do, dht, opt):
     """BACKWARD = "epilogue": the gradients (dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0) of the
     raw inputs (q, k as given, beta as given: logits with the sigmoid in the kernel), as
-    EPILOGUE_STAGES lists them: fla's scans, then one chunk_kda_bwd_epilogue."""
+    EPILOGUE_STAGES lists them (LIBRARY_STAGES with PREP and both scans "kda"): the first pass
+    and the state scans, then one chunk_kda_bwd_epilogue."""
     from . import _torch_op
 
     f = _fla_pieces.load()
     do = do.contiguous()
     dht = None if dht is None else dht.contiguous()
-    qn, kn = q, k
-    if opt.use_qk_l2norm_in_kernel:
-        qn, _ = f.l2norm_fwd(q)
-        kn, _ = f.l2norm_fwd(k)
-    g = _gate_cumsum(f, g_cumsum, g_input, A_log, dt_bias, cu_seqlens, chunk_indices, opt)
-    h, v_new, _, dh, dh0, dv = _scans(f, qn, kn, v, g, beta, Akk, Aqk, h0, cu_seqlens,
-                                      chunk_indices, do, dht, opt)
-    del qn, kn, g
     gate = opt.use_gate_in_kernel
-    # The operator reads the gate's parameters in float32 (fla does too, whatever their dtype).
+    # The operators read the gate's parameters in float32 (fla does too, whatever their dtype).
     A_log32 = A_log.float().reshape(-1) if gate and A_log is not None else None
     bias32 = dt_bias.float().reshape(-1) if gate and dt_bias is not None else None
+    if PREP == "kda":
+        h, v_new, dh, dh0, dv = _library_first_stages(q, k, v, g_input, beta_raw, Akk, Aqk, do,
+                                                      A_log32, bias32, h0, dht, cu_seqlens,
+                                                      chunk_indices, opt)
+    else:
+        qn, kn = q, k
+        if opt.use_qk_l2norm_in_kernel:
+            qn, _ = f.l2norm_fwd(q)
+            kn, _ = f.l2norm_fwd(k)
+        g = _gate_cumsum(f, g_cumsum, g_input, A_log, dt_bias, cu_seqlens, chunk_indices, opt)
+        h, v_new, _, dh, dh0, dv = _scans(f, qn, kn, v, g, beta, Akk, Aqk, h0, cu_seqlens,
+                                          chunk_indices, do, dht, opt)
+        del qn, kn, g
     epilogue = _torch_op.OPS["chunk_kda_bwd_epilogue"].run
     dq, dk, dv, dg, db, dA, dbias = epilogue(
         q, k, v, g_input, beta_raw, Akk, h, dh, v_new, dv, do, A_log32, bias32, opt.scale,

@@ -257,9 +257,10 @@ def print_stage_ablation(fla_chunk_kda, inputs, options, reference, label):
     print(f"[chunk_kda {label}] one stage of ours in fla's backward: " + "; ".join(rows))
 
 
-# chunk_kda's two backward tails (kda_kernels._layer.BACKWARD), and the epilogue tail with our
-# state scans (_layer.FORWARD_SCAN, REVERSE_SCAN = "kda"): each is held to the same bars.
-TAILS = ("split", "epilogue", "epilogue-kda-scans")
+# chunk_kda's two backward tails (kda_kernels._layer.BACKWARD), the epilogue tail with our
+# state scans (_layer.FORWARD_SCAN, REVERSE_SCAN = "kda"), and the epilogue tail with every stage
+# ours (chunk_bwd_prep too: _layer.PREP = "kda"): each is held to the same bars.
+TAILS = ("split", "epilogue", "epilogue-kda-scans", "epilogue-library")
 
 
 @pytest.fixture(params=TAILS)
@@ -267,9 +268,11 @@ def tail(request, monkeypatch):
     from kda_kernels import _layer
 
     monkeypatch.setattr(_layer, "BACKWARD", request.param.split("-")[0])
-    scans = "kda" if request.param.endswith("kda-scans") else "fla"
+    ours = request.param.endswith(("kda-scans", "library"))
+    scans = "kda" if ours else "fla"
     monkeypatch.setattr(_layer, "FORWARD_SCAN", scans)
     monkeypatch.setattr(_layer, "REVERSE_SCAN", scans)
+    monkeypatch.setattr(_layer, "PREP", "kda" if request.param.endswith("library") else "fla")
     return request.param
 
 
@@ -289,7 +292,7 @@ KNOWN_SHORT = {
 
 def expect_known_short(request, name, tail):
     # Our scans give the epilogue the same stage tensors, so it keeps the epilogue's shortfalls.
-    why = KNOWN_SHORT.get((name, tail.replace("-kda-scans", "")))
+    why = KNOWN_SHORT.get((name, tail.replace("-kda-scans", "").replace("-library", "")))
     if why:
         request.applymarker(pytest.mark.xfail(strict=False, reason=why))
 
