@@ -144,17 +144,18 @@ def test_signature_tables():
     assert [a.returned_as for a in wy.outputs] == ["dq", "dk", "dv", "db", "dg", "dA"]
     assert [a.returned_as for a in intra.outputs] == ["dq", "dk", "db", "dg"]
     assert _signatures.BY_FLA_NAME["chunk_kda_bwd_intra"] is intra
-    # The struct sizes the C headers give (LP64): a 32-byte header (abi_version, has_scale, scale,
-    # chunk_size, state_v_first) + 19 kda_tensors of 120 bytes, a 24-byte header (abi_version,
-    # chunk_size, safe_gate) + 16 kda_tensors, a 48-byte header (abi_version, chunk_size, four
-    # int32 switches, has_lower_bound, lower_bound) + 18 kda_tensors, a 56-byte header
+    # The struct sizes the C headers give (LP64), in KDA_OPS order: a 32-byte header
+    # (abi_version, has_scale, scale, chunk_size, state_v_first) + 19 kda_tensors of 120 bytes, a
+    # 24-byte header (abi_version, chunk_size, safe_gate) + 16 kda_tensors, a 56-byte header
     # (abi_version, has_scale, scale, chunk_size, five int32 switches, has_lower_bound,
     # lower_bound) + 22 kda_tensors, a 32-byte header (abi_version, has_scale, scale,
     # state_v_first, chunk_size) + 14 kda_tensors, a 24-byte header (abi_version,
-    # output_final_state, chunk_size, save_new_value, state_v_first) + 11 kda_tensors.
+    # output_final_state, chunk_size, save_new_value, state_v_first) + 11 kda_tensors, a 48-byte
+    # header (abi_version, chunk_size, four int32 switches, has_lower_bound, lower_bound) + 18
+    # kda_tensors.
     assert [layout.size for layout in _abi.LAYOUTS] == [32 + 19 * 120, 24 + 16 * 120,
-                                                        48 + 18 * 120, 56 + 22 * 120,
-                                                        32 + 14 * 120, 24 + 11 * 120]
+                                                        56 + 22 * 120, 32 + 14 * 120,
+                                                        24 + 11 * 120, 48 + 18 * 120]
     assert [o.name for o in wy.options] == ["scale", "chunk_size", "state_v_first"]
     assert wy.params == (("scale", None), ("cu_seqlens", None), ("chunk_size", 64),
                          ("chunk_indices", None), ("state_v_first", False))
