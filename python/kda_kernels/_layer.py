@@ -27,7 +27,10 @@ gate's cumsum, l2norm, w, u, qg, kg and dAv's dv) from fla's stages unless ``PRE
 "kda" (``use_library_stages()``) the backward runs none of fla's kernels.
 
 ``STAGES`` is the split tail's list unless ``BACKWARD`` is "epilogue" ("auto" picks per call).
-The backward recomputes what fla's default call recomputes (fla's ``disable_recompute=False``).
+The backward recomputes what fla's default call recomputes (fla's ``disable_recompute=False``);
+with ``disable_recompute=True`` the forward saves w, u, qg, kg, v_new and h (fla's forward keeps
+them then) and the backward skips the recompute of w, u, qg, kg (fla's first pass) and the
+forward state scan.
 
 Needs fla (0.5.2 or 0.6.x) and CUDA tensors; the error says which is missing.
 """
@@ -140,6 +143,7 @@ class Options:
     lower_bound: float | None
     state_v_first: bool
     chunk_size: int
+    disable_recompute: bool = False
 
     @property
     def beta_scale(self):
@@ -257,14 +261,17 @@ class ChunkKDAFunction(torch.autograd.Function):
         chunk_indices = _chunk_indices(f, cu_seqlens, opt.chunk_size)
         if not opt.use_gate_in_kernel:
             A_log = dt_bias = None  # fla's rule: they matter only for the gate in the kernel
-        o, final_state, g_cumsum, Aqk, Akk, *_, initial_state = f.chunk_kda_fwd(
+        o, final_state, g_cumsum, Aqk, Akk, w, u, qg, kg, v_new, h, initial_state = f.chunk_kda_fwd(
             q=q, k=k, v=v, g=g, beta=beta, scale=opt.scale, initial_state=initial_state,
             output_final_state=opt.output_final_state, state_v_first=opt.state_v_first,
             cu_seqlens=cu_seqlens, chunk_indices=chunk_indices, chunk_size=opt.chunk_size,
             safe_gate=opt.safe_gate, lower_bound=opt.lower_bound,
             use_gate_in_kernel=opt.use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
-            disable_recompute=False)
+            disable_recompute=opt.disable_recompute)
         ctx.path = backward_tail(q, v, opt.chunk_size)
+        # disable_recompute: the forward's intermediates, kept for the backward (else None).
+        ctx.intermediates = (Intermediates(w, u, qg, kg, v_new, h)
+                             if opt.disable_recompute else None)
         if ctx.path == "epilogue":  # it takes the raw q, k (l2norm's backward is in it)
             q, k, q_rstd, k_rstd = q_raw, k_raw, None, None
         ctx.save_for_backward(q, q_rstd, k, k_rstd, v, g_cumsum, g, beta_raw, beta, A_log,
@@ -278,85 +285,107 @@ class ChunkKDAFunction(torch.autograd.Function):
         (q, q_rstd, k, k_rstd, v, g_cumsum, g_input, beta_raw, beta, A_log, dt_bias, Aqk, Akk,
          h0, cu_seqlens, chunk_indices) = ctx.saved_tensors
         opt = ctx.opt
+        saved, ctx.intermediates = ctx.intermediates, None
         if ctx.path == "epilogue":
             grads = layer_backward_epilogue(q, k, v, g_cumsum, g_input, beta_raw, beta, A_log,
                                             dt_bias, Aqk, Akk, h0, cu_seqlens, chunk_indices, do,
-                                            dht, opt)
+                                            dht, opt, saved)
         else:
             grads = layer_backward(q, q_rstd, k, k_rstd, v, g_cumsum, g_input, beta_raw, beta,
                                    A_log, dt_bias, Aqk, Akk, h0, cu_seqlens, chunk_indices, do,
-                                   dht, opt)
+                                   dht, opt, saved)
         dq, dk, dv, dg, db, dA, dbias, dh0 = grads
         return dq, dk, dv, dg, db, dA, dbias, dh0, None, None
 
 
-def _scans(f, q, k, v, g, beta, Akk, Aqk, h0, cu_seqlens, chunk_indices, do, dht, opt):
-    """The stages before the tails: fla's recompute of w, u, qg, kg, the forward state scan,
-    fla's dAv, the reverse state scan (the scans fla's, or ours as FORWARD_SCAN and REVERSE_SCAN
-    say). Returns h, v_new, dAqk, dh, dh0 and the reverse scan's dv."""
-    BT, scale, svf = opt.chunk_size, opt.scale, opt.state_v_first
-    w, u, qg, kg = f.recompute_w_u_fwd(q=q, k=k, v=v, beta=beta, A=Akk, gk=g,
-                                       cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
-    from . import _torch_op
+@dataclasses.dataclass(frozen=True)
+class Intermediates:
+    """What the forward keeps for the backward with disable_recompute=True (fla's tensors of
+    the same names): w, u, qg, kg [B, T, HV, K or V], v_new, and h, the state at each chunk's
+    start."""
 
-    kernel = _api._kernel("auto")
-    if FORWARD_SCAN == "kda":
-        forward_scan = _torch_op.OPS["chunk_gated_delta_rule_fwd_h"].run
-        h, v_new, _ = forward_scan(kg, w, u, None, g, h0, False, BT, True, svf, cu_seqlens,
-                                   chunk_indices, "cuda", kernel)
-    else:
-        h, v_new, _ = f.chunk_gated_delta_rule_fwd_h(
-            k=kg, w=w, u=u, gk=g, initial_state=h0, output_final_state=False,
-            cu_seqlens=cu_seqlens, chunk_indices=chunk_indices, chunk_size=BT, state_v_first=svf)
-    dAqk, dv = f.chunk_kda_bwd_dAv(q=q, k=k, v=v_new, do=do, A=Aqk, scale=scale,
-                                   cu_seqlens=cu_seqlens, chunk_size=BT,
-                                   chunk_indices=chunk_indices)
-    if REVERSE_SCAN == "fla":
-        dh, dh0, dv = f.chunk_gated_delta_rule_bwd_dhu(
-            q=qg, k=kg, w=w, gk=g, h0=h0, dht=dht, do=do, dv=dv, scale=scale,
-            cu_seqlens=cu_seqlens, chunk_size=BT, chunk_indices=chunk_indices,
-            state_v_first=svf)
-        return h, v_new, dAqk, dh, dh0, dv
-    reverse_scan = _torch_op.OPS["chunk_gated_delta_rule_bwd_dhu"].run
-    dh, dh0, dv = reverse_scan(qg, kg, w, do, dv, None, g, h0, dht, scale, svf, cu_seqlens, BT,
-                               chunk_indices, "cuda", kernel)
-    return h, v_new, dAqk, dh, dh0 if h0 is not None else None, dv
+    w: torch.Tensor
+    u: torch.Tensor
+    qg: torch.Tensor
+    kg: torch.Tensor
+    v_new: torch.Tensor
+    h: torch.Tensor
 
 
-def _library_first_stages(q, k, v, g_input, beta_raw, Akk, Aqk, do, A_log32, bias32, h0, dht,
-                          cu_seqlens, chunk_indices, opt):
-    """PREP = "kda": chunk_bwd_prep (gk, w, u, qg, kg and the intra-chunk dv from the raw
-    inputs), then the state scans on its outputs (ours or fla's, as FORWARD_SCAN and
-    REVERSE_SCAN say). Returns h, v_new, dh, dh0 and the reverse scan's dv."""
+def _forward_scan(kg, w, u, gk, h0, cu_seqlens, chunk_indices, opt):
+    """h (the state at each chunk's start) and v_new: fla's chunk_gated_delta_rule_fwd_h or
+    ours, as FORWARD_SCAN says."""
     from . import _torch_op
 
     BT, svf = opt.chunk_size, opt.state_v_first
-    kernel = _api._kernel("auto")
-    gate = opt.use_gate_in_kernel
-    prep = _torch_op.OPS["chunk_kda_bwd_prep"].run
-    gk, w, u, qg, kg, dv = prep(
-        q, k, v, g_input, beta_raw, Akk, Aqk, do, A_log32, bias32, cu_seqlens, BT, chunk_indices,
-        opt.use_qk_l2norm_in_kernel, gate, opt.use_beta_sigmoid_in_kernel, opt.allow_neg_eigval,
-        opt.lower_bound if gate else None, "cuda", kernel)
     if FORWARD_SCAN == "kda":
         forward_scan = _torch_op.OPS["chunk_gated_delta_rule_fwd_h"].run
         h, v_new, _ = forward_scan(kg, w, u, None, gk, h0, False, BT, True, svf, cu_seqlens,
-                                   chunk_indices, "cuda", kernel)
-    else:
-        f = _fla_pieces.load()
-        h, v_new, _ = f.chunk_gated_delta_rule_fwd_h(
-            k=kg, w=w, u=u, gk=gk, initial_state=h0, output_final_state=False,
-            cu_seqlens=cu_seqlens, chunk_indices=chunk_indices, chunk_size=BT, state_v_first=svf)
-    del u
+                                   chunk_indices, "cuda", _api._kernel("auto"))
+        return h, v_new
+    h, v_new, _ = _fla_pieces.load().chunk_gated_delta_rule_fwd_h(
+        k=kg, w=w, u=u, gk=gk, initial_state=h0, output_final_state=False,
+        cu_seqlens=cu_seqlens, chunk_indices=chunk_indices, chunk_size=BT, state_v_first=svf)
+    return h, v_new
+
+
+def _reverse_scan(qg, kg, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, opt):
+    """dh (the gradient by the state at each chunk's end), dh0 (None without h0) and dv2 (dv
+    with the state's term): fla's chunk_gated_delta_rule_bwd_dhu or ours, as REVERSE_SCAN
+    says."""
+    from . import _torch_op
+
+    BT, svf = opt.chunk_size, opt.state_v_first
     if REVERSE_SCAN == "kda":
         reverse_scan = _torch_op.OPS["chunk_gated_delta_rule_bwd_dhu"].run
         dh, dh0, dv = reverse_scan(qg, kg, w, do, dv, None, gk, h0, dht, opt.scale, svf,
-                                   cu_seqlens, BT, chunk_indices, "cuda", kernel)
-        return h, v_new, dh, dh0 if h0 is not None else None, dv
-    f = _fla_pieces.load()
-    dh, dh0, dv = f.chunk_gated_delta_rule_bwd_dhu(
+                                   cu_seqlens, BT, chunk_indices, "cuda", _api._kernel("auto"))
+        return dh, dh0 if h0 is not None else None, dv
+    return _fla_pieces.load().chunk_gated_delta_rule_bwd_dhu(
         q=qg, k=kg, w=w, gk=gk, h0=h0, dht=dht, do=do, dv=dv, scale=opt.scale,
         cu_seqlens=cu_seqlens, chunk_size=BT, chunk_indices=chunk_indices, state_v_first=svf)
+
+
+def _scans(f, q, k, v, g, beta, Akk, Aqk, h0, cu_seqlens, chunk_indices, do, dht, opt,
+           saved=None):
+    """The stages before the tails: fla's recompute of w, u, qg, kg, the forward state scan,
+    fla's dAv, the reverse state scan (the scans fla's, or ours as FORWARD_SCAN and REVERSE_SCAN
+    say; `saved`, the forward's Intermediates, stand in for the recompute and the forward scan).
+    Returns h, v_new, dAqk, dh, dh0 and the reverse scan's dv."""
+    if saved is not None:
+        w, qg, kg, h, v_new = saved.w, saved.qg, saved.kg, saved.h, saved.v_new
+    else:
+        w, u, qg, kg = f.recompute_w_u_fwd(q=q, k=k, v=v, beta=beta, A=Akk, gk=g,
+                                           cu_seqlens=cu_seqlens, chunk_indices=chunk_indices)
+        h, v_new = _forward_scan(kg, w, u, g, h0, cu_seqlens, chunk_indices, opt)
+        del u
+    dAqk, dv = f.chunk_kda_bwd_dAv(q=q, k=k, v=v_new, do=do, A=Aqk, scale=opt.scale,
+                                   cu_seqlens=cu_seqlens, chunk_size=opt.chunk_size,
+                                   chunk_indices=chunk_indices)
+    dh, dh0, dv = _reverse_scan(qg, kg, w, do, dv, g, h0, dht, cu_seqlens, chunk_indices, opt)
+    return h, v_new, dAqk, dh, dh0, dv
+
+
+def _library_first_stages(q, k, v, g_input, beta_raw, Akk, Aqk, do, A_log32, bias32, h0, dht,
+                          cu_seqlens, chunk_indices, opt, saved=None):
+    """PREP = "kda": chunk_bwd_prep (gk, w, u, qg, kg and the intra-chunk dv from the raw
+    inputs), then the state scans on its outputs (ours or fla's, as FORWARD_SCAN and
+    REVERSE_SCAN say; `saved`, the forward's Intermediates, stand in for the forward scan and
+    give the reverse scan its qg, kg, w). Returns h, v_new, dh, dh0 and the reverse scan's dv."""
+    from . import _torch_op
+
+    gate = opt.use_gate_in_kernel
+    prep = _torch_op.OPS["chunk_kda_bwd_prep"].run
+    gk, w, u, qg, kg, dv = prep(
+        q, k, v, g_input, beta_raw, Akk, Aqk, do, A_log32, bias32, cu_seqlens, opt.chunk_size,
+        chunk_indices, opt.use_qk_l2norm_in_kernel, gate, opt.use_beta_sigmoid_in_kernel,
+        opt.allow_neg_eigval, opt.lower_bound if gate else None, "cuda", _api._kernel("auto"))
+    if saved is not None:
+        w, qg, kg, h, v_new = saved.w, saved.qg, saved.kg, saved.h, saved.v_new
+    else:
+        h, v_new = _forward_scan(kg, w, u, gk, h0, cu_seqlens, chunk_indices, opt)
+    del u
+    dh, dh0, dv = _reverse_scan(qg, kg, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, opt)
     return h, v_new, dh, dh0, dv
 
 
@@ -371,7 +400,7 @@ def _gate_cumsum(f, g_cumsum, g_input, A_log, dt_bias, cu_seqlens, chunk_indices
 
 
 def layer_backward_epilogue(q, k, v, g_cumsum, g_input, beta_raw, beta, A_log, dt_bias, Aqk,
-                            Akk, h0, cu_seqlens, chunk_indices, do, dht, opt):
+                            Akk, h0, cu_seqlens, chunk_indices, do, dht, opt, saved=None):
     """BACKWARD = "epilogue": the gradients (dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0) of the
     raw inputs (q, k as given, beta as given: logits with the sigmoid in the kernel), as
     EPILOGUE_STAGES lists them (LIBRARY_STAGES with PREP and both scans "kda"): the first pass
@@ -388,7 +417,7 @@ def layer_backward_epilogue(q, k, v, g_cumsum, g_input, beta_raw, beta, A_log, d
     if PREP == "kda":
         h, v_new, dh, dh0, dv = _library_first_stages(q, k, v, g_input, beta_raw, Akk, Aqk, do,
                                                       A_log32, bias32, h0, dht, cu_seqlens,
-                                                      chunk_indices, opt)
+                                                      chunk_indices, opt, saved)
     else:
         qn, kn = q, k
         if opt.use_qk_l2norm_in_kernel:
@@ -396,7 +425,7 @@ def layer_backward_epilogue(q, k, v, g_cumsum, g_input, beta_raw, beta, A_log, d
             kn, _ = f.l2norm_fwd(k)
         g = _gate_cumsum(f, g_cumsum, g_input, A_log, dt_bias, cu_seqlens, chunk_indices, opt)
         h, v_new, _, dh, dh0, dv = _scans(f, qn, kn, v, g, beta, Akk, Aqk, h0, cu_seqlens,
-                                          chunk_indices, do, dht, opt)
+                                          chunk_indices, do, dht, opt, saved)
         del qn, kn, g
     epilogue = _torch_op.OPS["chunk_kda_bwd_epilogue"].run
     dq, dk, dv, dg, db, dA, dbias = epilogue(
@@ -410,7 +439,7 @@ def layer_backward_epilogue(q, k, v, g_cumsum, g_input, beta_raw, beta, A_log, d
 
 
 def layer_backward(q, q_rstd, k, k_rstd, v, g_cumsum, g_input, beta_raw, beta, A_log, dt_bias,
-                   Aqk, Akk, h0, cu_seqlens, chunk_indices, do, dht, opt):
+                   Aqk, Akk, h0, cu_seqlens, chunk_indices, do, dht, opt, saved=None):
     """BACKWARD = "split": the gradients (dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0) of the
     raw inputs, from what the forward saved (q and k normalised when l2norm is in the kernel, beta
     after its sigmoid), stage by stage as SPLIT_STAGES lists them."""
@@ -422,7 +451,7 @@ def layer_backward(q, q_rstd, k, k_rstd, v, g_cumsum, g_input, beta_raw, beta, A
     dht = None if dht is None else dht.contiguous()
     g = _gate_cumsum(f, g_cumsum, g_input, A_log, dt_bias, cu_seqlens, chunk_indices, opt)
     h, v_new, dAqk, dh, dh0, dv = _scans(f, q, k, v, g, beta, Akk, Aqk, h0, cu_seqlens,
-                                         chunk_indices, do, dht, opt)
+                                         chunk_indices, do, dht, opt, saved)
     kernel = _api._kernel("auto")
     wy = _torch_op.OPS["chunk_kda_bwd_wy_dqkg_fused"].run
     intra = _torch_op.OPS["chunk_kda_bwd_intra"].run
@@ -455,7 +484,7 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
               use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
               use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, safe_gate=False,
               lower_bound=None, state_v_first=False, cu_seqlens=None, A_log=None, dt_bias=None,
-              chunk_size=64):
+              chunk_size=64, disable_recompute=False):
     """A KDA layer, forward and backward (fla's ``chunk_kda``: same arguments, same semantics).
 
     Parameters
@@ -483,6 +512,9 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
         float32 [HV] and [HV*K], read only with ``use_gate_in_kernel`` (as in fla).
     chunk_size : int
         32 or 64.
+    disable_recompute : bool
+        Keep the forward's w, u, qg, kg, v_new and h for the backward (more memory), which then
+        skips their recompute and the forward state scan (fla's switch).
 
     Returns
     -------
@@ -506,7 +538,7 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     opt = Options(scale, bool(output_final_state), bool(use_qk_l2norm_in_kernel),
                   bool(use_gate_in_kernel), bool(use_beta_sigmoid_in_kernel),
                   bool(allow_neg_eigval), bool(safe_gate), lower_bound, bool(state_v_first),
-                  int(chunk_size))
+                  int(chunk_size), bool(disable_recompute))
     _fla_pieces.load()  # the ImportError before autograd wraps anything
     with torch.cuda.device(q.device):
         return ChunkKDAFunction.apply(q, k, v, g, beta, A_log, dt_bias, initial_state,

@@ -394,7 +394,8 @@ def _make_backend_class(base_class=None, device_type="cuda"):
                              use_qk_l2norm_in_kernel, use_gate_in_kernel,
                              use_beta_sigmoid_in_kernel, allow_neg_eigval, safe_gate,
                              lower_bound, state_v_first, cu_seqlens, kwargs.get("A_log"),
-                             kwargs.get("dt_bias"), kwargs.get("chunk_size", 64))
+                             kwargs.get("dt_bias"), kwargs.get("chunk_size", 64),
+                             disable_recompute)
 
     return KdaKernelsBackend
 
@@ -415,8 +416,6 @@ def _chunk_kda_reason(q, k, v, g, beta, initial_state, cu_seqlens, disable_recom
         return f"arguments kda_kernels.chunk_kda does not take: {unknown}"
     if cp_context is not None:
         return "context parallelism (cp_context) is not served by kda_kernels.chunk_kda yet"
-    if disable_recompute is not False:
-        return "disable_recompute=True is not served by kda_kernels.chunk_kda yet"
     if return_intermediate_states is not False:
         return "return_intermediate_states is an inference path: fla serves it"
     if use_graph is not False:
@@ -559,8 +558,8 @@ def enable(ops=None):
 
     From then on fla's ``chunk_kda`` trains through ``kda_kernels.chunk_kda`` (fla's forward,
     this library's backward where it has kernels) whenever a gradient is needed and the call is
-    one it serves (no ``cp_context``, ``disable_recompute``, ``return_intermediate_states`` or
-    ``use_graph``: those go back to fla, which logs the reason), and fla's
+    one it serves (no ``cp_context``, ``return_intermediate_states`` or ``use_graph``: those go
+    back to fla, which logs the reason), and fla's
     ``chunk_kda_bwd_wy_dqkg_fused`` and ``chunk_kda_bwd_intra`` (steps inside fla's own
     backward, for the calls handed back), and with ``ops`` naming it
     ``chunk_gated_delta_rule_bwd_dhu`` (the reverse state scan of every delta-rule layer), run

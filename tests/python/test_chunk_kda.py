@@ -90,7 +90,7 @@ def run_layer(fn, inputs, options, device, dtype=None):
     x = _leaves(inputs, device, dtype)
     kwargs = dict(options)
     if fn is chunk_kda_reference:
-        for name in ("safe_gate", "output_final_state", "chunk_size"):
+        for name in ("safe_gate", "output_final_state", "chunk_size", "disable_recompute"):
             kwargs.pop(name, None)
         if not kwargs.get("use_gate_in_kernel"):
             kwargs.pop("lower_bound", None)
@@ -318,7 +318,7 @@ def test_golden_files_beside_fla(path, tail, request):
 def random_case(seed, B=1, T=130, H=2, HV=None, K=64, V=64, dtype=torch.bfloat16,
                 seqlens=None, h0=False, dht=False, gate=None, beta_sigmoid=False,
                 allow_neg_eigval=False, l2norm=True, state_v_first=False, safe_gate=False,
-                chunk_size=64, scale=None):
+                chunk_size=64, scale=None, disable_recompute=False):
     """Inputs and options of one random call. gate: None (g given: log decay in [-5 * 0.3, 0)),
     "softplus" or "lower_bound" (raw gate input with A_log and dt_bias)."""
     gen = torch.Generator().manual_seed(seed)
@@ -354,6 +354,8 @@ def random_case(seed, B=1, T=130, H=2, HV=None, K=64, V=64, dtype=torch.bfloat16
                    allow_neg_eigval=allow_neg_eigval, safe_gate=safe_gate,
                    lower_bound=-5.0 if gate == "lower_bound" else None,
                    state_v_first=state_v_first, chunk_size=chunk_size)
+    if disable_recompute:
+        options["disable_recompute"] = True
     if not l2norm:  # keep the recurrence stable without normalisation
         x["k"] = (x["k"].float() * K ** -0.5).to(dtype)
     return x, options
@@ -369,6 +371,12 @@ RANDOM_CASES = {
     "fp32_bt32_state_v_first": dict(dtype=torch.float32, chunk_size=32, state_v_first=True,
                                     h0=True, dht=True),
     "lower_bound_no_safe_gate": dict(gate="lower_bound", B=2, T=100),
+    # The forward's intermediates kept: the backward skips their recompute and the forward scan.
+    "kimi_call_disable_recompute": dict(K=128, V=128, gate="lower_bound", safe_gate=True,
+                                        beta_sigmoid=True, state_v_first=True, h0=True, dht=True,
+                                        disable_recompute=True),
+    "varlen_disable_recompute": dict(seqlens=(1, 17, 64, 1, 95, 33), h0=True,
+                                     disable_recompute=True),
 }
 
 

@@ -482,11 +482,13 @@ def test_flas_chunk_kda_dispatch_reaches_our_layer(cpu_backend, monkeypatch):
     assert got == ("ours", None)
     assert ran[0]["A_log"] is A_log and ran[0]["chunk_size"] == 32
     assert ran[0]["output_final_state"] is True
+    # disable_recompute reaches ours (it keeps the forward's intermediates for the backward).
+    fla_chunk_kda(**_chunk_kda_call(), disable_recompute=True)
+    assert ran[1]["disable_recompute"] is True
 
 
 @pytest.mark.parametrize("overrides, reason", [
     (dict(cp_context=object()), "context parallelism"),
-    (dict(disable_recompute=True), "disable_recompute=True"),
     (dict(return_intermediate_states=True), "inference path"),
     (dict(use_graph=True), "use_graph"),
     (dict(transpose_state_layout=True), "does not take: ['transpose_state_layout']"),
