@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "core/index_tensor.hpp"
 
@@ -155,6 +156,50 @@ Status check_float32_option(const char* name, const std::optional<double>& value
                           "| <= 3.40282e+38 (float32's largest) or None, got " + got);
   }
   return Status::Ok();
+}
+
+Status check_layer_activations(bool gate_in_kernel, const TensorView& A_log,
+                               const TensorView& dt_bias, const std::optional<double>& lower_bound,
+                               bool beta_sigmoid, bool allow_neg_eigval, int64_t HV, int64_t K) {
+  if (!gate_in_kernel) {
+    // Without the gate in the kernel these do not enter the layer: refusing them keeps a
+    // caller from believing they did.
+    for (auto [name, view] : {std::pair{"A_log", &A_log}, {"dt_bias", &dt_bias}}) {
+      if (!view->empty_arg()) {
+        return fail(name,
+                    "given without use_gate_in_kernel; it enters the layer only with the "
+                    "gate in the kernel");
+      }
+    }
+    if (lower_bound) {
+      return fail("lower_bound",
+                  "given without use_gate_in_kernel; it bounds only the gate computed in the "
+                  "kernel");
+    }
+  } else {
+    if (A_log.empty_arg() && !lower_bound) {
+      return fail("A_log", "required with use_gate_in_kernel unless lower_bound is set");
+    }
+    if (!A_log.empty_arg()) {
+      if (Status s = check_shape("A_log", A_log, {HV}, "[HV] (from v)"); !s.ok()) return s;
+    }
+    if (!dt_bias.empty_arg()) {
+      if (Status s = check_shape("dt_bias", dt_bias, {HV * K}, "[HV * K] (from v, q)"); !s.ok())
+        return s;
+    }
+    if (lower_bound && !(*lower_bound < 0.0)) {
+      char got[32];
+      std::snprintf(got, sizeof got, "%g", *lower_bound);
+      return fail("lower_bound",
+                  std::string("expected a negative number (the gate lies in [lower_bound, 0)), "
+                              "got ") +
+                      got);
+    }
+  }
+  if (allow_neg_eigval && !beta_sigmoid) {
+    return fail("allow_neg_eigval", "takes effect only with use_beta_sigmoid_in_kernel");
+  }
+  return check_float32_option("lower_bound", lower_bound);
 }
 
 Status check_states(const TensorView& h, const TensorView& dh, int64_t B, int64_t NT, int64_t HV,

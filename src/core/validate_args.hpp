@@ -124,6 +124,14 @@ Status check_keys_shape(const char* name, const TensorView& t, Dims* dims) {
   return Status::Ok();
 }
 
+// A KDA layer's activation switches as an operator that applies them takes them (the epilogue,
+// the backward's first pass): A_log [HV], dt_bias [HV * K] and lower_bound (negative, a float32)
+// only with the gate in the kernel, A_log required there unless lower_bound is set;
+// allow_neg_eigval only with the beta sigmoid.
+Status check_layer_activations(bool gate_in_kernel, const TensorView& A_log,
+                               const TensorView& dt_bias, const std::optional<double>& lower_bound,
+                               bool beta_sigmoid, bool allow_neg_eigval, int64_t HV, int64_t K);
+
 // q [B, T, H, K] (check_keys_shape), and k of q's shape: sets dims' B, T, H, K.
 template <typename Dims>
 Status check_queries_keys(const TensorView& q, const TensorView& k, Dims* dims) {

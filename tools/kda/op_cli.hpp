@@ -79,6 +79,52 @@ struct StateOptions {
   }
 };
 
+// The options of the operators that apply a KDA layer's activations (chunk_bwd_epilogue,
+// chunk_bwd_prep): --no-l2norm, --gate, --beta-sigmoid, --allow-neg-eigval, their values in an
+// io config, and the summary's "layer" line.
+struct LayerActivationOptions {
+  bool no_l2norm = false;
+  std::string gate = "none";
+  bool beta_sigmoid = false;
+  bool allow_neg_eigval = false;
+
+  template <typename Generated>
+  void add(CLI::App* command, const Generated& generated) {
+    generated(command->add_flag("--no-l2norm", no_l2norm, "q, k not l2-normalised in the layer"));
+    generated(command
+                  ->add_option("--gate", gate,
+                               "none (g: log decays), softplus or lower_bound (-5): the gate in "
+                               "the kernel")
+                  ->capture_default_str());
+    generated(command->add_flag("--beta-sigmoid", beta_sigmoid, "beta holds logits"));
+    generated(command->add_flag("--allow-neg-eigval", allow_neg_eigval,
+                                "with --beta-sigmoid: 2 sigmoid(beta)"));
+  }
+
+  // Into config; an invalid argument names the option.
+  template <typename Config>
+  Status apply(Config* c) const {
+    if (gate != "none" && gate != "softplus" && gate != "lower_bound") {
+      return invalid_argument("--gate: expected none, softplus or lower_bound, got '" + gate + "'");
+    }
+    c->l2norm = !no_l2norm;
+    c->gate = gate;
+    c->beta_sigmoid = beta_sigmoid;
+    c->allow_neg_eigval = allow_neg_eigval;
+    return Status::Ok();
+  }
+
+  // The problem's switches as the summary prints them.
+  template <typename Problem>
+  static std::pair<std::string, std::string> summary_line(const Problem& p) {
+    const auto yes = [](bool on) { return on ? "true" : "false"; };
+    return {"layer", std::string("l2norm=") + yes(p.use_qk_l2norm_in_kernel) +
+                         " gate_in_kernel=" + yes(p.use_gate_in_kernel) +
+                         " beta_sigmoid=" + yes(p.use_beta_sigmoid_in_kernel) +
+                         " allow_neg_eigval=" + yes(p.allow_neg_eigval)};
+  }
+};
+
 // Bytes of h and dh of a generated problem of an operator with states (one state per chunk, at
 // most one short chunk per sequence), in double so absurd shapes cannot overflow.
 template <typename Config>

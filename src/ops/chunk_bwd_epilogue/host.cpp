@@ -5,6 +5,7 @@
 #include <random>
 
 #include "io/host_problem.hpp"
+#include "io/layer_random.hpp"
 #include "io/metadata.hpp"
 #include "io/op_io_support.hpp"
 
@@ -88,23 +89,7 @@ void fill_random(const EpilogueConfig& c, HostProblem* hp) {
   }
   HostTensor& A = hp->get("A");
   for (int64_t i = 0, n = A.numel(); i < n; ++i) A.set(i, 0.1 * normal(rng));
-  HostTensor& g = hp->get("g");
-  for (int64_t i = 0, n = g.numel(); i < n; ++i) {
-    g.set(i, c.gate == "none" ? -std::exp(std::log(1e-3) * uniform(rng)) : normal(rng));
-  }
-  HostTensor& beta = hp->get("beta");
-  for (int64_t i = 0, n = beta.numel(); i < n; ++i) {
-    beta.set(i, c.beta_sigmoid ? normal(rng) : 0.05 + 0.9 * uniform(rng));
-  }
-  if (hp->has("A_log")) {
-    HostTensor& A_log = hp->get("A_log");
-    for (int64_t i = 0, n = A_log.numel(); i < n; ++i) {
-      const double drawn = 2.0 * uniform(rng);  // drawn either way: the other inputs stay the same
-      A_log.set(i, c.A_log.empty() ? drawn : c.A_log[static_cast<size_t>(i) % c.A_log.size()]);
-    }
-    HostTensor& dt_bias = hp->get("dt_bias");
-    for (int64_t i = 0, n = dt_bias.numel(); i < n; ++i) dt_bias.set(i, 0.5 * normal(rng));
-  }
+  fill_layer_activations(c.gate, c.beta_sigmoid, c.A_log, rng, normal, uniform, hp);
 }
 
 }  // namespace

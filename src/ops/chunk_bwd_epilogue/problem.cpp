@@ -3,7 +3,6 @@
 
 #include <array>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -12,18 +11,6 @@
 #include "kda/ops/chunk_bwd_epilogue.hpp"
 
 namespace kda {
-
-namespace {
-
-using P = ChunkBwdEpilogueProblem;
-
-std::string number(double x) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", x);
-  return text;
-}
-
-}  // namespace
 
 Status ChunkBwdEpilogueProblem::validate(ChunkBwdEpilogueDims* out) const {
   using namespace validation;
@@ -58,46 +45,12 @@ Status ChunkBwdEpilogueProblem::validate(ChunkBwdEpilogueDims* out) const {
   }
 
   // --- the gate's and beta's options ----------------------------------------------------
-  if (!use_gate_in_kernel) {
-    // Without the gate in the kernel these do not enter the layer: refusing them keeps a
-    // caller from believing they did.
-    for (auto [name, view] : {std::pair{"A_log", &A_log}, {"dt_bias", &dt_bias}}) {
-      if (!view->empty_arg()) {
-        return fail(name,
-                    "given without use_gate_in_kernel; it enters the layer only with the "
-                    "gate in the kernel");
-      }
-    }
-    if (lower_bound) {
-      return fail("lower_bound",
-                  "given without use_gate_in_kernel; it bounds only the gate "
-                  "computed in the kernel");
-    }
-  } else {
-    if (A_log.empty_arg() && !lower_bound) {
-      return fail("A_log", "required with use_gate_in_kernel unless lower_bound is set");
-    }
-    if (!A_log.empty_arg()) {
-      if (Status s = check_shape("A_log", A_log, {d.HV}, "[HV] (from v)"); !s.ok()) return s;
-    }
-    if (!dt_bias.empty_arg()) {
-      if (Status s = check_shape("dt_bias", dt_bias, {d.HV * d.K}, "[HV * K] (from v, q)");
-          !s.ok()) {
-        return s;
-      }
-    }
-    if (lower_bound && !(*lower_bound < 0.0)) {
-      return fail("lower_bound",
-                  "expected a negative number (the gate lies in [lower_bound, 0)), "
-                  "got " +
-                      number(*lower_bound));
-    }
-  }
-  if (allow_neg_eigval && !use_beta_sigmoid_in_kernel) {
-    return fail("allow_neg_eigval", "takes effect only with use_beta_sigmoid_in_kernel");
+  if (Status s = check_layer_activations(use_gate_in_kernel, A_log, dt_bias, lower_bound,
+                                         use_beta_sigmoid_in_kernel, allow_neg_eigval, d.HV, d.K);
+      !s.ok()) {
+    return s;
   }
   if (Status s = check_float32_option("scale", scale); !s.ok()) return s;
-  if (Status s = check_float32_option("lower_bound", lower_bound); !s.ok()) return s;
   d.scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(d.K));
 
   // --- outputs: contiguous, disjoint from each other and from every input ---------------

@@ -37,15 +37,7 @@ class PrepCli final : public OpCli {
 
   void add_options(CLI::App* command, const GeneratedOption& generated) override {
     generated(add_heads_v_option(command, &heads_v_));
-    generated(command->add_flag("--no-l2norm", no_l2norm_, "q, k not l2-normalised in the layer"));
-    generated(command
-                  ->add_option("--gate", gate_,
-                               "none (g: log decays), softplus or lower_bound (-5): the gate in "
-                               "the kernel")
-                  ->capture_default_str());
-    generated(command->add_flag("--beta-sigmoid", beta_sigmoid_, "beta holds logits"));
-    generated(command->add_flag("--allow-neg-eigval", allow_neg_eigval_,
-                                "with --beta-sigmoid: 2 sigmoid(beta)"));
+    activations_.add(command, generated);
   }
 
   Status generate(const GeneratedBasics& b, const CheckBeforeFilling& check,
@@ -53,14 +45,7 @@ class PrepCli final : public OpCli {
     io::PrepConfig c;
     set_generated_basics(b, heads_v_, &c);
     c.V = b.dims[4];
-    if (gate_ != "none" && gate_ != "softplus" && gate_ != "lower_bound") {
-      return invalid_argument("--gate: expected none, softplus or lower_bound, got '" + gate_ +
-                              "'");
-    }
-    c.l2norm = !no_l2norm_;
-    c.gate = gate_;
-    c.beta_sigmoid = beta_sigmoid_;
-    c.allow_neg_eigval = allow_neg_eigval_;
+    if (Status s = activations_.apply(&c); !s.ok()) return s;
     if (Status s = check_host_memory(problem_bytes(c)); !s.ok()) return s;
     return io::make_random_problem(c, check, out);
   }
@@ -74,20 +59,13 @@ class PrepCli final : public OpCli {
     out->details.emplace_back("dtypes", "X=" + std::string(dtype_name(d.x_dtype)) +
                                             " beta=" + std::string(dtype_name(p.beta.dtype)) +
                                             " g=" + std::string(dtype_name(p.g.dtype)));
-    const auto yes = [](bool on) { return on ? "true" : "false"; };
-    out->details.emplace_back("layer", std::string("l2norm=") + yes(p.use_qk_l2norm_in_kernel) +
-                                           " gate_in_kernel=" + yes(p.use_gate_in_kernel) +
-                                           " beta_sigmoid=" + yes(p.use_beta_sigmoid_in_kernel) +
-                                           " allow_neg_eigval=" + yes(p.allow_neg_eigval));
+    out->details.push_back(LayerActivationOptions::summary_line(p));
     return Status::Ok();
   }
 
  private:
   int64_t heads_v_ = 0;  // 0: HV = H
-  bool no_l2norm_ = false;
-  std::string gate_ = "none";
-  bool beta_sigmoid_ = false;
-  bool allow_neg_eigval_ = false;
+  LayerActivationOptions activations_;
 };
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "cuda/common/dtype_tag.cuh"
 #include "cuda/common/kernel_attributes.hpp"
 #include "ops/chunk_bwd_epilogue/backends.hpp"
+#include "ops/chunk_bwd_epilogue/cuda/activation_params.hpp"
 #include "ops/chunk_bwd_epilogue/cuda/bf16/kernel.cuh"
 #include "ops/chunk_bwd_epilogue/cuda/kernel.cuh"
 #include "ops/chunk_bwd_epilogue/cuda/reduce.cuh"
@@ -35,23 +36,13 @@ EpilogueParams make_params(const ChunkBwdEpilogueProblem& problem,
   p.do_ = token_view(problem.do_);
   p.v_new = token_view(problem.v_new);
   p.dv = token_view(problem.dv);
-  p.g = token_view(problem.g);
-  p.g_is_f32 = problem.g.dtype == DType::f32;
   p.A = token_view(problem.A);
-  p.beta = beta_view(problem.beta);
   p.h = state_view(problem.h, problem.state_v_first);
   p.dh = state_view(problem.dh, problem.state_v_first);
   p.h_is_f32 = problem.h.dtype == DType::f32;
   p.chunks =
       chunk_layout(problem.cu_seqlens, problem.chunk_indices, dims.T, dims.NT, dims.num_seqs);
-  if (!problem.A_log.empty_arg()) {
-    p.A_log = static_cast<const float*>(problem.A_log.data);
-    p.A_log_stride = problem.A_log.strides[0];
-  }
-  if (!problem.dt_bias.empty_arg()) {
-    p.dt_bias = static_cast<const float*>(problem.dt_bias.data);
-    p.dt_bias_stride = problem.dt_bias.strides[0];
-  }
+  fill_activation_params(problem, &p);
   p.dq = problem.dq.data;
   p.dk = problem.dk.data;
   p.dv_out = problem.dv_out.data;
@@ -69,12 +60,6 @@ EpilogueParams make_params(const ChunkBwdEpilogueProblem& problem,
   p.num_chunks = dims.varlen ? dims.NT : dims.B * dims.NT;
   p.chunk_size = static_cast<int>(dims.BT);
   p.scale = static_cast<float>(dims.scale);
-  p.l2norm = problem.use_qk_l2norm_in_kernel;
-  p.gate_in_kernel = problem.use_gate_in_kernel;
-  p.beta_sigmoid = problem.use_beta_sigmoid_in_kernel;
-  p.neg_eigval = problem.allow_neg_eigval;
-  p.has_lower_bound = problem.lower_bound.has_value();
-  p.lower_bound = p.has_lower_bound ? static_cast<float>(*problem.lower_bound) : 0.0f;
   return p;
 }
 

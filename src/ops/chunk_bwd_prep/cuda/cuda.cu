@@ -12,6 +12,7 @@
 #include "cuda/common/dispatch.hpp"
 #include "cuda/common/dtype_tag.cuh"
 #include "cuda/common/kernel_attributes.hpp"
+#include "ops/chunk_bwd_epilogue/cuda/activation_params.hpp"
 #include "ops/chunk_bwd_prep/backends.hpp"
 #include "ops/chunk_bwd_prep/cuda/kernel.cuh"
 
@@ -25,21 +26,11 @@ PrepParams make_params(const ChunkBwdPrepProblem& problem, const ChunkBwdPrepDim
   p.k = token_view(problem.k);
   p.v = token_view(problem.v);
   p.do_ = token_view(problem.do_);
-  p.g = token_view(problem.g);
-  p.g_is_f32 = problem.g.dtype == DType::f32;
   p.A = token_view(problem.A);
   p.Aqk = token_view(problem.Aqk);
-  p.beta = beta_view(problem.beta);
   p.chunks =
       chunk_layout(problem.cu_seqlens, problem.chunk_indices, dims.T, dims.NT, dims.num_seqs);
-  if (!problem.A_log.empty_arg()) {
-    p.A_log = static_cast<const float*>(problem.A_log.data);
-    p.A_log_stride = problem.A_log.strides[0];
-  }
-  if (!problem.dt_bias.empty_arg()) {
-    p.dt_bias = static_cast<const float*>(problem.dt_bias.data);
-    p.dt_bias_stride = problem.dt_bias.strides[0];
-  }
+  fill_activation_params(problem, &p);
   p.gk = static_cast<float*>(problem.gk.data);
   p.w = problem.w.data;
   p.u = problem.u.data;
@@ -55,12 +46,6 @@ PrepParams make_params(const ChunkBwdPrepProblem& problem, const ChunkBwdPrepDim
   p.heads_per_group = dims.HV / dims.H;
   p.num_chunks = dims.varlen ? dims.NT : dims.B * dims.NT;
   p.chunk_size = static_cast<int>(dims.BT);
-  p.l2norm = problem.use_qk_l2norm_in_kernel;
-  p.gate_in_kernel = problem.use_gate_in_kernel;
-  p.beta_sigmoid = problem.use_beta_sigmoid_in_kernel;
-  p.neg_eigval = problem.allow_neg_eigval;
-  p.has_lower_bound = problem.lower_bound.has_value();
-  p.lower_bound = p.has_lower_bound ? static_cast<float>(*problem.lower_bound) : 0.0f;
   return p;
 }
 
