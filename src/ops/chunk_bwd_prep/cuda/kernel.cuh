@@ -9,6 +9,7 @@
 // (block_gemm; 3xTF32 for float32 X). Outputs are stored from there, one row per warp.
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/block_gemm.cuh"
 #include "cuda/common/chunk_units.cuh"
@@ -24,6 +25,17 @@ using mma::BLayout;
 using mma::block_gemm;
 
 constexpr float kLog2e = 1.4426950408889634f;
+
+// e^x: the fast approximation (a few ulp, and an error growing with |x|) for 16-bit X, whose
+// outputs round far coarser; expf for float32 X, held to float32's bar.
+template <typename X>
+__device__ __forceinline__ float exp_of(float x) {
+  if constexpr (std::is_same_v<X, float>) {
+    return expf(x);
+  } else {
+    return __expf(x);
+  }
+}
 
 // The shared-memory plan for chunks of kL rows (float offsets): the two kL x kL matrices, beta
 // and the inverse norms, and four kL x 32 blocks.
@@ -136,12 +148,12 @@ __global__ void __launch_bounds__(kThreads) chunk_bwd_prep_kernel(const PrepPara
       const int i = e / 32, c = e % 32;
       if (i >= len || c >= cols) continue;
       const float g = G[i * kPitch + c];
-      const float decay = __expf(g);
+      const float decay = exp_of<X>(g);
       const float k_hat = X1[i * kPitch + c] * k_inv[i];
       const int64_t at = ((b * p.T + t0 + i) * p.HV + hv) * p.K + col0 + c;
       p.gk[at] = g * kLog2e;
       static_cast<X*>(p.qg)[at] = from_float<X>(X0[i * kPitch + c] * q_inv[i] * decay);
-      static_cast<X*>(p.kg)[at] = from_float<X>(k_hat * __expf(G[(len - 1) * kPitch + c] - g));
+      static_cast<X*>(p.kg)[at] = from_float<X>(k_hat * exp_of<X>(G[(len - 1) * kPitch + c] - g));
       X1[i * kPitch + c] = beta[i] * k_hat * decay;
     }
     __syncthreads();
