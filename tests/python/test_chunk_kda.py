@@ -379,6 +379,16 @@ RANDOM_CASES = {
                                      disable_recompute=True),
 }
 
+# Few chains, a long one each (T = 65536, B·H = 8: 1024 chunks a chain; K = V = 32 keeps the
+# float64 token recurrence's autograd tape at 4 GB), with both state gradients; and many short
+# sequences (200 of 1..70 tokens: most chunks are a sequence's only one).
+CHAIN_CASES = {
+    "long_single_sequence": dict(T=65536, H=8, K=32, V=32, gate="lower_bound", safe_gate=True,
+                                 beta_sigmoid=True, state_v_first=True, h0=True, dht=True),
+    "many_short_sequences": dict(seqlens=tuple(1 + (37 * i) % 70 for i in range(200)), H=4,
+                                 h0=True, dht=True),
+}
+
 
 @needs_gpu
 @pytest.mark.parametrize("case", sorted(RANDOM_CASES))
@@ -390,6 +400,21 @@ def test_random_shapes_beside_fla(case, tail):
     reference = run_layer(chunk_kda_reference, inputs, options, "cuda", torch.float64)
     if tail == "split":
         print_stage_ablation(fla_chunk_kda, inputs, options, reference, case)
+    compare(ours, theirs, reference, inputs["q"].dtype, f"{case}, {tail}")
+
+
+@needs_gpu
+@pytest.mark.parametrize("case", sorted(CHAIN_CASES))
+def test_long_and_many_short_sequences_beside_fla(case, tail):
+    """The state scans' two extremes through the whole layer, for the tails whose scans differ
+    (fla's, ours): the split tail runs fla's scans as the epilogue tail does."""
+    if tail == "split":
+        pytest.skip("the split tail's scans are the epilogue tail's (fla's); the run is long")
+    fla_chunk_kda = _fla_chunk_kda()
+    inputs, options = random_case(seed=len(case), **CHAIN_CASES[case])
+    ours = run_layer(kk.chunk_kda, inputs, options, "cuda")
+    theirs = run_layer(fla_chunk_kda, inputs, options, "cuda")
+    reference = run_layer(chunk_kda_reference, inputs, options, "cuda", torch.float64)
     compare(ours, theirs, reference, inputs["q"].dtype, f"{case}, {tail}")
 
 
