@@ -28,7 +28,7 @@ gate's cumsum, l2norm, w, u, qg, kg and dAv's dv) from fla's stages unless ``PRE
 
 ``STAGES`` is the split tail's list unless ``BACKWARD`` is "epilogue" ("auto" picks per call).
 The backward recomputes what fla's default call recomputes (fla's ``disable_recompute=False``);
-with ``disable_recompute=True`` the forward saves w, u, qg, kg, v_new and h (fla's forward keeps
+with ``disable_recompute=True`` the forward saves w, qg, kg, v_new and h (fla's forward keeps
 them then) and the backward skips the recompute of w, u, qg, kg (fla's first pass) and the
 forward state scan.
 
@@ -270,8 +270,9 @@ class ChunkKDAFunction(torch.autograd.Function):
             disable_recompute=opt.disable_recompute)
         ctx.path = backward_tail(q, v, opt.chunk_size)
         # disable_recompute: the forward's intermediates, kept for the backward (else None).
-        ctx.intermediates = (Intermediates(w, u, qg, kg, v_new, h)
+        ctx.intermediates = (Intermediates(w, qg, kg, v_new, h)
                              if opt.disable_recompute else None)
+        del u  # the backward reads v_new, not u
         if ctx.path == "epilogue":  # it takes the raw q, k (l2norm's backward is in it)
             q, k, q_rstd, k_rstd = q_raw, k_raw, None, None
         ctx.save_for_backward(q, q_rstd, k, k_rstd, v, g_cumsum, g, beta_raw, beta, A_log,
@@ -301,11 +302,10 @@ class ChunkKDAFunction(torch.autograd.Function):
 @dataclasses.dataclass(frozen=True)
 class Intermediates:
     """What the forward keeps for the backward with disable_recompute=True (fla's tensors of
-    the same names): w, u, qg, kg [B, T, HV, K or V], v_new, and h, the state at each chunk's
-    start."""
+    the same names): w, qg, kg [B, T, HV, K], v_new [B, T, HV, V], and h, the state at each
+    chunk's start (fla's u is not kept: the backward reads v_new)."""
 
     w: torch.Tensor
-    u: torch.Tensor
     qg: torch.Tensor
     kg: torch.Tensor
     v_new: torch.Tensor
@@ -513,7 +513,7 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     chunk_size : int
         32 or 64.
     disable_recompute : bool
-        Keep the forward's w, u, qg, kg, v_new and h for the backward (more memory), which then
+        Keep the forward's w, qg, kg, v_new and h for the backward (more memory), which then
         skips their recompute and the forward state scan (fla's switch).
 
     Returns
