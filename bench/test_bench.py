@@ -817,3 +817,22 @@ def test_host_cost_measures_the_operators_fla_dispatches():
 
     assert hc._FLA_STAGES == kfla.STAGES
     assert tuple(hc.OPS.values()) == kfla.STAGES
+
+
+# --- bench/prep.py's float64 math (CPU) --------------------------------------------------------
+
+
+@needs_torch
+@needs_library
+@pytest.mark.parametrize("kimi", [False, True], ids=["default", "kimi"])
+def test_prep_bench_float64_matches_the_cpu_backend(kimi):
+    """bench/prep.py's float64 pass (its err_ratio judge) against kda_kernels' cpu backend on
+    the bench's own inputs: the two are the same math, to the outputs' bf16 rounding."""
+    import prep
+
+    p = prep.problem(1, 128, None, 2, kimi, torch.device("cpu"))
+    ref = prep.prep_float64(p, kimi)
+    ours = prep.run_ours(p, kimi, backend="cpu")
+    for name, x, r in zip(prep.OUTPUTS, ours, ref):
+        assert x.shape == r.shape, name
+        assert prep.err_ratio(x, r) < (1e-6 if name == "gk" else 8e-3), name

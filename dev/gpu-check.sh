@@ -26,7 +26,8 @@
 #                     timings at the model shape (default call and the Kimi layer's call)
 #   prep              chunk_bwd_prep (the backward's first pass): test_prep_cuda (random problems
 #                     of every option against cpu-ref), the four sanitizers on its Subset, `kda
-#                     run` at the model shape (default call and the Kimi layer's)
+#                     run` at the model shape (default call and the Kimi layer's), bench/prep.py
+#                     (ours beside the fla stages it stands in for, floor, float64 errors)
 #   scans             the state scans, chunk_bwd_dhu and chunk_fwd_h: test_dhu_cuda and
 #                     test_fwd_h_cuda (random problems of every option against cpu-ref, both
 #                     kernels), the four sanitizers on each Subset, `kda run` at the model shape
@@ -361,6 +362,13 @@ if want prep; then
     row "chunk_bwd_prep B=1 T=8192 H=32 bf16 $call" "rc $prc: $(grep -m1 -E 'median' "$logs/.prep" | tr -s ' ')"
   done
   rm -f "$logs/.prep"
+  # Ours beside the fla stages it stands in for, in one process (KDA_PREP_ARGS: bench/prep.py
+  # options).
+  # shellcheck disable=SC2086
+  bounded "${KDA_PREP_SECONDS:-150}" env KDA_LIBRARY="$libkda" PYTHONPATH="$carry:python" \
+    python3 bench/prep.py ${KDA_PREP_ARGS:-} >"$logs/prep_py.log" 2>&1
+  row "bench/prep.py (rc $?)" "see prep_py.log"
+  sed -n '/^| shape/,$p' "$logs/prep_py.log" >>"$summary"
 fi
 
 if want scans; then
