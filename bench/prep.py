@@ -12,8 +12,9 @@ together (CUDA events behind a spin kernel, bench/measure.py), our byte floor (e
 once, every output byte once, at the measured copy bandwidth) and, at fixed-length shapes, each
 output's err_ratio = rms(x - ref) / rms(ref) against the same math in float64 on the GPU (the
 math of src/ops/chunk_bwd_prep/reference.cpp). fla's kernels run their first config unless
---fla-autotune. Akk and Aqk are random (a unit diagonal for Akk): the pass is the same
-arithmetic whatever their values. "mix32" is the issues' varlen mix at H = 32.
+--fla-autotune. Akk and Aqk are random (Akk unit lower triangular): the pass is the same
+arithmetic whatever their values (Akk is zero above its diagonal, as the forward stores it).
+"mix32" is the issues' varlen mix at H = 32.
 """
 
 import argparse
@@ -74,9 +75,12 @@ def problem(B, T, seqlens, H, kimi, device, seed=0):
         starts = torch.tensor([0] + list(seqlens), device=device).cumsum(0)[:-1]
         pos = pos - starts[torch.searchsorted(starts, pos, right=True) - 1]
     pos = pos % BT
-    eye = (pos[:, None] == torch.arange(BT, device=device)[None, :]).float()  # [T, BT]
+    # Akk as the forward stores it: unit lower triangular, zero above the diagonal (fla's
+    # recompute reads every column of a row; ours reads the lower triangle only).
+    col = torch.arange(BT, device=device)[None, :]
     akk = torch.randn(B, T, H, BT, generator=gen, device=device) * 0.1
-    p["A"] = torch.where(eye[None, :, None, :] > 0, 1.0, akk).to(torch.bfloat16)
+    akk = torch.where((col < pos[:, None])[None, :, None, :], akk, 0.0)
+    p["A"] = torch.where((col == pos[:, None])[None, :, None, :], 1.0, akk).to(torch.bfloat16)
     p["Aqk"] = randn(B, T, H, BT, scale=0.1)
     p["cu_seqlens"] = p["chunk_indices"] = None
     if seqlens:
