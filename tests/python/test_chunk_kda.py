@@ -5,6 +5,7 @@ against float64, beside fla's chunk_kda on the same inputs (ours at most 1.1x fl
 and within the per-dtype bars), run to run determinism, and fla's chunk_kda dispatched to ours
 by kda_kernels.fla."""
 
+import functools
 import math
 import os
 from pathlib import Path
@@ -403,18 +404,26 @@ def test_random_shapes_beside_fla(case, tail):
     compare(ours, theirs, reference, inputs["q"].dtype, f"{case}, {tail}")
 
 
+@functools.lru_cache(maxsize=None)
+def _chain_case_beside_fla(case):
+    """The inputs, options, fla's results and the float64 recurrence's of a CHAIN_CASES case,
+    once per process (the T = 65536 recurrence takes a while; every tail compares against it)."""
+    inputs, options = random_case(seed=len(case), **CHAIN_CASES[case])
+    theirs = run_layer(_fla_chunk_kda(), inputs, options, "cuda")
+    reference = run_layer(chunk_kda_reference, inputs, options, "cuda", torch.float64)
+    return inputs, options, theirs, reference
+
+
 @needs_gpu
 @pytest.mark.parametrize("case", sorted(CHAIN_CASES))
 def test_long_and_many_short_sequences_beside_fla(case, tail):
-    """The state scans' two extremes through the whole layer, for the tails whose scans differ
-    (fla's, ours): the split tail runs fla's scans as the epilogue tail does."""
-    if tail == "split":
-        pytest.skip("the split tail's scans are the epilogue tail's (fla's); the run is long")
-    fla_chunk_kda = _fla_chunk_kda()
-    inputs, options = random_case(seed=len(case), **CHAIN_CASES[case])
+    """The state scans' two extremes through the whole layer, once with fla's scans (the
+    epilogue tail) and once with every stage ours (the library tail); the split tail and the
+    epilogue tail with our scans run those same scans."""
+    if tail in ("split", "epilogue-kda-scans"):
+        pytest.skip(f"the {tail} tail's scans are another tail's here; the run is long")
+    inputs, options, theirs, reference = _chain_case_beside_fla(case)
     ours = run_layer(kk.chunk_kda, inputs, options, "cuda")
-    theirs = run_layer(fla_chunk_kda, inputs, options, "cuda")
-    reference = run_layer(chunk_kda_reference, inputs, options, "cuda", torch.float64)
     compare(ours, theirs, reference, inputs["q"].dtype, f"{case}, {tail}")
 
 
