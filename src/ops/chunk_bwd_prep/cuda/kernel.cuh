@@ -5,7 +5,7 @@
 //   over K: G, the cumulative natural-log decay (the gate's activation first, when it is in the
 //     kernel); gk = G / ln 2, qg = q̂ e^G, kg = k̂ e^(G_last − G); w = Akk (β k̂ e^G);
 //   over V: u = Akk (β v) and the intra-chunk dv = Aqkᵀ do.
-// Every tile is float32 in shared memory; the two products run on the TF32 tensor cores
+// Every tile is float32 in shared memory; the three products run on the TF32 tensor cores
 // (block_gemm; 3xTF32 for float32 X). Outputs are stored from there, one row per warp.
 
 #include <cstdint>
