@@ -26,9 +26,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import DeviceTimer, copy_bandwidth  # noqa: E402
+# The scans bench's sizes, its shapes ("BxTxH" or "mixH": the issues' varlen mix) and error.
+from scans import BT, K, V, err_ratio, shape_of  # noqa: E402
 
-MIX = (1300, 547, 2048, 963, 271, 3063)
-BT, K, V = 64, 128, 128
 LOWER_BOUND = -5.0
 OUTPUTS = ("gk", "w", "u", "qg", "kg", "dv")
 
@@ -41,14 +41,6 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--fla-autotune", action="store_true")
     return p.parse_args(argv)
-
-
-def shape_of(text):
-    """(B, seqlens or None, H) from "BxTxH" or "mixH"."""
-    if text.startswith("mix"):
-        return 1, MIX, int(text[3:])
-    B, T, H = (int(x) for x in text.split("x"))
-    return B, None, H
 
 
 def problem(B, T, seqlens, H, kimi, device, seed=0):
@@ -127,11 +119,6 @@ def prep_float64(p, kimi):
     dv = torch.einsum("bnihj,bnihv->bnjhv", Aqk, do)
     out = (G / math.log(2), w, u, qg, kg, dv)
     return tuple(x.reshape(B, T, *x.shape[3:]) for x in out)
-
-
-def err_ratio(x, ref):
-    diff = (x.double() - ref).pow(2).mean().sqrt()
-    return (diff / ref.pow(2).mean().sqrt()).item()
 
 
 def run_ours(p, kimi, backend="cuda"):

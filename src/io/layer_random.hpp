@@ -8,12 +8,21 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "io/host_problem.hpp"
 
 namespace kda::io {
+
+// A random layer problem's gate form: "none", "softplus" or "lower_bound"; throws
+// std::invalid_argument naming it otherwise.
+inline void check_layer_gate_name(const std::string& gate) {
+  if (gate != "none" && gate != "softplus" && gate != "lower_bound") {
+    throw std::invalid_argument("gate: expected none, softplus or lower_bound, got " + gate);
+  }
+}
 
 // Draws from `rng` through the caller's N(0, 1) and U(0, 1) (their state carries on from the
 // caller's other draws), in the order g, beta, A_log, dt_bias. `gate` is "none", "softplus" or

@@ -16,6 +16,18 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+Status check_queries_values_sizes(const HostProblem& p) {
+  const HostTensor& q = p.get("q");
+  const HostTensor& v = p.get("v");
+  if (q.shape.size() != 4)
+    return file_error("input \"q\": expected rank 4 [B, T, H, K], got " + shape_text(q.shape));
+  if (v.shape.size() != 4 || v.shape[0] != q.shape[0] || v.shape[1] != q.shape[1]) {
+    return file_error("input \"v\": expected [B, T, HV, V] with B, T = " +
+                      shape_text({q.shape[0], q.shape[1]}) + " from q, got " + shape_text(v.shape));
+  }
+  return Status::Ok();
+}
+
 std::pair<int64_t, int64_t> bytes_read_written(const HostProblem& hp) {
   int64_t read = 0, written = 0;
   for (const auto& [name, t] : hp.tensors) {

@@ -38,6 +38,11 @@ std::pair<int64_t, int64_t> add_varlen_index_tensors(const std::vector<int64_t>&
                                                      int64_t chunk_size, DType index_dtype,
                                                      bool pass_chunk_indices, HostProblem* hp);
 
+// The inputs q [B, T, H, K] and v [B, T, HV, V] agree on B and T: what the outputs of the
+// operators that take the layer's raw inputs are sized from, checked before any is allocated so
+// that a hostile file cannot make us allocate far more than it holds.
+Status check_queries_values_sizes(const HostProblem& p);
+
 // A bar per dtype of X.
 struct DtypeBars {
   double f32;
@@ -117,6 +122,15 @@ Status options_from_metadata_as(const Metadata& m,
     }
   }
   return Status::Ok();
+}
+
+// options_from_metadata_as with chunk_size falling back to the last extent of the input "A"
+// ([B, T, HV, BT]: the chunk size is A's width), for the operators that take the forward's Akk.
+template <typename P>
+Status options_from_metadata_chunk_of_A(const Metadata& m, HostProblem* hp) {
+  const HostTensor& A = hp->get("A");
+  if (A.shape.empty()) return file_error("input \"A\" is a scalar; expected [B, T, HV, BT]");
+  return options_from_metadata_as<P>(m, {{"chunk_size", A.shape.back()}}, hp);
 }
 
 // Every option of P into metadata (an optional float only when set), as it reads back.

@@ -19,35 +19,8 @@ namespace {
 
 using P = ChunkBwdPrepProblem;
 
-// The outputs take their sizes from q and v: those must agree before any is allocated, so a
-// hostile file cannot make us allocate far more than it holds.
-Status check_output_sizes(const HostProblem& p) {
-  const HostTensor& q = p.get("q");
-  const HostTensor& v = p.get("v");
-  if (q.shape.size() != 4)
-    return file_error("input \"q\": expected rank 4 [B, T, H, K], got " + shape_text(q.shape));
-  if (v.shape.size() != 4 || v.shape[0] != q.shape[0] || v.shape[1] != q.shape[1]) {
-    return file_error("input \"v\": expected [B, T, HV, V] with B, T = " +
-                      shape_text({q.shape[0], q.shape[1]}) + " from q, got " + shape_text(v.shape));
-  }
-  return Status::Ok();
-}
-
-// Metadata: chunk_size (absent: A.shape[-1]) and every other option by its table name.
-Status options_from_metadata(const Metadata& m, HostProblem* hp) {
-  const HostTensor& A = hp->get("A");
-  if (A.shape.empty()) return file_error("input \"A\" is a scalar; expected [B, T, HV, BT]");
-  return options_from_metadata_as<P>(m, {{"chunk_size", A.shape.back()}}, hp);
-}
-
-void options_to_metadata(const HostProblem& hp, Metadata* m) {
-  options_to_metadata_as<P>(hp, m);
-}
-
 HostProblem allocate_problem(const PrepConfig& c) {
-  if (c.gate != "none" && c.gate != "softplus" && c.gate != "lower_bound") {
-    throw std::invalid_argument("gate: expected none, softplus or lower_bound, got " + c.gate);
-  }
+  check_layer_gate_name(c.gate);
   HostProblem hp;
   hp.op = P::kName;
   const bool gate_in_kernel = c.gate != "none";
@@ -141,7 +114,8 @@ double prep_bar(DType x_dtype) {
 
 }  // namespace
 
-extern const OpIo kChunkBwdPrepIo = make_op_io<P>(check_output_sizes, options_from_metadata,
-                                                  options_to_metadata, prep_bar, prep_bar);
+extern const OpIo kChunkBwdPrepIo =
+    make_op_io<P>(check_queries_values_sizes, options_from_metadata_chunk_of_A<P>,
+                  options_to_metadata_as<P>, prep_bar, prep_bar);
 
 }  // namespace kda::io

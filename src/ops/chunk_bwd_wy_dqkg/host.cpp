@@ -62,9 +62,7 @@ Status options_from_metadata(const Metadata& m, HostProblem* hp) {
       !s.ok()) {
     return s;
   }
-  const HostTensor& A = hp->get("A");
-  if (A.shape.empty()) return file_error("input \"A\" is a scalar; expected [B, T, HV, BT]");
-  return options_from_metadata_as<P>(m, {{"chunk_size", A.shape.back()}}, hp);
+  return options_from_metadata_chunk_of_A<P>(m, hp);
 }
 
 void options_to_metadata(const HostProblem& hp, Metadata* m) {
