@@ -3,6 +3,7 @@
 // message names the argument ("argument 'q': expected ...") and never reads past what the
 // descriptor proves exists. Operators' validate() functions compose them with their own rules.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <initializer_list>
@@ -258,6 +259,45 @@ Status check_chunks_and_states(const TensorView& cu_seqlens, const TensorView& c
   dims->num_seqs = chunks.num_seqs;
   return check_states(h, dh, dims->B, dims->NT, dims->HV, dims->K, dims->V, dims->varlen,
                       state_v_first);
+}
+
+// The chunks of an operator with no per-chunk tensor (fixed length or cu_seqlens): with
+// device-resident cu_seqlens and no chunk_indices nothing on the host says how many chunks
+// there are, so the kernel runs over an upper bound (every sequence adds at most one short
+// chunk) and skips the rest. Sets dims->NT and dims->num_seqs (dims holds B, T, BT, varlen).
+template <typename Dims>
+Status check_chunks_bounded(const TensorView& cu_seqlens, const TensorView& chunk_indices,
+                            Dims* dims) {
+  const int64_t num_seqs_bound = dims->varlen ? std::max<int64_t>(cu_seqlens.shape[0] - 1, 0) : 0;
+  const int64_t nt_bound = std::min(dims->T, dims->T / dims->BT + num_seqs_bound);
+  ChunkCount chunks;
+  if (Status s =
+          check_chunks(cu_seqlens, chunk_indices, dims->B, dims->T, dims->BT, nt_bound, &chunks);
+      !s.ok()) {
+    return s;
+  }
+  dims->NT = chunks.NT;
+  dims->num_seqs = chunks.num_seqs;
+  return Status::Ok();
+}
+
+// Per-token chunk matrices [B, T, HV, BT] (Akk, Aqk, their gradients): the last extent is the
+// chunk size, the rest from the problem's dims (`symbolic` names them, e.g. "[B, T, HV, BT]
+// (from q, v)"). Nothing is allocated unless a check fails.
+template <typename Dims>
+Status check_chunk_matrices(
+    std::initializer_list<std::pair<const char*, const TensorView*>> matrices, const char* symbolic,
+    const Dims& d) {
+  for (auto [name, view] : matrices) {
+    if (view->shape[3] != d.BT) {
+      return fail(name, "expected last extent == chunk_size = " + std::to_string(d.BT) + ", got " +
+                            name + ".shape[-1] = " + std::to_string(view->shape[3]));
+    }
+    if (Status s = check_shape(name, *view, {d.B, d.T, d.HV, d.BT}, symbolic); !s.ok()) {
+      return s;
+    }
+  }
+  return Status::Ok();
 }
 
 // One line per argument and option, for describe().

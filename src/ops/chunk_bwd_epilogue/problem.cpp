@@ -35,14 +35,8 @@ Status ChunkBwdEpilogueProblem::validate(ChunkBwdEpilogueDims* out) const {
   }
   if (Status s = check_chunk_size(chunk_size); !s.ok()) return s;
   d.BT = chunk_size;
-  if (A.shape[3] != chunk_size) {
-    return fail("A", "expected last extent == chunk_size = " + std::to_string(chunk_size) +
-                         ", got A.shape[-1] = " + std::to_string(A.shape[3]));
-  }
-  if (Status s = check_shape("A", A, {d.B, d.T, d.HV, d.BT}, "[B, T, HV, BT] (from q, v)");
-      !s.ok()) {
+  if (Status s = check_chunk_matrices({{"A", &A}}, "[B, T, HV, BT] (from q, v)", d); !s.ok())
     return s;
-  }
 
   // --- the gate's and beta's options ----------------------------------------------------
   if (Status s = check_layer_activations(use_gate_in_kernel, A_log, dt_bias, lower_bound,

@@ -1,10 +1,10 @@
 // ChunkBwdIntraProblem: its argument table, validate() (every rule of SPEC-chunk-bwd-intra.md,
 // written once; each failure names the argument and what was expected) and describe().
 
-#include <algorithm>
 #include <array>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "core/validate_args.hpp"
 #include "kda/ops/chunk_bwd_intra.hpp"
@@ -69,32 +69,18 @@ Status ChunkBwdIntraProblem::validate(ChunkBwdIntraDims* out) const {
   }
   if (Status s = check_chunk_size(chunk_size); !s.ok()) return s;
   d.BT = chunk_size;
-  for (auto [name, view] : {std::pair{"dAqk", &dAqk}, {"dAkk", &dAkk}}) {
-    if (view->shape[3] != chunk_size) {
-      return fail(name, "expected last extent == chunk_size = " + std::to_string(chunk_size) +
-                            ", got " + std::to_string(view->shape[3]));
-    }
-    if (Status s = check_shape(name, *view, {d.B, d.T, d.HV, d.BT}, "[B, T, HV, BT] (from q, g)");
-        !s.ok()) {
-      return s;
-    }
+  if (Status s =
+          check_chunk_matrices({{"dAqk", &dAqk}, {"dAkk", &dAkk}}, "[B, T, HV, BT] (from q, g)", d);
+      !s.ok()) {
+    return s;
   }
 
   // --- outputs: contiguous, disjoint from each other and from every input ---------------
   if (Status s = check_outputs(*this, args()); !s.ok()) return s;
 
   // --- chunks: fixed length or cu_seqlens. With device-resident cu_seqlens and no
-  //     chunk_indices nothing on the host says how many chunks there are: the kernel runs over
-  //     an upper bound (every sequence adds at most one short chunk) and skips the rest. ------
-  const int64_t num_seqs_bound = d.varlen ? std::max<int64_t>(cu_seqlens.shape[0] - 1, 0) : 0;
-  const int64_t nt_bound = std::min(d.T, d.T / d.BT + num_seqs_bound);
-  ChunkCount chunks;
-  if (Status s = check_chunks(cu_seqlens, chunk_indices, d.B, d.T, d.BT, nt_bound, &chunks);
-      !s.ok()) {
-    return s;
-  }
-  d.NT = chunks.NT;
-  d.num_seqs = chunks.num_seqs;
+  //     chunk_indices the kernel runs over an upper bound of the chunks. -------------------
+  if (Status s = check_chunks_bounded(cu_seqlens, chunk_indices, &d); !s.ok()) return s;
   if (out) *out = d;
   return Status::Ok();
 }
