@@ -133,6 +133,30 @@ std::vector<Case> full_cases() {
     c.config.beta_dtype = DType::bf16;
     cases.push_back(c);
   }
+  // The model's shape with the other options (the bf16 kernel, or the general one where a tile
+  // cannot be copied in 16-byte pieces).
+  {
+    Case c{"bf16_k128_gva_no_gate_no_l2norm", base(DType::bf16, 128, 128, 64)};
+    c.config.HV = 4;
+    c.config.gate = "none";
+    c.config.l2norm = false;
+    cases.push_back(c);
+  }
+  {
+    Case c{"bf16_k128_varlen_negeig_chunk_indices_i32", base(DType::bf16, 128, 128, 64)};
+    c.config.B = 1;
+    c.config.seqlens = {64, 1, 63, 129, 16};
+    c.config.T = 273;
+    c.config.allow_neg_eigval = true;
+    c.config.pass_chunk_indices = true;
+    c.int32_indices = true;
+    cases.push_back(c);
+  }
+  {
+    Case c{"bf16_k128_strided_inputs", base(DType::bf16, 128, 128, 64)};
+    c.padded = {"q", "k", "v", "g", "do", "A", "Aqk"};
+    cases.push_back(c);
+  }
   return cases;
 }
 
@@ -142,6 +166,15 @@ std::vector<Case> subset_cases() {
     Case c{"bf16_bt64_gva", base(DType::bf16, 64, 32, 64)};
     c.config.HV = 4;
     c.config.T = 70;
+    cases.push_back(c);
+  }
+  {
+    Case c{"bf16_k128_gva_varlen", base(DType::bf16, 128, 128, 64)};
+    c.config.B = 1;
+    c.config.H = 1;
+    c.config.HV = 2;
+    c.config.seqlens = {1, 70, 20};
+    c.config.T = 91;
     cases.push_back(c);
   }
   {

@@ -1,8 +1,12 @@
-// chunk_bwd_prep's CUDA backend: one kernel (kernel.cuh) for every problem, on the tensors'
-// device and the caller's stream: TF32 tensor-core products (3xTF32 for float32 X), any K and V,
-// chunk sizes 16, 32 and 64. Kernel::simt is refused (there is no simt kernel).
+// chunk_bwd_prep's CUDA backend, on the tensors' device and the caller's stream. The model's shape
+// (bf16, chunks of 64, K = V = 128, rows copyable in 16-byte pieces) runs the bf16 kernel
+// (bf16_kernel.cuh: cp.async tiles, bf16 mma.sync with split operands); every other problem the
+// general kernel (kernel.cuh: TF32 tensor-core products, 3xTF32 for float32 X, any K and V,
+// chunk sizes 16, 32 and 64). Kernel::simt is refused (there is no simt kernel).
 
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include <string>
 #include <type_traits>
@@ -14,6 +18,7 @@
 #include "cuda/common/kernel_attributes.hpp"
 #include "ops/chunk_bwd_epilogue/cuda/activation_params.hpp"
 #include "ops/chunk_bwd_prep/backends.hpp"
+#include "ops/chunk_bwd_prep/cuda/bf16_kernel.cuh"
 #include "ops/chunk_bwd_prep/cuda/kernel.cuh"
 
 namespace kda::cuda::prep {
@@ -63,6 +68,34 @@ Status launch(const PrepParams& p, int device, cudaStream_t stream) {
   return launch_status(name);
 }
 
+// Whether the bf16 kernel takes the problem: its shapes, every tile it copies in whole 16-byte
+// pieces, and the outputs it stores so.
+bool bf16_kernel_takes(const ChunkBwdPrepProblem& problem, const ChunkBwdPrepDims& dims) {
+  if (dims.x_dtype != DType::bf16 || dims.BT != bf16::kL || dims.K != bf16::kD ||
+      dims.V != bf16::kD) {
+    return false;
+  }
+  for (const TensorView* t :
+       {&problem.q, &problem.k, &problem.v, &problem.do_, &problem.A, &problem.Aqk}) {
+    if (row_copy_bytes(*t) != 16) return false;
+  }
+  for (const TensorView* t : {&problem.w, &problem.u, &problem.dv}) {
+    if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
+  }
+  return true;
+}
+
+Status launch_bf16(const PrepParams& p, int device, cudaStream_t stream) {
+  static const std::string name = "chunk_bwd_prep_bf16_kernel";
+  if (p.num_chunks == 0 || p.HV == 0) return Status::Ok();
+  const void* kernel = reinterpret_cast<const void*>(&bf16::chunk_bwd_prep_bf16_kernel);
+  if (Status s = ensure_max_dynamic_smem(kernel, device, bf16::kSmemBytes, name.c_str()); !s.ok())
+    return s;
+  const auto grid = static_cast<unsigned>(p.num_chunks * p.HV);
+  bf16::chunk_bwd_prep_bf16_kernel<<<grid, bf16::kThreads, bf16::kSmemBytes, stream>>>(p);
+  return launch_status(name);
+}
+
 }  // namespace
 
 }  // namespace kda::cuda::prep
@@ -81,6 +114,9 @@ Status run_chunk_bwd_prep_cuda(const ChunkBwdPrepProblem& problem, const ChunkBw
   const int device = problem.q.device.index;
   return run_on_device(device, stream, [&] {
     const auto cuda_stream = static_cast<cudaStream_t>(stream);
+    if (prep::bf16_kernel_takes(problem, dims)) {
+      return prep::launch_bf16(params, device, cuda_stream);
+    }
     return dispatch_x_dtype(dims.x_dtype, [&](auto tag) {
       using X = typename decltype(tag)::type;
       return dispatch_int<16, 32, 64>("chunk_size", dims.BT, [&](auto bt) {
