@@ -20,6 +20,8 @@ For each shape (B x T x H, K = V = 128, bfloat16) and each mode, on one set of i
   then our fused epilogue: ``_layer.EPILOGUE_STAGES``);
 - ``layer-epilogue-kda-scans``: the same with our state scans (``_layer.FORWARD_SCAN`` and
   ``REVERSE_SCAN = "kda"``: chunk_fwd_h, chunk_bwd_dhu), for the scans' before and after;
+- ``layer-prep``: the epilogue tail with our first pass (``_layer.PREP = "kda"``:
+  chunk_bwd_prep) and fla's state scans;
 - ``layer-library``: every stage of the backward ours (``_layer.use_library_stages()``:
   chunk_bwd_prep, both state scans, the epilogue: ``_layer.LIBRARY_STAGES``).
 
@@ -110,11 +112,12 @@ from layer_chart import short_name  # noqa: E402
 WY = "chunk_kda_bwd_wy_dqkg_fused"
 INTRA = "chunk_kda_bwd_intra"
 MODES = ("fla", "wy", "both", "layer", "layer-epilogue", "layer-epilogue-kda-scans",
-         "layer-library", "cudnn")
+         "layer-prep", "layer-library", "cudnn")
 MODE_OPS = {"fla": (), "wy": (WY,), "both": (WY, INTRA), "layer": (WY, INTRA, "chunk_kda"),
             "layer-epilogue": (WY, INTRA, "chunk_kda"),
             "layer-epilogue-kda-scans": (WY, INTRA, "chunk_kda"),
-            "layer-library": (WY, INTRA, "chunk_kda"), "cudnn": ()}
+            "layer-prep": (WY, INTRA, "chunk_kda"), "layer-library": (WY, INTRA, "chunk_kda"),
+            "cudnn": ()}
 # The modes each call runs by default: cuDNN-frontend's sm90 engine serves only --call cudnn (its
 # backward declines the gate, the beta sigmoid and l2norm in the kernel).
 DEFAULT_MODES = {"test": ("fla", "wy", "both", "layer"),
@@ -795,10 +798,13 @@ def set_mode(mode, kfla):
         from kda_kernels import _layer
 
         library = mode == "layer-library"
-        _layer.BACKWARD = "epilogue" if mode.startswith("layer-epilogue") or library else "split"
+        epilogue = mode.startswith("layer-epilogue") or mode in ("layer-prep", "layer-library")
+        _layer.BACKWARD = "epilogue" if epilogue else "split"
         _layer.use_library_stages(library)
         if mode == "layer-epilogue-kda-scans":
             _layer.FORWARD_SCAN = _layer.REVERSE_SCAN = "kda"
+        if mode == "layer-prep":
+            _layer.PREP = "kda"
 
 
 def run_mode(mode, layer, args, reference, tuning):

@@ -22,7 +22,8 @@ STAGES = (
     ("WY (chunk_kda_bwd_wy_dqkg_fused)", ("wy_dqkg",), "#1f77b4"),
     ("h recompute", ("fwd_kernel_h", "chunk_fwd_h"), "#9467bd"),
     ("dh", ("bwd_kernel_dhu", "chunk_bwd_dhu"), "#8c564b"),
-    ("w, u recompute", ("recompute_w_u",), "#e377c2"),
+    ("w, u recompute (fla) / first pass (chunk_kda_bwd_prep)", ("recompute_w_u", "chunk_bwd_prep"),
+     "#e377c2"),
     ("epilogue (chunk_kda_bwd_epilogue)", ("chunk_bwd_epilogue", "gate_params"), "#2ca02c"),
     ("other kernels", ("",), "#7f7f7f"),
 )
@@ -33,6 +34,7 @@ OUR_NAMESPACE = "kda::cuda::"
 MODE_LABELS = {"fla": "fla's kernels", "wy": "kda: WY op", "both": "kda: WY + intra",
                "layer": "kda: chunk_kda, split", "layer-epilogue": "kda: chunk_kda, epilogue",
                "layer-epilogue-kda-scans": "kda: chunk_kda, epilogue, our scans",
+               "layer-prep": "kda: chunk_kda, our prep, fla's scans",
                "layer-library": "kda: chunk_kda, every stage ours",
                "cudnn": "cuDNN-frontend sm90"}
 
