@@ -22,9 +22,11 @@ Both tails take the state scans from fla (``chunk_gated_delta_rule_fwd_h``,
 ``KDA_LAYER_FORWARD_SCAN`` / ``KDA_LAYER_REVERSE_SCAN`` at import) is "kda": this library's
 chunk_fwd_h / chunk_bwd_dhu, faster than fla's at one chain per SM in the forward direction, not
 yet on many sequences (docs/performance.md). The epilogue tail takes what the scans read (the
-gate's cumsum, l2norm, w, u, qg, kg and dAv's dv) from fla's stages unless ``PREP`` (or
-``KDA_LAYER_PREP``) is "kda": this library's chunk_bwd_prep, one pass per chunk. With all three
-"kda" (``use_library_stages()``) the backward runs none of fla's kernels.
+gate's cumsum, l2norm, w, u, qg, kg and dAv's dv) from this library's chunk_bwd_prep, one pass
+per chunk, where its bf16 kernel runs (``PREP`` or ``KDA_LAYER_PREP`` "auto", the default:
+``prep_is_fast``; about half the time of the fla stages it replaces on an H100), else from fla's
+stages ("kda" and "fla" fix the choice). With all three "kda" (``use_library_stages()``) the
+backward runs none of fla's kernels.
 
 ``STAGES`` is the split tail's list unless ``BACKWARD`` is "epilogue" ("auto" picks per call).
 The backward recomputes what fla's default call recomputes (fla's ``disable_recompute=False``);
@@ -92,13 +94,22 @@ def _scan_choice(variable):
 
 FORWARD_SCAN = _scan_choice("KDA_LAYER_FORWARD_SCAN")
 REVERSE_SCAN = _scan_choice("KDA_LAYER_REVERSE_SCAN")
-# Where the epilogue tail's first pass runs: "fla" (EPILOGUE_STAGES' first five rows) or "kda"
-# (chunk_bwd_prep).
-PREP = _scan_choice("KDA_LAYER_PREP")
+# Where the epilogue tail's first pass runs: "fla" (EPILOGUE_STAGES' first five rows), "kda"
+# (chunk_bwd_prep) or "auto" (chunk_bwd_prep where its bf16 kernel runs: prep_is_fast).
+_PREP_CHOICES = ("auto", "fla", "kda")
+PREP = os.environ.get("KDA_LAYER_PREP", "auto")
+if PREP not in _PREP_CHOICES:
+    raise ValueError(f"KDA_LAYER_PREP: expected one of {_PREP_CHOICES}, got {PREP!r}")
 
-# With BACKWARD = "epilogue", PREP and both scans "kda": every stage is this library's.
+# With BACKWARD = "epilogue" and the first pass ours (PREP "kda", or "auto" where prep_is_fast;
+# the default at the model's shape),
+_PREP_ROW = ("prep: chunk_kda_bwd_prep (gate + cumsum, l2norm, w, u, qg, kg, dAv's dv)",
+             "kda_kernels")
+PREP_STAGES = (_PREP_ROW, EPILOGUE_STAGES[3], EPILOGUE_STAGES[5], EPILOGUE_STAGES[-1])
+
+# and with PREP and both scans "kda": every stage is this library's.
 LIBRARY_STAGES = (
-    ("prep: chunk_kda_bwd_prep (gate + cumsum, l2norm, w, u, qg, kg, dAv's dv)", "kda_kernels"),
+    _PREP_ROW,
     ("forward state scan: chunk_gated_delta_rule_fwd_h (h, v_new)", "kda_kernels"),
     ("reverse state scan: chunk_gated_delta_rule_bwd_dhu (dh, dh0, dv)", "kda_kernels"),
     EPILOGUE_STAGES[-1],
@@ -106,10 +117,28 @@ LIBRARY_STAGES = (
 
 
 def use_library_stages(on=True):
-    """Every stage of the epilogue tail this library's (on) or the default's (fla's first pass
-    and scans): sets PREP, FORWARD_SCAN and REVERSE_SCAN."""
+    """Every stage of the epilogue tail this library's (on) or the defaults (PREP "auto", fla's
+    scans): sets PREP, FORWARD_SCAN and REVERSE_SCAN."""
     global PREP, FORWARD_SCAN, REVERSE_SCAN
-    PREP = FORWARD_SCAN = REVERSE_SCAN = "kda" if on else "fla"
+    PREP = "kda" if on else "auto"
+    FORWARD_SCAN = REVERSE_SCAN = "kda" if on else "fla"
+
+
+def prep_is_fast(q, v, chunk_size):
+    """Whether chunk_kda_bwd_prep runs its bf16 kernel: bf16, chunks of 64, K = V = 128 (any head
+    grouping; the layer passes contiguous tensors). Its general kernel is slower than fla's
+    stages (docs/performance.md)."""
+    return (q.dtype == torch.bfloat16 and chunk_size == 64 and q.shape[-1] == 128
+            and v.shape[-1] == 128)
+
+
+def prep_choice(q, v, chunk_size, prep=None):
+    """Where the epilogue tail's first pass runs for this layer: PREP's choice, "auto" resolved
+    by prep_is_fast."""
+    prep = PREP if prep is None else prep
+    if prep == "auto":
+        return "kda" if prep_is_fast(q, v, chunk_size) else "fla"
+    return prep
 
 
 def epilogue_is_fast(q, v, chunk_size):
@@ -403,8 +432,8 @@ def layer_backward_epilogue(q, k, v, g_cumsum, g_input, beta_raw, beta, A_log, d
                             Akk, h0, cu_seqlens, chunk_indices, do, dht, opt, saved=None):
     """BACKWARD = "epilogue": the gradients (dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0) of the
     raw inputs (q, k as given, beta as given: logits with the sigmoid in the kernel), as
-    EPILOGUE_STAGES lists them (LIBRARY_STAGES with PREP and both scans "kda"): the first pass
-    and the state scans, then one chunk_kda_bwd_epilogue."""
+    EPILOGUE_STAGES lists them (PREP_STAGES with our first pass, LIBRARY_STAGES with PREP and
+    both scans "kda"): the first pass and the state scans, then one chunk_kda_bwd_epilogue."""
     from . import _torch_op
 
     f = _fla_pieces.load()
@@ -414,7 +443,7 @@ def layer_backward_epilogue(q, k, v, g_cumsum, g_input, beta_raw, beta, A_log, d
     # The operators read the gate's parameters in float32 (fla does too, whatever their dtype).
     A_log32 = A_log.float().reshape(-1) if gate and A_log is not None else None
     bias32 = dt_bias.float().reshape(-1) if gate and dt_bias is not None else None
-    if PREP == "kda":
+    if prep_choice(q, v, opt.chunk_size) == "kda":
         h, v_new, dh, dh0, dv = _library_first_stages(q, k, v, g_input, beta_raw, Akk, Aqk, do,
                                                       A_log32, bias32, h0, dht, cu_seqlens,
                                                       chunk_indices, opt, saved)
@@ -521,7 +550,7 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     (o, final_state): o [B, T, HV, V] in q's dtype; final_state float32 or None.
 
     The forward is fla's (a later release of this library replaces it); the backward runs this
-    library's kernels where it has them (``kda_kernels._layer.EPILOGUE_STAGES`` for bf16 with
+    library's kernels where it has them (``kda_kernels._layer.PREP_STAGES`` for bf16 with
     chunks of 64, K = V = 128 and HV = H, else ``SPLIT_STAGES``). torch.compile runs it
     as a graph break (like fla's own chunk_kda); every kernel of the backward is CUDA-graph safe
     but fla's varlen forward reads cu_seqlens on the host.

@@ -184,6 +184,21 @@ def test_auto_tail_picks_the_epilogue_where_its_bf16_kernel_runs():
         assert _layer.backward_tail(*qv(torch.float32), 32, fixed) == fixed
 
 
+def test_auto_prep_picks_ours_where_its_bf16_kernel_runs():
+    from kda_kernels import _layer
+
+    def qv(dtype=torch.bfloat16, H=4, HV=4, K=128, V=128):
+        return torch.empty(1, 8, H, K, dtype=dtype), torch.empty(1, 8, HV, V, dtype=dtype)
+
+    assert _layer.prep_choice(*qv(), 64, "auto") == "kda"
+    assert _layer.prep_choice(*qv(HV=8), 64, "auto") == "kda"  # any head grouping
+    for q, v, bt in [(*qv(torch.float16), 64), (*qv(torch.float32), 64), (*qv(), 32),
+                     (*qv(K=64), 64), (*qv(V=64), 64)]:
+        assert _layer.prep_choice(q, v, bt, "auto") == "fla"
+    for fixed in ("fla", "kda"):  # a fixed choice is kept whatever the problem
+        assert _layer.prep_choice(*qv(torch.float32), 32, fixed) == fixed
+
+
 def test_without_fla_the_error_names_it(monkeypatch):
     """fla absent: an ImportError that says chunk_kda needs fla, and which releases work."""
     import importlib.util
@@ -258,10 +273,11 @@ def print_stage_ablation(fla_chunk_kda, inputs, options, reference, label):
     print(f"[chunk_kda {label}] one stage of ours in fla's backward: " + "; ".join(rows))
 
 
-# chunk_kda's two backward tails (kda_kernels._layer.BACKWARD), the epilogue tail with our
-# state scans (_layer.FORWARD_SCAN, REVERSE_SCAN = "kda"), and the epilogue tail with every stage
-# ours (chunk_bwd_prep too: _layer.PREP = "kda"): each is held to the same bars.
-TAILS = ("split", "epilogue", "epilogue-kda-scans", "epilogue-library")
+# chunk_kda's two backward tails (kda_kernels._layer.BACKWARD); the epilogue tail with fla's
+# first pass, with ours (chunk_bwd_prep: _layer.PREP = "kda"), with our state scans
+# (_layer.FORWARD_SCAN, REVERSE_SCAN = "kda"), and with every stage ours: each is held to the
+# same bars.
+TAILS = ("split", "epilogue", "epilogue-prep", "epilogue-kda-scans", "epilogue-library")
 
 
 @pytest.fixture(params=TAILS)
@@ -269,11 +285,11 @@ def tail(request, monkeypatch):
     from kda_kernels import _layer
 
     monkeypatch.setattr(_layer, "BACKWARD", request.param.split("-")[0])
-    ours = request.param.endswith(("kda-scans", "library"))
-    scans = "kda" if ours else "fla"
+    scans = "kda" if request.param.endswith(("kda-scans", "library")) else "fla"
     monkeypatch.setattr(_layer, "FORWARD_SCAN", scans)
     monkeypatch.setattr(_layer, "REVERSE_SCAN", scans)
-    monkeypatch.setattr(_layer, "PREP", "kda" if request.param.endswith("library") else "fla")
+    prep = "kda" if request.param.endswith(("prep", "library")) else "fla"
+    monkeypatch.setattr(_layer, "PREP", prep)
     return request.param
 
 
@@ -293,7 +309,8 @@ KNOWN_SHORT = {
 
 def expect_known_short(request, name, tail):
     # Our scans give the epilogue the same stage tensors, so it keeps the epilogue's shortfalls.
-    why = KNOWN_SHORT.get((name, tail.replace("-kda-scans", "").replace("-library", "")))
+    base = tail.replace("-kda-scans", "").replace("-library", "").replace("-prep", "")
+    why = KNOWN_SHORT.get((name, base))
     if why:
         request.applymarker(pytest.mark.xfail(strict=False, reason=why))
 
@@ -366,6 +383,8 @@ RANDOM_CASES = {
     "kimi_call_k128": dict(K=128, V=128, gate="lower_bound", safe_gate=True, beta_sigmoid=True,
                            state_v_first=True, h0=True, dht=True),
     "varlen_tails": dict(seqlens=(1, 17, 64, 1, 95, 33), h0=True, dht=True),
+    "varlen_gva_k128_softplus": dict(seqlens=(1, 70, 64, 130), H=1, HV=2, K=128, V=128,
+                                     gate="softplus", beta_sigmoid=True, h0=True, dht=True),
     "gva_softplus_bt32": dict(H=1, HV=4, gate="softplus", beta_sigmoid=True, chunk_size=32),
     "odd_kv_fp16": dict(K=100, V=72, dtype=torch.float16, dht=True, scale=0.2),
     "k64_v128_neg_eig": dict(V=128, beta_sigmoid=True, allow_neg_eigval=True, l2norm=False),
@@ -420,7 +439,7 @@ def test_long_and_many_short_sequences_beside_fla(case, tail):
     """The state scans' two extremes through the whole layer, once with fla's scans (the
     epilogue tail) and once with every stage ours (the library tail); the split tail and the
     epilogue tail with our scans run those same scans."""
-    if tail in ("split", "epilogue-kda-scans"):
+    if tail in ("split", "epilogue-prep", "epilogue-kda-scans"):
         pytest.skip(f"the {tail} tail's scans are another tail's here; the run is long")
     inputs, options, theirs, reference = _chain_case_beside_fla(case)
     ours = run_layer(kk.chunk_kda, inputs, options, "cuda")
