@@ -41,6 +41,7 @@ using epilogue::bf16::load_pair;
 using epilogue::bf16::mma3;
 using epilogue::bf16::row_inv_norms;
 using epilogue::bf16::segment_offsets;
+using epilogue::bf16::shared_chunk_span;
 using epilogue::bf16::Smem;
 using epilogue::bf16::split2;
 using epilogue::bf16::token_rows;
@@ -99,12 +100,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_bwd_prep_bf16_kernel(const 
   const int64_t chunk = static_cast<int64_t>(blockIdx.x) / p.HV;
   const int64_t hv = static_cast<int64_t>(blockIdx.x) % p.HV;
   const int64_t h = hv / p.heads_per_group;
-  if (warp == 0) {
-    const ChunkSpan found = resolve_chunk(p.chunks, chunk, p.chunk_size, l.lane);
-    if (l.lane == 0) span_shared = found;
-  }
-  __syncthreads();
-  const ChunkSpan span = span_shared;
+  const ChunkSpan span = shared_chunk_span(p.chunks, chunk, p.chunk_size, &span_shared);
   if (!span.valid) return;
   const int len = span.len;
   float* const small = sm.f32(kSmall);

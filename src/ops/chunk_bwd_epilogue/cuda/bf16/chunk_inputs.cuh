@@ -25,6 +25,18 @@ struct Smem {
   __device__ float* f32(int offset) const { return reinterpret_cast<float*>(base + offset); }
 };
 
+// The span of `chunk`, resolved by warp 0 into the CTA's shared `slot` and read by every thread.
+__device__ __forceinline__ ChunkSpan shared_chunk_span(const ChunkLayout& chunks, int64_t chunk,
+                                                       int chunk_size, ChunkSpan* slot) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (warp == 0) {
+    const ChunkSpan found = resolve_chunk(chunks, chunk, chunk_size, lane);
+    if (lane == 0) *slot = found;
+  }
+  __syncthreads();
+  return *slot;
+}
+
 __device__ __forceinline__ const Bf16* token_rows(const TokenView& t, const ChunkSpan& s,
                                                   int64_t head) {
   return static_cast<const Bf16*>(t.data) + s.batch * t.stride_batch + s.t0 * t.stride_token +

@@ -44,12 +44,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int rs = warp % 4, cq = warp / 4;  // the warp's row slice and column quarter
   const int64_t chunk = static_cast<int64_t>(blockIdx.x) / p.H;
   const int64_t h = static_cast<int64_t>(blockIdx.x) % p.H, hv = h;
-  if (warp == 0) {
-    const ChunkSpan found = resolve_chunk(p.chunks, chunk, p.chunk_size, l.lane);
-    if (l.lane == 0) span_shared = found;
-  }
-  __syncthreads();
-  const ChunkSpan span = span_shared;
+  const ChunkSpan span = shared_chunk_span(p.chunks, chunk, p.chunk_size, &span_shared);
   if (!span.valid) return;
   const int len = span.len, last = len - 1;
   float* small = sm.f32(kSmall);
