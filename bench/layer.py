@@ -16,8 +16,8 @@ For each shape (B x T x H, K = V = 128, bfloat16) and each mode, on one set of i
 - ``layer``: ``kda_kernels.fla.enable()``: fla's chunk_kda dispatched to kda_kernels.chunk_kda
   (fla's forward; the backward's stages where ``kda_kernels._layer.SPLIT_STAGES`` says: fla's
   scans, our WY and intra operators, fla's activation backwards);
-- ``layer-epilogue``: the same with ``kda_kernels._layer.BACKWARD = "epilogue"`` and fla's first
-  pass (``_layer.PREP = "fla"``): fla's scans, then our fused epilogue (``_layer.EPILOGUE_STAGES``);
+- ``layer-epilogue``: the same with ``kda_kernels._layer.BACKWARD = "epilogue"`` (fla's scans,
+  then our fused epilogue: ``_layer.EPILOGUE_STAGES``);
 - ``layer-epilogue-kda-scans``: the same with our state scans (``_layer.FORWARD_SCAN`` and
   ``REVERSE_SCAN = "kda"``: chunk_fwd_h, chunk_bwd_dhu), for the scans' before and after;
 - ``layer-prep``: the epilogue tail with our first pass (``_layer.PREP = "kda"``:
@@ -801,8 +801,6 @@ def set_mode(mode, kfla):
         epilogue = mode.startswith("layer-epilogue") or mode in ("layer-prep", "layer-library")
         _layer.BACKWARD = "epilogue" if epilogue else "split"
         _layer.use_library_stages(library)
-        if mode.startswith("layer-epilogue"):  # fla's first pass, whatever PREP's default
-            _layer.PREP = "fla"
         if mode == "layer-epilogue-kda-scans":
             _layer.FORWARD_SCAN = _layer.REVERSE_SCAN = "kda"
         if mode == "layer-prep":

@@ -22,11 +22,12 @@ Both tails take the state scans from fla (``chunk_gated_delta_rule_fwd_h``,
 ``KDA_LAYER_FORWARD_SCAN`` / ``KDA_LAYER_REVERSE_SCAN`` at import) is "kda": this library's
 chunk_fwd_h / chunk_bwd_dhu, faster than fla's at one chain per SM in the forward direction, not
 yet on many sequences (docs/performance.md). The epilogue tail takes what the scans read (the
-gate's cumsum, l2norm, w, u, qg, kg and dAv's dv) from this library's chunk_bwd_prep, one pass
-per chunk, where its bf16 kernel runs (``PREP`` or ``KDA_LAYER_PREP`` "auto", the default:
-``prep_is_fast``; about half the time of the fla stages it replaces on an H100), else from fla's
-stages ("kda" and "fla" fix the choice). With all three "kda" (``use_library_stages()``) the
-backward runs none of fla's kernels.
+gate's cumsum, l2norm, w, u, qg, kg and dAv's dv) from fla's stages (``PREP`` or
+``KDA_LAYER_PREP`` "fla", the default), from this library's chunk_bwd_prep, one pass per chunk
+("kda"), or from chunk_bwd_prep where its bf16 kernel runs and fla's stages elsewhere ("auto":
+``prep_is_fast``; that kernel takes about half the time of the fla stages it replaces on an
+H100, and "auto" becomes the default once the layer has been checked through it on a GPU). With
+all three "kda" (``use_library_stages()``) the backward runs none of fla's kernels.
 
 ``STAGES`` is the split tail's list unless ``BACKWARD`` is "epilogue" ("auto" picks per call).
 The backward recomputes what fla's default call recomputes (fla's ``disable_recompute=False``);
@@ -97,12 +98,11 @@ REVERSE_SCAN = _scan_choice("KDA_LAYER_REVERSE_SCAN")
 # Where the epilogue tail's first pass runs: "fla" (EPILOGUE_STAGES' first five rows), "kda"
 # (chunk_bwd_prep) or "auto" (chunk_bwd_prep where its bf16 kernel runs: prep_is_fast).
 _PREP_CHOICES = ("auto", "fla", "kda")
-PREP = os.environ.get("KDA_LAYER_PREP", "auto")
+PREP = os.environ.get("KDA_LAYER_PREP", "fla")
 if PREP not in _PREP_CHOICES:
     raise ValueError(f"KDA_LAYER_PREP: expected one of {_PREP_CHOICES}, got {PREP!r}")
 
-# With BACKWARD = "epilogue" and the first pass ours (PREP "kda", or "auto" where prep_is_fast;
-# the default at the model's shape),
+# With BACKWARD = "epilogue" and the first pass ours (PREP "kda", or "auto" where prep_is_fast),
 _PREP_ROW = ("prep: chunk_kda_bwd_prep (gate + cumsum, l2norm, w, u, qg, kg, dAv's dv)",
              "kda_kernels")
 PREP_STAGES = (_PREP_ROW, EPILOGUE_STAGES[3], EPILOGUE_STAGES[5], EPILOGUE_STAGES[-1])
@@ -117,11 +117,10 @@ LIBRARY_STAGES = (
 
 
 def use_library_stages(on=True):
-    """Every stage of the epilogue tail this library's (on) or the defaults (PREP "auto", fla's
-    scans): sets PREP, FORWARD_SCAN and REVERSE_SCAN."""
+    """Every stage of the epilogue tail this library's (on) or the defaults' (fla's first pass
+    and scans): sets PREP, FORWARD_SCAN and REVERSE_SCAN."""
     global PREP, FORWARD_SCAN, REVERSE_SCAN
-    PREP = "kda" if on else "auto"
-    FORWARD_SCAN = REVERSE_SCAN = "kda" if on else "fla"
+    PREP = FORWARD_SCAN = REVERSE_SCAN = "kda" if on else "fla"
 
 
 def prep_is_fast(q, v, chunk_size):
@@ -550,7 +549,7 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     (o, final_state): o [B, T, HV, V] in q's dtype; final_state float32 or None.
 
     The forward is fla's (a later release of this library replaces it); the backward runs this
-    library's kernels where it has them (``kda_kernels._layer.PREP_STAGES`` for bf16 with
+    library's kernels where it has them (``kda_kernels._layer.EPILOGUE_STAGES`` for bf16 with
     chunks of 64, K = V = 128 and HV = H, else ``SPLIT_STAGES``). torch.compile runs it
     as a graph break (like fla's own chunk_kda); every kernel of the backward is CUDA-graph safe
     but fla's varlen forward reads cu_seqlens on the host.
