@@ -34,10 +34,12 @@
 #                     and bench/scans.py (ours beside fla's kernels, float64 errors, byte floor)
 #   chunk-kda         tests/python/test_chunk_kda.py (kda_kernels.chunk_kda beside fla, the golden-kda
 #                     files, the reductions over seeds) against the first carried fla release that
-#                     KDA_FLA_RELEASES picks (default: every release; the first is used); four
-#                     tails (split, epilogue, epilogue with our scans, every stage ours): about 4
-#                     minutes on an H100 for the first three, so give it a call of its own (KDA_CHUNK_KDA_ARGS: more pytest options,
-#                     e.g. "-k library" for the tail whose every stage is ours)
+#                     KDA_FLA_RELEASES picks (default: every release; the first is used); five
+#                     tails (split, epilogue, epilogue with our first pass, epilogue with our
+#                     scans, every stage ours): about 4
+#                     minutes on an H100 for the first three, so give it a call of its own (KDA_CHUNK_KDA_K: a
+#                     pytest -k expression, e.g. "prep or library"; KDA_CHUNK_KDA_ARGS: more pytest
+#                     options, split on spaces without quoting)
 #   bench             chunk_bwd_wy_dqkg timings per kernel (kda run, CUDA events)
 #   bench-py-intra    bench/run.py --op chunk_bwd_intra: ours and fla's Triton kernel (autotuned)
 #                     in one process, floor, err_ratio against float64
@@ -548,10 +550,12 @@ if want chunk-kda; then
   for tree in "$releases"/*/; do
     picked_release "$tree" && [ -d "$tree/fla" ] || continue
     label=$(PYTHONPATH=$tree python3 -c 'import fla; print(fla.__version__)' 2>/dev/null)
+    select=()  # KDA_CHUNK_KDA_K: one -k expression, spaces and all
+    [ -n "${KDA_CHUNK_KDA_K:-}" ] && select=(-k "$KDA_CHUNK_KDA_K")
     # shellcheck disable=SC2086
     bounded 540 env KDA_LIBRARY="$libkda" \
       PYTHONPATH="${tree%/}:$PWD/python:$PWD/tests/python" python3 -m pytest -q -rsP \
-      -p no:cacheprovider ${KDA_CHUNK_KDA_ARGS:-} tests/python/test_chunk_kda.py \
+      -p no:cacheprovider "${select[@]}" ${KDA_CHUNK_KDA_ARGS:-} tests/python/test_chunk_kda.py \
       >"$logs/chunk-kda-$label.log" 2>&1
     crc=$?
     row "test_chunk_kda.py against fla $label" \
