@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import DeviceTimer, copy_bandwidth  # noqa: E402
 # The scans bench's sizes, its shapes ("BxTxH" or "mixH": the issues' varlen mix) and error.
-from scans import BT, K, V, err_ratio, shape_of  # noqa: E402
+from scans import BT, K, V, chunk_starts, err_ratio, shape_of, varlen_indices  # noqa: E402
 
 LOWER_BOUND = -5.0
 OUTPUTS = ("gk", "w", "u", "qg", "kg", "dv")
@@ -62,11 +62,8 @@ def problem(B, T, seqlens, H, kimi, device, seed=0):
         p["g"] = (-torch.rand(B, T, H, K, generator=gen, device=device) * 0.3).to(torch.bfloat16)
         p["beta"] = torch.rand(B, T, H, generator=gen, device=device).to(torch.bfloat16)
         p["A_log"] = p["dt_bias"] = None
-    pos = torch.arange(T, device=device)
-    if seqlens:
-        starts = torch.tensor([0] + list(seqlens), device=device).cumsum(0)[:-1]
-        pos = pos - starts[torch.searchsorted(starts, pos, right=True) - 1]
-    pos = pos % BT
+    _, _, lens = chunk_starts(T, seqlens)  # each token's place in its chunk:
+    pos = torch.cat([torch.arange(n, device=device) for n in lens])
     # Akk as the forward stores it: unit lower triangular, zero above the diagonal (fla's
     # recompute reads every column of a row; ours reads the lower triangle only).
     col = torch.arange(BT, device=device)[None, :]
@@ -74,15 +71,7 @@ def problem(B, T, seqlens, H, kimi, device, seed=0):
     akk = torch.where((col < pos[:, None])[None, :, None, :], akk, 0.0)
     p["A"] = torch.where((col == pos[:, None])[None, :, None, :], 1.0, akk).to(torch.bfloat16)
     p["Aqk"] = randn(B, T, H, BT, scale=0.1)
-    p["cu_seqlens"] = p["chunk_indices"] = None
-    if seqlens:
-        bounds = [0]
-        for n in seqlens:
-            bounds.append(bounds[-1] + n)
-        p["cu_seqlens"] = torch.tensor(bounds, dtype=torch.int64, device=device)
-        p["chunk_indices"] = torch.tensor(
-            [(i, c) for i, n in enumerate(seqlens) for c in range(-(-n // BT))],
-            dtype=torch.int64, device=device)
+    p["cu_seqlens"], p["chunk_indices"] = varlen_indices(seqlens, device, torch.int64)
     return p
 
 

@@ -62,6 +62,17 @@ def chunk_starts(T, seqlens):
     return bounds, starts, lens
 
 
+def varlen_indices(seqlens, device, dtype=torch.int32):
+    """cu_seqlens and chunk_indices of packed sequences of these lengths (None, None without)."""
+    if not seqlens:
+        return None, None
+    bounds, _, _ = chunk_starts(sum(seqlens), seqlens)
+    cu = torch.tensor(bounds, dtype=dtype, device=device)
+    ci = torch.tensor([(i, c) for i, n in enumerate(seqlens) for c in range(-(-n // BT))],
+                      dtype=dtype, device=device)
+    return cu, ci
+
+
 def problem(B, T, seqlens, H, v_first, device, seed=0):
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
@@ -73,7 +84,7 @@ def problem(B, T, seqlens, H, v_first, device, seed=0):
     k = randn(B, T, H, K, scale=K ** -0.5)
     w = randn(B, T, H, K, scale=K ** -0.5)
     do, dv = randn(B, T, H, V), randn(B, T, H, V)
-    bounds, starts, lens = chunk_starts(T, seqlens)
+    _, starts, lens = chunk_starts(T, seqlens)
     decay = -torch.rand(B, T, H, K, generator=gen, device=device) * 1.4427  # log2 per token
     gk = torch.empty_like(decay)
     for t0, n in zip(starts, lens):
@@ -82,12 +93,7 @@ def problem(B, T, seqlens, H, v_first, device, seed=0):
     dht = randn(N, H, V, K, dtype=torch.float32) if v_first else randn(N, H, K, V,
                                                                           dtype=torch.float32)
     u = randn(B, T, H, V)
-    cu = None
-    ci = None
-    if seqlens:
-        cu = torch.tensor(bounds, dtype=torch.int32, device=device)
-        ci = torch.tensor([(i, c) for i, n in enumerate(seqlens) for c in range(-(-n // BT))],
-                          dtype=torch.int32, device=device)
+    cu, ci = varlen_indices(seqlens, device)
     return dict(q=q, k=k, w=w, do=do, dv=dv, u=u, gk=gk, dht=dht, cu_seqlens=cu,
                 chunk_indices=ci)
 
@@ -97,7 +103,7 @@ def reverse_scan_float64(p, B, T, seqlens, scale, v_first):
     f = {n: (t.double() if t is not None and t.is_floating_point() else t) for n, t in p.items()}
     q, k, w, do, dv, gk = f["q"], f["k"], f["w"], f["do"], f["dv"], f["gk"]
     dht = f["dht"].transpose(-1, -2) if v_first else f["dht"]
-    bounds, starts, lens = chunk_starts(T, seqlens)
+    _, starts, lens = chunk_starts(T, seqlens)
     H = q.shape[2]
     NT = len(starts)
     dh = torch.empty(B, NT, H, K, V, dtype=torch.float64, device=q.device)
@@ -134,7 +140,7 @@ def forward_scan_float64(p, B, T, seqlens, v_first):
     f = {n: (t.double() if t is not None and t.is_floating_point() else t) for n, t in p.items()}
     k, w, u, gk = f["k"], f["w"], f["u"], f["gk"]
     h0 = f["dht"].transpose(-1, -2) if v_first else f["dht"]
-    bounds, starts, lens = chunk_starts(T, seqlens)
+    _, starts, lens = chunk_starts(T, seqlens)
     H = k.shape[2]
     NT = len(starts)
     h = torch.empty(B, NT, H, K, V, dtype=torch.float64, device=k.device)
