@@ -16,10 +16,14 @@
 
 namespace kda::io {
 
-// A random layer problem's gate form: "none", "softplus" or "lower_bound"; throws
-// std::invalid_argument naming it otherwise.
+// Whether `gate` names a random layer problem's gate form: "none", "softplus" or "lower_bound".
+inline bool is_layer_gate_name(const std::string& gate) {
+  return gate == "none" || gate == "softplus" || gate == "lower_bound";
+}
+
+// Throws std::invalid_argument naming `gate` unless it is a gate form.
 inline void check_layer_gate_name(const std::string& gate) {
-  if (gate != "none" && gate != "softplus" && gate != "lower_bound") {
+  if (!is_layer_gate_name(gate)) {
     throw std::invalid_argument("gate: expected none, softplus or lower_bound, got " + gate);
   }
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "io/host_problem.hpp"
+#include "io/layer_random.hpp"
 #include "kda/status.hpp"
 #include "options.hpp"
 
@@ -104,7 +105,7 @@ struct LayerActivationOptions {
   // Into config; an invalid argument names the option.
   template <typename Config>
   Status apply(Config* c) const {
-    if (gate != "none" && gate != "softplus" && gate != "lower_bound") {
+    if (!io::is_layer_gate_name(gate)) {
       return invalid_argument("--gate: expected none, softplus or lower_bound, got '" + gate + "'");
     }
     c->l2norm = !no_l2norm;
