@@ -166,6 +166,21 @@ std::vector<Case> full_cases() {
     c.config.allow_neg_eigval = true;
     cases.push_back(c);
   }
+  // dA_log and ddt_bias over runs of 8+ tokens per warp (B·T >= 1024: the rows kernel's grouped
+  // loop, not only its one-token tail), in both gate forms.
+  {
+    Case c{"bf16_kernel_kimi_long_runs", bf16_kernel_base()};
+    c.config.B = 2;
+    c.config.T = 1100;
+    cases.push_back(c);
+  }
+  {
+    Case c{"gva_softplus_long_runs", base(DType::bf16, 64, 64, 64)};
+    c.config.HV = 4;
+    c.config.T = 1030;
+    c.config.gate = "softplus";
+    cases.push_back(c);
+  }
   return cases;
 }
 

@@ -63,13 +63,20 @@ EpilogueParams make_params(const ChunkBwdEpilogueProblem& problem,
   return p;
 }
 
-template <typename G, bool kWithRatio>
+template <typename G, RatioForm kForm>
 Status launch_gate_params_rows(const EpilogueParams& p, cudaStream_t stream) {
   static const std::string name = std::string("gate_params_rows_kernel<G=") + dtype_tag<G>() +
-                                  ", WithRatio=" + (kWithRatio ? "1" : "0") + ">";
-  gate_params_rows_kernel<G, kWithRatio>
+                                  ", Form=" + std::to_string(static_cast<int>(kForm)) + ">";
+  gate_params_rows_kernel<G, kForm>
       <<<static_cast<unsigned>(p.HV * kReduceCluster), kReduceThreads, 0, stream>>>(p);
   return launch_status(name);
+}
+
+template <typename G>
+Status launch_gate_params_rows(const EpilogueParams& p, cudaStream_t stream) {
+  if (p.A_log == nullptr) return launch_gate_params_rows<G, RatioForm::kNone>(p, stream);
+  return p.has_lower_bound ? launch_gate_params_rows<G, RatioForm::kLowerBound>(p, stream)
+                           : launch_gate_params_rows<G, RatioForm::kSoftplus>(p, stream);
 }
 
 // dA_log and ddt_bias: by whole rows when the gate's parameters enter the layer and the layout
@@ -78,13 +85,8 @@ template <typename X>
 Status launch_gate_params(const EpilogueParams& p, cudaStream_t stream) {
   const bool sums = p.gate_in_kernel && (p.A_log != nullptr || p.dt_bias != nullptr);
   if (sums && rows_kernel_takes(p)) {
-    const bool ratio = p.A_log != nullptr;
-    if (p.g_is_f32) {
-      return ratio ? launch_gate_params_rows<float, true>(p, stream)
-                   : launch_gate_params_rows<float, false>(p, stream);
-    }
-    return ratio ? launch_gate_params_rows<X, true>(p, stream)
-                 : launch_gate_params_rows<X, false>(p, stream);
+    return p.g_is_f32 ? launch_gate_params_rows<float>(p, stream)
+                      : launch_gate_params_rows<X>(p, stream);
   }
   static const std::string name = std::string("gate_params_kernel<X=") + dtype_tag<X>() + ">";
   gate_params_kernel<X>

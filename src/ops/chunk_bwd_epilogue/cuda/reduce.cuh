@@ -23,13 +23,27 @@ constexpr int kReduceSplits = 2;      // token halves
 constexpr int kReduceCluster = kMaxChannelBlocks * kReduceSplits;
 constexpr int kReduceUnroll = 8;  // tokens a warp has in flight
 
-// (d gate / d A_log) / (d gate / d x) at raw input x.
+// What dA_log sums besides Σ dg: nothing (no A_log), or dg · (d gate / d A_log) / (d gate / d x)
+// in one of the gate's forms.
+enum class RatioForm { kNone, kLowerBound, kSoftplus };
+
+template <RatioForm kForm>
+__device__ __forceinline__ float A_log_ratio_of(float x) {
+  if constexpr (kForm == RatioForm::kLowerBound) {
+    return x;
+  } else if constexpr (kForm == RatioForm::kSoftplus) {
+    // softplus(x) / sigmoid(x) = softplus(x) (1 + e^-x); for x << 0 both are e^x and the ratio
+    // 1 + e^x / 2 to float32 precision.
+    return x < -15.0f ? 1.0f + 0.5f * __expf(x) : softplusf(x) * (1.0f + __expf(-x));
+  } else {
+    return 0.0f;
+  }
+}
+
+// The same at raw input x, the form read from the problem.
 __device__ __forceinline__ float A_log_ratio(const EpilogueParams& p, float x) {
-  if (p.has_lower_bound) return x;
-  // softplus(x) / sigmoid(x) = softplus(x) (1 + e^-x); for x << 0 both are e^x and the ratio
-  // 1 + e^x / 2 to float32 precision.
-  if (x < -15.0f) return 1.0f + 0.5f * __expf(x);
-  return softplusf(x) * (1.0f + __expf(-x));
+  return p.has_lower_bound ? A_log_ratio_of<RatioForm::kLowerBound>(x)
+                           : A_log_ratio_of<RatioForm::kSoftplus>(x);
 }
 
 // The tokens [first, last) (flattened b · T + t) the epilogue wrote dg for: every row, or
@@ -165,12 +179,16 @@ __global__ void __cluster_dims__(kReduceCluster, 1, 1) __launch_bounds__(kReduce
 // The same sums for the common layout (rows_kernel_takes): lane l takes channels 4 l .. 4 l + 3
 // with one 16-byte load of dg and one load of 4 gate inputs per token, so that a warp reads whole
 // rows; the kReduceCluster CTAs of a value head split the tokens, warp w of each a contiguous run,
-// kReduceUnroll tokens at a time. The sums meet in a fixed order: warps in the CTA, then the
-// CTAs through distributed shared memory in CTA 0. G: g's dtype; kWithRatio: dA_log's sum too.
+// a group of tokens at a time with the next group's rows prefetched into L2. The gate's form is a
+// template argument and g's tokens are one stride apart, so that a group runs no branch and no
+// division: the loop is the loads and a few FMAs per element. Two CTAs per SM (64 registers).
+// The sums meet in a fixed order: warps in the CTA, then the CTAs through distributed shared
+// memory in CTA 0.
 constexpr int kRowsLanesChannels = 4;
 
 // Whether gate_params_rows_kernel reads this problem: K a multiple of 4 up to 128, g's columns
-// contiguous with every 4-channel group aligned for one load, dg 16-byte aligned.
+// contiguous with every 4-channel group aligned for one load, its tokens one stride apart across
+// the batch (flattened token n at n · stride_token), dg 16-byte aligned.
 inline bool rows_kernel_takes(const EpilogueParams& p) {
   const int64_t g_bytes = p.g_is_f32 ? 4 : 2;
   const int64_t group = kRowsLanesChannels * g_bytes;
@@ -178,9 +196,13 @@ inline bool rows_kernel_takes(const EpilogueParams& p) {
     return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(to) == 0;
   };
   return p.K % kRowsLanesChannels == 0 && p.K <= 32 * kRowsLanesChannels && p.g.stride_col == 1 &&
-         aligned(p.g.data, group) && (p.g.stride_batch * g_bytes) % group == 0 &&
+         (p.B == 1 || p.g.stride_batch == p.T * p.g.stride_token) && aligned(p.g.data, group) &&
          (p.g.stride_token * g_bytes) % group == 0 && (p.g.stride_head * g_bytes) % group == 0 &&
          aligned(p.dg, 16);
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* at) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(at));
 }
 
 template <typename G>
@@ -197,9 +219,12 @@ __device__ __forceinline__ void load_four(const G* at, float (&x)[4]) {
   }
 }
 
-template <typename G, bool kWithRatio>
-__global__ void __cluster_dims__(kReduceCluster, 1, 1) __launch_bounds__(kReduceThreads)
+template <typename G, RatioForm kForm>
+__global__ void __cluster_dims__(kReduceCluster, 1, 1) __launch_bounds__(kReduceThreads, 2)
     gate_params_rows_kernel(const EpilogueParams p) {
+  constexpr bool kWithRatio = kForm != RatioForm::kNone;
+  // Tokens per group: softplus's ratio needs more registers per token (two CTAs per SM).
+  constexpr int kUnroll = kForm == RatioForm::kSoftplus ? kReduceUnroll / 2 : kReduceUnroll;
   __shared__ double bias_part[kReduceWarps][32 * kRowsLanesChannels];
   __shared__ double A_part[kReduceWarps];
   __shared__ double bias_block[32 * kRowsLanesChannels];
@@ -219,43 +244,62 @@ __global__ void __cluster_dims__(kReduceCluster, 1, 1) __launch_bounds__(kReduce
   const int64_t end = begin + per_run < last ? begin + per_run : last;
   double bias_sum[kRowsLanesChannels] = {}, A_sum = 0.0;
   if (active && begin < end) {
-    const TokenView& gv = p.g;
-    const G* g_head = static_cast<const G*>(gv.data) + hv * gv.stride_head + c0;
+    const int64_t g_step = p.g.stride_token, dg_step = p.HV * p.K;
+    const G* g_run = static_cast<const G*>(p.g.data) + hv * p.g.stride_head + c0 + begin * g_step;
+    const float* dg_run = p.dg + hv * p.K + c0 + begin * dg_step;
     float bias[kRowsLanesChannels] = {};
     if (p.dt_bias != nullptr) {
 #pragma unroll
       for (int m = 0; m < kRowsLanesChannels; ++m)
         bias[m] = p.dt_bias[(hv * p.K + c0 + m) * p.dt_bias_stride];
     }
-    const float* dg_head = p.dg + hv * p.K + c0;
-    const int64_t dg_step = p.HV * p.K;
-    const bool small_index = end <= (int64_t{1} << 31) && p.T <= (int64_t{1} << 31);
-    for (int64_t n0 = begin; n0 < end; n0 += kReduceUnroll) {
-      float4 dg[kReduceUnroll];
-      float x[kReduceUnroll][kRowsLanesChannels];
+    // A token's dg and gate inputs into the group's float sums; flush_group adds them to the run's
+    // double sums (a fixed order: the same bits on every run).
+    float bias_group[kRowsLanesChannels] = {}, A_group = 0.0f;
+    const auto add_token = [&](const float4& dg4, const float(&x)[kRowsLanesChannels]) {
+      const float d[kRowsLanesChannels] = {dg4.x, dg4.y, dg4.z, dg4.w};
 #pragma unroll
-      for (int u = 0; u < kReduceUnroll; ++u) {  // every load of the group first
-        const int64_t n = n0 + u < end ? n0 + u : end - 1;
-        dg[u] = *reinterpret_cast<const float4*>(dg_head + n * dg_step);
-        if constexpr (kWithRatio) load_four(g_head + g_token_offset(p, n, small_index), x[u]);
+      for (int m = 0; m < kRowsLanesChannels; ++m) {
+        bias_group[m] += d[m];
+        if constexpr (kWithRatio)
+          A_group = fmaf(d[m], A_log_ratio_of<kForm>(x[m] + bias[m]), A_group);
       }
-      float bias_group[kRowsLanesChannels] = {}, A_group = 0.0f;
+    };
+    const auto flush_group = [&] {
 #pragma unroll
-      for (int u = 0; u < kReduceUnroll; ++u) {
-        const bool inside = n0 + u < end;
-        const float d[kRowsLanesChannels] = {inside ? dg[u].x : 0.0f, inside ? dg[u].y : 0.0f,
-                                             inside ? dg[u].z : 0.0f, inside ? dg[u].w : 0.0f};
-#pragma unroll
-        for (int m = 0; m < kRowsLanesChannels; ++m) {
-          bias_group[m] += d[m];
-          if constexpr (kWithRatio)
-            A_group = fmaf(d[m], A_log_ratio(p, x[u][m] + bias[m]), A_group);
-        }
-      }
-#pragma unroll
-      for (int m = 0; m < kRowsLanesChannels; ++m) bias_sum[m] += bias_group[m];
+      for (int m = 0; m < kRowsLanesChannels; ++m) bias_sum[m] += bias_group[m], bias_group[m] = 0;
       A_sum += A_group;
+      A_group = 0.0f;
+    };
+    const int64_t count = end - begin;
+    int64_t n0 = 0;
+    for (; n0 + kUnroll <= count; n0 += kUnroll) {
+      // The next group's rows into L2 first: the compiler issues a group's loads close to their
+      // use, so that a warp has few of them in flight; prefetches hold no registers.
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t next = n0 + kUnroll + u < count ? n0 + kUnroll + u : count - 1;
+        prefetch_l2(dg_run + next * dg_step);
+        if constexpr (kWithRatio) prefetch_l2(g_run + next * g_step);
+      }
+      float4 dg[kUnroll];
+      float x[kUnroll][kRowsLanesChannels] = {};
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        dg[u] = *reinterpret_cast<const float4*>(dg_run + (n0 + u) * dg_step);
+        if constexpr (kWithRatio) load_four(g_run + (n0 + u) * g_step, x[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) add_token(dg[u], x[u]);
+      flush_group();
     }
+#pragma unroll 1
+    for (; n0 < count; ++n0) {  // the run's last tokens, one at a time
+      float x[kRowsLanesChannels] = {};
+      if constexpr (kWithRatio) load_four(g_run + n0 * g_step, x);
+      add_token(*reinterpret_cast<const float4*>(dg_run + n0 * dg_step), x);
+    }
+    flush_group();
   }
 #pragma unroll
   for (int m = 0; m < kRowsLanesChannels; ++m) bias_part[warp][c0 + m] = bias_sum[m];
