@@ -50,9 +50,12 @@ inline bool encode_tile_maps(ScanParams* p, const TensorView& first, const Tenso
          (q == nullptr || encode(&p->q_map, *q));
 }
 
+// Both kernels take value slices of the same width, so that one grid bound serves both.
+static_assert(mma16::kBV == kSlice);
+
+// One CTA per (sequence, value head, slice of `slice` value columns): scan_unit's order.
 inline dim3 grid_of(const ScanParams& p, int slice) {
-  return dim3(static_cast<unsigned>(p.num_seqs * p.HV),
-              static_cast<unsigned>((p.V + slice - 1) / slice));
+  return dim3(static_cast<unsigned>(p.num_seqs * p.HV * scan_slices(p, slice)));
 }
 
 // The kernels of one direction, named after its operator.
@@ -112,6 +115,12 @@ template <bool kReverse>
 Status run_scan(const ScanParams& p, DType x, bool mma_takes, Kernel kernel, int device,
                 void* stream) {
   if (p.num_seqs == 0 || p.HV == 0) return Status::Ok();
+  if (p.num_seqs * p.HV * scan_slices(p, mma16::kBV) > int64_t{0x7fffffff}) {
+    return {StatusCode::unsupported,
+            std::string(op_of(kReverse)) + ": sequences x value heads x value slices of 32 = " +
+                std::to_string(p.num_seqs * p.HV * scan_slices(p, mma16::kBV)) +
+                " CTAs, more than one grid holds (2^31 - 1)"};
+  }
   const bool mma = kernel != Kernel::simt && mma_takes;
   if (kernel == Kernel::sm80_mma && !mma) {
     return {StatusCode::unsupported,

@@ -237,8 +237,8 @@ __device__ __forceinline__ void store_states(const ScanParams& p, const X* S_x, 
 // The whole walk of one CTA (the kernels below name the direction, so profiles tell them apart).
 template <typename X, bool kReverse>
 __device__ __forceinline__ void state_scan_mma(const ScanParams& p, unsigned char* smem) {
-  const int64_t n = blockIdx.x / p.HV, hv = blockIdx.x % p.HV, h = hv / p.heads_per_group;
-  const int64_t v0 = static_cast<int64_t>(blockIdx.y) * kBV;
+  const ScanUnit unit = scan_unit(p, kBV);
+  const int64_t n = unit.n, hv = unit.hv, h = hv / p.heads_per_group, v0 = unit.v0;
   const SequenceSpan seq = resolve_sequence(p, n);
   if (!seq.valid) return;
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;

@@ -11,6 +11,23 @@
 
 namespace kda::cuda::scans {
 
+// A CTA's (sequence n, value head hv) and the first of its `slice` value columns v0. The grid
+// is one-dimensional with the slices of one (sequence, head) adjacent in launch order, so that
+// they run at the same time and read its K-wide tiles once from DRAM, the others from L2.
+struct ScanUnit {
+  int64_t n, hv, v0;
+};
+
+__host__ __device__ inline int64_t scan_slices(const ScanParams& p, int slice) {
+  return (p.V + slice - 1) / slice;
+}
+
+__device__ inline ScanUnit scan_unit(const ScanParams& p, int slice) {
+  const int64_t slices = scan_slices(p, slice), block = blockIdx.x;
+  const int64_t unit = block / slices;
+  return {unit / p.HV, unit % p.HV, (block % slices) * slice};
+}
+
 struct SequenceSpan {
   int64_t batch;   // batch row of the token tensors and of dh (0 when varlen)
   int64_t bos;     // first token within the batch row
