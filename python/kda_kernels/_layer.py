@@ -20,8 +20,8 @@ scan), then one of two tails, as ``BACKWARD`` (or ``KDA_LAYER_BACKWARD`` at impo
 Both tails take the state scans from fla (``chunk_gated_delta_rule_fwd_h``,
 ``chunk_gated_delta_rule_bwd_dhu``) unless ``FORWARD_SCAN`` / ``REVERSE_SCAN`` (or
 ``KDA_LAYER_FORWARD_SCAN`` / ``KDA_LAYER_REVERSE_SCAN`` at import) is "kda": this library's
-chunk_fwd_h / chunk_bwd_dhu, faster than fla's at one chain per SM in the forward direction, not
-yet on many sequences (docs/performance.md). The epilogue tail takes what the scans read (the
+chunk_fwd_h / chunk_bwd_dhu, faster than fla's at one chain per SM, not yet on many sequences
+(docs/performance.md); or "auto": ours where their tensor-core kernel runs (``scan_is_fast``). The epilogue tail takes what the scans read (the
 gate's cumsum, l2norm, w, u, qg, kg and dAv's dv) from fla's stages (``PREP`` or
 ``KDA_LAYER_PREP`` "fla", the default), from this library's chunk_bwd_prep, one pass per chunk
 ("kda"), or from chunk_bwd_prep where its bf16 kernel runs and fla's stages elsewhere ("auto":
@@ -81,9 +81,9 @@ if BACKWARD not in _BACKWARDS:
     raise ValueError(f"KDA_LAYER_BACKWARD: expected one of {_BACKWARDS}, got {BACKWARD!r}")
 STAGES = EPILOGUE_STAGES if BACKWARD == "epilogue" else SPLIT_STAGES
 
-# Where the state scans run: "fla" (as the stage lists say) or "kda" (chunk_fwd_h,
-# chunk_bwd_dhu).
-_SCAN_CHOICES = ("fla", "kda")
+# Where the state scans run: "fla" (as the stage lists say), "kda" (chunk_fwd_h, chunk_bwd_dhu)
+# or "auto" (ours where their tensor-core kernel runs: scan_is_fast).
+_SCAN_CHOICES = ("auto", "fla", "kda")
 
 
 def _scan_choice(variable):
@@ -138,6 +138,23 @@ def prep_choice(q, v, chunk_size, prep=None):
     if prep == "auto":
         return "kda" if prep_is_fast(q, v, chunk_size) else "fla"
     return prep
+
+
+def scan_is_fast(k, v, chunk_size):
+    """Whether chunk_fwd_h and chunk_bwd_dhu run their tensor-core kernel on this layer: 16-bit
+    X, chunks of 64, K up to 128 and K, V multiples of 8 (the layer passes contiguous tensors).
+    Their general kernel is slower than fla's scans."""
+    K, V = k.shape[-1], v.shape[-1]
+    return (k.dtype in (torch.float16, torch.bfloat16) and chunk_size == 64 and K <= 128
+            and K % 8 == 0 and V % 8 == 0)
+
+
+def scan_choice(k, v, chunk_size, scan):
+    """Where a state scan runs for this layer: FORWARD_SCAN's or REVERSE_SCAN's choice (scan),
+    "auto" resolved by scan_is_fast."""
+    if scan == "auto":
+        return "kda" if scan_is_fast(k, v, chunk_size) else "fla"
+    return scan
 
 
 def epilogue_is_fast(q, v, chunk_size):
@@ -346,7 +363,7 @@ def _forward_scan(kg, w, u, gk, h0, cu_seqlens, chunk_indices, opt):
     from . import _torch_op
 
     BT, svf = opt.chunk_size, opt.state_v_first
-    if FORWARD_SCAN == "kda":
+    if scan_choice(kg, u, BT, FORWARD_SCAN) == "kda":
         forward_scan = _torch_op.OPS["chunk_gated_delta_rule_fwd_h"].run
         h, v_new, _ = forward_scan(kg, w, u, None, gk, h0, False, BT, True, svf, cu_seqlens,
                                    chunk_indices, "cuda", _api._kernel("auto"))
@@ -364,7 +381,7 @@ def _reverse_scan(qg, kg, w, do, dv, gk, h0, dht, cu_seqlens, chunk_indices, opt
     from . import _torch_op
 
     BT, svf = opt.chunk_size, opt.state_v_first
-    if REVERSE_SCAN == "kda":
+    if scan_choice(kg, do, BT, REVERSE_SCAN) == "kda":
         reverse_scan = _torch_op.OPS["chunk_gated_delta_rule_bwd_dhu"].run
         dh, dh0, dv = reverse_scan(qg, kg, w, do, dv, None, gk, h0, dht, opt.scale, svf,
                                    cu_seqlens, BT, chunk_indices, "cuda", _api._kernel("auto"))
