@@ -103,7 +103,7 @@ def reverse_scan_float64(p, B, T, seqlens, scale, v_first):
     f = {n: (t.double() if t is not None and t.is_floating_point() else t) for n, t in p.items()}
     q, k, w, do, dv, gk = f["q"], f["k"], f["w"], f["do"], f["dv"], f["gk"]
     dht = f["dht"].transpose(-1, -2) if v_first else f["dht"]
-    _, starts, lens = chunk_starts(T, seqlens)
+    bounds, starts, lens = chunk_starts(T, seqlens)
     H = q.shape[2]
     NT = len(starts)
     dh = torch.empty(B, NT, H, K, V, dtype=torch.float64, device=q.device)
@@ -140,7 +140,7 @@ def forward_scan_float64(p, B, T, seqlens, v_first):
     f = {n: (t.double() if t is not None and t.is_floating_point() else t) for n, t in p.items()}
     k, w, u, gk = f["k"], f["w"], f["u"], f["gk"]
     h0 = f["dht"].transpose(-1, -2) if v_first else f["dht"]
-    _, starts, lens = chunk_starts(T, seqlens)
+    bounds, starts, lens = chunk_starts(T, seqlens)
     H = k.shape[2]
     NT = len(starts)
     h = torch.empty(B, NT, H, K, V, dtype=torch.float64, device=k.device)

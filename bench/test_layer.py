@@ -304,7 +304,13 @@ def test_err_failures():
     modes["both"]["err_ratio"]["dg"] = 9e-3
     modes["wy"]["err_ratio"]["dv"] = float("nan")
     modes["fla"]["err_ratio"]["dq"] = 1.0  # fla's rerun is information, not a failure
-    assert layer.err_failures(modes) == ["wy dv nan", "both dg 9.00e-03"]
+    assert layer.err_failures(modes) == ["wy dv nan (bar 8e-03)", "both dg 9.00e-03 (bar 8e-03)"]
+    # the reductions get twice the bar: 9e-3 passes, 2e-2 does not
+    modes = _modes()
+    modes["both"]["err_ratio"]["dA_log"] = 9e-3
+    assert layer.err_failures(modes) == []
+    modes["both"]["err_ratio"]["ddt_bias"] = 2e-2
+    assert layer.err_failures(modes) == ["both ddt_bias 2.00e-02 (bar 2e-02)"]
 
 
 def test_config_text():
@@ -518,7 +524,7 @@ def test_main_writes_the_outputs_and_exits_with_the_verdict(monkeypatch, tmp_pat
     assert chart.count("KDA layer backward through fla's chunk_kda".replace("'", "&#x27;")) == 2
     captured = capsys.readouterr()
     assert "### chunk_kda B=2 T=64 H=1" in captured.out
-    assert ("above 8e-03" in captured.err) == bool(status)
+    assert ("(bar 8e-03)" in captured.err) == bool(status)
 
 
 @needs_torch

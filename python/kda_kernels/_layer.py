@@ -17,17 +17,17 @@ scan), then one of two tails, as ``BACKWARD`` (or ``KDA_LAYER_BACKWARD`` at impo
   the split tail. On an H100 the epilogue tail is the faster at B=1 and B=4, T=8192, H=32 and on
   the varlen mix, in the Kimi layer's call and in cuDNN's (docs/performance.md).
 
-Both tails take the state scans from fla (``chunk_gated_delta_rule_fwd_h``,
-``chunk_gated_delta_rule_bwd_dhu``) unless ``FORWARD_SCAN`` / ``REVERSE_SCAN`` (or
-``KDA_LAYER_FORWARD_SCAN`` / ``KDA_LAYER_REVERSE_SCAN`` at import) is "kda": this library's
-chunk_fwd_h / chunk_bwd_dhu, faster than fla's at one chain per SM, not yet on many sequences
-(docs/performance.md); or "auto": ours where their tensor-core kernel runs (``scan_is_fast``). The epilogue tail takes what the scans read (the
-gate's cumsum, l2norm, w, u, qg, kg and dAv's dv) from fla's stages (``PREP`` or
-``KDA_LAYER_PREP`` "fla", the default), from this library's chunk_bwd_prep, one pass per chunk
-("kda"), or from chunk_bwd_prep where its bf16 kernel runs and fla's stages elsewhere ("auto":
-``prep_is_fast``; that kernel takes about half the time of the fla stages it replaces on an
-H100, and "auto" becomes the default once the layer has been checked through it on a GPU). With
-all three "kda" (``use_library_stages()``) the backward runs none of fla's kernels.
+Where the stages before the tails run: ``FORWARD_SCAN`` / ``REVERSE_SCAN`` (or
+``KDA_LAYER_FORWARD_SCAN`` / ``KDA_LAYER_REVERSE_SCAN`` at import) for the state scans, fla's
+(``chunk_gated_delta_rule_fwd_h``, ``chunk_gated_delta_rule_bwd_dhu``: "fla") or this library's
+(chunk_fwd_h, chunk_bwd_dhu: "kda"); ``PREP`` (or ``KDA_LAYER_PREP``) for what the epilogue
+tail's scans read (the gate's cumsum, l2norm, w, u, qg, kg and dAv's dv), fla's stages ("fla")
+or this library's chunk_bwd_prep, one pass per chunk ("kda"). All three default to "auto":
+ours where the layer was measured faster through them (``prep_is_fast``: prep's bf16 kernel,
+any head grouping; ``scan_is_fast``: the epilogue's shape), fla's elsewhere. On an H100 at
+B=1 T=8192 H=32 and on the varlen mix (the Kimi call) the backward through all of ours took
+2.21 and 2.30 ms against 2.84 and 2.62 with fla's first pass and scans (docs/performance.md).
+With all three "kda" (``use_library_stages()``) the backward runs none of fla's kernels.
 
 ``STAGES`` is the split tail's list unless ``BACKWARD`` is "epilogue" ("auto" picks per call).
 The backward recomputes what fla's default call recomputes (fla's ``disable_recompute=False``);
@@ -87,7 +87,7 @@ _SCAN_CHOICES = ("auto", "fla", "kda")
 
 
 def _scan_choice(variable):
-    value = os.environ.get(variable, "fla")
+    value = os.environ.get(variable, "auto")
     if value not in _SCAN_CHOICES:
         raise ValueError(f"{variable}: expected one of {_SCAN_CHOICES}, got {value!r}")
     return value
@@ -98,7 +98,7 @@ REVERSE_SCAN = _scan_choice("KDA_LAYER_REVERSE_SCAN")
 # Where the epilogue tail's first pass runs: "fla" (EPILOGUE_STAGES' first five rows), "kda"
 # (chunk_bwd_prep) or "auto" (chunk_bwd_prep where its bf16 kernel runs: prep_is_fast).
 _PREP_CHOICES = ("auto", "fla", "kda")
-PREP = os.environ.get("KDA_LAYER_PREP", "fla")
+PREP = os.environ.get("KDA_LAYER_PREP", "auto")
 if PREP not in _PREP_CHOICES:
     raise ValueError(f"KDA_LAYER_PREP: expected one of {_PREP_CHOICES}, got {PREP!r}")
 
@@ -141,12 +141,12 @@ def prep_choice(q, v, chunk_size, prep=None):
 
 
 def scan_is_fast(k, v, chunk_size):
-    """Whether chunk_fwd_h and chunk_bwd_dhu run their tensor-core kernel on this layer: 16-bit
-    X, chunks of 64, K up to 128 and K, V multiples of 8 (the layer passes contiguous tensors).
-    Their general kernel is slower than fla's scans."""
-    K, V = k.shape[-1], v.shape[-1]
-    return (k.dtype in (torch.float16, torch.bfloat16) and chunk_size == 64 and K <= 128
-            and K % 8 == 0 and V % 8 == 0)
+    """Whether "auto" takes our state scans for this layer: where the layer was measured faster
+    through them (docs/performance.md), the shape the epilogue's bf16 kernel takes (bf16, chunks
+    of 64, K = V = 128, one value head per key head). Their tensor-core kernel takes more (16-bit
+    X, K up to 128); elsewhere fla's scans stay until measured."""
+    return (k.dtype == torch.bfloat16 and chunk_size == 64 and k.shape[-1] == 128
+            and v.shape[-1] == 128 and v.shape[-2] == k.shape[-2])
 
 
 def scan_choice(k, v, chunk_size, scan):
