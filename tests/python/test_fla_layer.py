@@ -3,9 +3,10 @@ gate and beta sigmoid in the kernel, l2norm in the kernel, V-first state) throug
 chunk_kda, with fla's kernels and with kda_kernels' backend, on the installed fla (0.5.2 or
 0.6.x; tools/run-tests.sh runs it once per release). The profiler counts the kernels each
 backward launches: with our backend, fla's two Triton kernels we replace never run and ours run
-once per layer backward (the WY and intra operators with kda_kernels._layer.BACKWARD = "split";
-the fused epilogue and its gate-parameter reduction with "epilogue" and with "auto", the
-default); every gradient (weights and input) stays within the bf16 bar of fla's.
+once per layer backward (the WY and intra operators and our scans with
+kda_kernels._layer.BACKWARD = "split"; the first pass, the scans, the fused epilogue and its
+gate-parameter reduction with "epilogue" and with "auto", the default); every gradient (weights
+and input) stays within the bf16 bar of fla's (twice it for A_log's and dt_bias's sums).
 Needs torch, fla (with transformers, which fla's layers import), a CUDA device and the cuda
 backend."""
 
@@ -25,16 +26,18 @@ pytestmark = pytest.mark.skipif(
 
 # Kernel names as the profiler reports them: fla's Triton kernels for the two operators, and
 # ours (C++ names in namespace kda::cuda; chunk_bwd_intra's in kda::cuda::intra,
-# chunk_bwd_epilogue's in kda::cuda::epilogue).
+# chunk_bwd_epilogue's in kda::cuda::epilogue, chunk_bwd_prep's in kda::cuda::prep, the state
+# scans' in kda::cuda::scans, the WY operator's elsewhere).
 FLA_KERNELS = {"wy": "chunk_kda_bwd_kernel_wy_dqkg_fused", "intra": "chunk_kda_bwd_kernel_intra"}
-OUR_OPS = ("wy", "intra", "epilogue")
+OUR_OPS = ("wy", "intra", "epilogue", "prep", "scans")
+_NAMESPACES = {"intra": "kda::cuda::intra::", "epilogue": "kda::cuda::epilogue::",
+               "prep": "kda::cuda::prep::", "scans": "kda::cuda::scans::"}
 
 
 def _ours(name, op):
     if "kda::cuda::" not in name:
         return False
-    which = ("intra" if "kda::cuda::intra::" in name
-             else "epilogue" if "kda::cuda::epilogue::" in name else "wy")
+    which = next((o for o, ns in _NAMESPACES.items() if ns in name), "wy")
     return which == op
 
 
@@ -80,10 +83,17 @@ def _count(launches, fla_kernel=None, ours=None):
 
 
 # Our launches per layer backward, by chunk_kda's backward tail ("auto", the default, takes the
-# epilogue here: bf16, heads of 128, one value head per query head).
-EPILOGUE_LAUNCHES = {"wy": 0, "intra": 0, "epilogue": 2}
-EXPECTED_OURS = {"split": {"wy": 1, "intra": 1, "epilogue": 0},
+# epilogue here: bf16, heads of 128, one value head per query head). The first pass and the two
+# scans are ours at this shape too (_layer's PREP and scans "auto"); the split tail takes fla's
+# first pass and our scans.
+EPILOGUE_LAUNCHES = {"wy": 0, "intra": 0, "epilogue": 2, "prep": 1, "scans": 2}
+EXPECTED_OURS = {"split": {"wy": 1, "intra": 1, "epilogue": 0, "prep": 0, "scans": 2},
                  "epilogue": EPILOGUE_LAUNCHES, "auto": EPILOGUE_LAUNCHES}
+# A_log's and dt_bias's gradients are sums over every token of a head: against fla's they compare
+# two approximations that both carry the forward's bf16 roundings, so they are held to twice the
+# bar here (bench/layer.py's REDUCTIONS); test_chunk_kda.py holds them to fla's error against
+# float64 over seeds.
+REDUCTION_PARAMS = ("A_log", "dt_bias")
 
 
 @pytest.mark.parametrize("tail", sorted(EXPECTED_OURS))
@@ -122,4 +132,5 @@ def test_kimi_layer_training_step_runs_our_kernels(tail, monkeypatch):
           + " ".join(f"d{n}={r:.1e}" for n, r in sorted(ratios.items())))
     assert set(our_grads) == set(fla_grads)
     for name, ratio in ratios.items():
-        assert ratio <= PASS_BAR["bfloat16"], f"d{name}: err_ratio {ratio:.2e}"
+        bar = PASS_BAR["bfloat16"] * (2 if name.endswith(REDUCTION_PARAMS) else 1)
+        assert ratio <= bar, f"d{name}: err_ratio {ratio:.2e}"
