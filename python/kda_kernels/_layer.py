@@ -82,7 +82,7 @@ if BACKWARD not in _BACKWARDS:
 STAGES = EPILOGUE_STAGES if BACKWARD == "epilogue" else SPLIT_STAGES
 
 # Where the state scans run: "fla" (as the stage lists say), "kda" (chunk_fwd_h, chunk_bwd_dhu)
-# or "auto" (ours where their tensor-core kernel runs: scan_is_fast).
+# or "auto" (ours at the shape the layer was measured faster through them: scan_is_fast).
 _SCAN_CHOICES = ("auto", "fla", "kda")
 
 
