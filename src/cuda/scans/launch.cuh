@@ -115,11 +115,11 @@ template <bool kReverse>
 Status run_scan(const ScanParams& p, DType x, bool mma_takes, Kernel kernel, int device,
                 void* stream) {
   if (p.num_seqs == 0 || p.HV == 0) return Status::Ok();
-  if (p.num_seqs * p.HV * scan_slices(p, mma16::kBV) > int64_t{0x7fffffff}) {
+  if (const int64_t ctas = p.num_seqs * p.HV * scan_slices(p, mma16::kBV);
+      ctas > int64_t{0x7fffffff}) {
     return {StatusCode::unsupported,
             std::string(op_of(kReverse)) + ": sequences x value heads x value slices of 32 = " +
-                std::to_string(p.num_seqs * p.HV * scan_slices(p, mma16::kBV)) +
-                " CTAs, more than one grid holds (2^31 - 1)"};
+                std::to_string(ctas) + " CTAs, more than one grid holds (2^31 - 1)"};
   }
   const bool mma = kernel != Kernel::simt && mma_takes;
   if (kernel == Kernel::sm80_mma && !mma) {

@@ -29,14 +29,13 @@ enum class RatioForm { kNone, kLowerBound, kSoftplus };
 
 template <RatioForm kForm>
 __device__ __forceinline__ float A_log_ratio_of(float x) {
+  static_assert(kForm != RatioForm::kNone, "without A_log there is no ratio to take");
   if constexpr (kForm == RatioForm::kLowerBound) {
     return x;
-  } else if constexpr (kForm == RatioForm::kSoftplus) {
+  } else {
     // softplus(x) / sigmoid(x) = softplus(x) (1 + e^-x); for x << 0 both are e^x and the ratio
     // 1 + e^x / 2 to float32 precision.
     return x < -15.0f ? 1.0f + 0.5f * __expf(x) : softplusf(x) * (1.0f + __expf(-x));
-  } else {
-    return 0.0f;
   }
 }
 
