@@ -142,11 +142,10 @@ def prep_choice(q, v, chunk_size, prep=None):
 
 def scan_is_fast(k, v, chunk_size):
     """Whether "auto" takes our state scans for this layer: where the layer was measured faster
-    through them (docs/performance.md), the shape the epilogue's bf16 kernel takes (bf16, chunks
-    of 64, K = V = 128, one value head per key head). Their tensor-core kernel takes more (16-bit
-    X, K up to 128); elsewhere fla's scans stay until measured."""
-    return (k.dtype == torch.bfloat16 and chunk_size == 64 and k.shape[-1] == 128
-            and v.shape[-1] == 128 and v.shape[-2] == k.shape[-2])
+    through them (docs/performance.md), the shape the epilogue's bf16 kernel takes
+    (epilogue_is_fast; k has q's shape). Their tensor-core kernel takes more (16-bit X, K up to
+    128); elsewhere fla's scans stay until measured."""
+    return epilogue_is_fast(k, v, chunk_size)
 
 
 def scan_choice(k, v, chunk_size, scan):
